@@ -1,0 +1,244 @@
+"""dtypes: the set kiln supports, JAX's type-promotion lattice with weak types, and
+canonicalization (64-bit types become 32-bit unless x64 is enabled).
+
+A dtype is a `numpy.dtype`; bfloat16 comes from ml_dtypes. A value is *weakly typed* when it came
+from a Python scalar: it adopts the dtype of whatever strongly typed value it meets.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from kiln.config import config
+
+bool_ = np.dtype(np.bool_)
+int8, int16, int32, int64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+uint8, uint16, uint32, uint64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float16, float32, float64 = (np.dtype(t) for t in (np.float16, np.float32, np.float64))
+complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
+
+SUPPORTED = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+             bfloat16, float16, float32, float64, complex64, complex128)
+_SUPPORTED_SET = frozenset(SUPPORTED)
+
+_SHORT_NAMES = {
+    bool_: "bool", int8: "i8", int16: "i16", int32: "i32", int64: "i64",
+    uint8: "u8", uint16: "u16", uint32: "u32", uint64: "u64",
+    bfloat16: "bf16", float16: "f16", float32: "f32", float64: "f64",
+    complex64: "c64", complex128: "c128",
+}
+
+_TO_32 = {int64: int32, uint64: uint32, float64: float32, complex128: complex64}
+
+
+def short_name(dtype: np.dtype) -> str:
+    """The jaxpr spelling of a dtype: f32, i32, bool, ..."""
+    return _SHORT_NAMES[dtype]
+
+
+def is_floating(dtype) -> bool:
+    return dtype in (bfloat16, float16, float32, float64)
+
+
+def is_complex(dtype) -> bool:
+    return dtype.kind == "c"
+
+
+def is_inexact(dtype) -> bool:
+    return is_floating(dtype) or is_complex(dtype)
+
+
+def is_integer(dtype) -> bool:
+    return dtype.kind in "iu"
+
+
+def is_unsigned(dtype) -> bool:
+    return dtype.kind == "u"
+
+
+def is_bool(dtype) -> bool:
+    return dtype == bool_
+
+
+def default_int() -> np.dtype:
+    return int64 if config.enable_x64 else int32
+
+
+def default_uint() -> np.dtype:
+    return uint64 if config.enable_x64 else uint32
+
+
+def default_float() -> np.dtype:
+    return float64 if config.enable_x64 else float32
+
+
+def default_complex() -> np.dtype:
+    return complex128 if config.enable_x64 else complex64
+
+
+def canonicalize(dtype: Any) -> np.dtype:
+    """The dtype kiln actually uses for a request: 64-bit types narrow unless x64 is on."""
+    dtype = to_dtype(dtype)
+    if not config.enable_x64:
+        return _TO_32.get(dtype, dtype)
+    return dtype
+
+
+@functools.lru_cache(maxsize=None)
+def _to_dtype_cached(spec) -> np.dtype:
+    if spec is bool:
+        return bool_
+    if spec is int:
+        return int64
+    if spec is float:
+        return float64
+    if spec is complex:
+        return complex128
+    dt = np.dtype(spec)
+    if dt not in _SUPPORTED_SET:
+        raise TypeError(f"kiln does not support the dtype {dt}; supported dtypes are "
+                        f"{', '.join(str(d) for d in SUPPORTED)}.")
+    return dt
+
+
+def to_dtype(spec: Any) -> np.dtype:
+    """Turn a dtype-like (np.float32, 'float32', jnp.int8, Python int, ...) into a numpy dtype."""
+    if isinstance(spec, np.dtype) and spec in _SUPPORTED_SET:
+        return spec
+    if hasattr(spec, "dtype") and not isinstance(spec, type):
+        spec = spec.dtype
+    try:
+        return _to_dtype_cached(spec)
+    except TypeError as err:
+        if "kiln does not support" in str(err):
+            raise
+        raise TypeError(f"Cannot interpret {spec!r} as a dtype.") from None
+
+
+# --- the promotion lattice -------------------------------------------------------------------
+# Nodes are dtypes plus the three weak kinds "i*", "f*", "c*" (Python int, float, complex).
+# Each edge a -> b means "a promotes to b"; the result of promoting two types is their least
+# upper bound. This is the lattice JAX documents: it never silently widens to 64 bits, and mixing
+# signed and unsigned or integers and floats goes to the smallest type that is safe enough.
+_WEAK_INT, _WEAK_FLOAT, _WEAK_COMPLEX = "i*", "f*", "c*"
+
+_EDGES = {
+    bool_: [_WEAK_INT],
+    _WEAK_INT: [uint8, int8],
+    uint8: [int16, uint16], uint16: [int32, uint32], uint32: [int64, uint64], uint64: [_WEAK_FLOAT],
+    int8: [int16], int16: [int32], int32: [int64], int64: [_WEAK_FLOAT],
+    _WEAK_FLOAT: [bfloat16, float16, _WEAK_COMPLEX],
+    bfloat16: [float32], float16: [float32], float32: [float64, complex64], float64: [complex128],
+    _WEAK_COMPLEX: [complex64], complex64: [complex128], complex128: [],
+}
+
+
+def _compute_upper_bounds() -> dict:
+    bounds = {}
+    for node in _EDGES:
+        seen, stack = {node}, [node]
+        while stack:
+            for nxt in _EDGES[stack.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        bounds[node] = seen
+    return bounds
+
+
+_UPPER_BOUNDS = _compute_upper_bounds()
+
+
+def _lattice_node(dtype: np.dtype, weak: bool):
+    if not weak:
+        return dtype
+    if dtype.kind in "iu":
+        return _WEAK_INT
+    if dtype.kind == "f" or dtype == bfloat16:
+        return _WEAK_FLOAT
+    if dtype.kind == "c":
+        return _WEAK_COMPLEX
+    return dtype
+
+
+@functools.lru_cache(maxsize=4096)
+def _join(nodes: tuple):
+    common = set.intersection(*(_UPPER_BOUNDS[n] for n in nodes))
+    # The least upper bound is the common bound that every other common bound is above.
+    for candidate in common:
+        if all(other in _UPPER_BOUNDS[candidate] for other in common):
+            return candidate
+    raise TypeError(f"no common type for {nodes}")
+
+
+def _node_to_dtype(node) -> tuple[np.dtype, bool]:
+    if node == _WEAK_INT:
+        return default_int(), True
+    if node == _WEAK_FLOAT:
+        return default_float(), True
+    if node == _WEAK_COMPLEX:
+        return default_complex(), True
+    return node, False
+
+
+def promote_types(a, b) -> np.dtype:
+    """The dtype two strongly typed dtypes promote to (jnp.promote_types)."""
+    dtype, _ = _node_to_dtype(_join((to_dtype(a), to_dtype(b))))
+    return canonicalize(dtype)
+
+
+def result_type_with_weak(*items: tuple[np.dtype, bool]) -> tuple[np.dtype, bool]:
+    """Promote (dtype, weak_type) pairs; the result is weak only if every input is weak."""
+    if len(items) == 1:
+        dtype, weak = items[0]
+        return canonicalize(dtype), weak
+    node = _join(tuple(_lattice_node(d, w) for d, w in items))
+    dtype, weak = _node_to_dtype(node)
+    return canonicalize(dtype), weak
+
+
+def dtype_and_weak_of(x: Any) -> tuple[np.dtype, bool]:
+    """The (dtype, weak_type) kiln assigns to a value: arrays, tracers, scalars, NumPy values."""
+    aval = getattr(x, "aval", None)
+    if aval is not None:
+        return aval.dtype, aval.weak_type
+    if isinstance(x, bool):
+        return bool_, False
+    if isinstance(x, int):
+        return default_int(), True
+    if isinstance(x, float):
+        return default_float(), True
+    if isinstance(x, complex):
+        return default_complex(), True
+    if isinstance(x, (np.ndarray, np.generic)):
+        return canonicalize(x.dtype), False
+    raise TypeError(f"{type(x).__name__} is not a valid kiln type.")
+
+
+def result_type(*args: Any) -> np.dtype:
+    """jnp.result_type: the dtype a computation mixing these values produces."""
+    items = []
+    for a in args:
+        if isinstance(a, (np.dtype, type, str)) or a is None:
+            items.append((to_dtype(a if a is not None else float), False))
+        else:
+            items.append(dtype_and_weak_of(a))
+    return result_type_with_weak(*items)[0]
+
+
+def finfo(dtype):
+    return ml_dtypes.finfo(to_dtype(dtype))
+
+
+def iinfo(dtype):
+    return ml_dtypes.iinfo(to_dtype(dtype))
+
+
+def issubdtype(a, b) -> bool:
+    if b in (np.floating, np.inexact) and to_dtype(a) == bfloat16:
+        return True
+    return np.issubdtype(to_dtype(a) if not isinstance(a, type) or a in (bool, int, float) else a, b)

@@ -1,0 +1,204 @@
+"""Traces and tracers: the current-trace model and eager evaluation.
+
+With no transformation active, `bind` evaluates a primitive's NumPy `impl` (eager mode). A
+transformation installs its Trace as the current one; each Trace knows its parent, and a Trace
+handles a value that is not one of its own tracers as a constant of its computation.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from kiln.core import dtypes, errors, rules
+from kiln.core.avals import ShapedArray
+
+
+class _TraceState(threading.local):
+    trace: "Trace | None" = None
+
+
+current_trace_state = _TraceState()
+
+
+def current_trace() -> "Trace | None":
+    return current_trace_state.trace
+
+
+@contextmanager
+def set_current_trace(trace: "Trace | None"):
+    state = current_trace_state
+    previous = state.trace
+    state.trace = trace
+    try:
+        yield trace
+    finally:
+        state.trace = previous
+
+
+class Trace:
+    """A transformation in progress. Subclasses implement `process_primitive`."""
+
+    def __init__(self, parent: "Trace | None"):
+        self.parent = parent
+        self.level = 1 if parent is None else parent.level + 1
+        self.alive = True
+
+    def process_primitive(self, primitive, args, params):
+        raise NotImplementedError
+
+    def invalidate(self) -> None:
+        """Called when the transformation ends: its tracers may no longer be used."""
+        self.alive = False
+
+
+class Tracer:
+    """A stand-in for an array while a transformation runs."""
+
+    __slots__ = ("_trace", "__weakref__")
+    __array_priority__ = 1000
+
+    @property
+    def aval(self) -> ShapedArray:
+        raise NotImplementedError
+
+    def to_concrete_value(self):
+        """The concrete value behind this tracer if the transformation knows it, else None."""
+        return None
+
+    @property
+    def shape(self) -> tuple:
+        return self.aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.aval.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.aval.shape)
+
+    @property
+    def size(self) -> int:
+        return self.aval.size
+
+    @property
+    def weak_type(self) -> bool:
+        return self.aval.weak_type
+
+    def __len__(self) -> int:
+        if not self.aval.shape:
+            raise TypeError("len() of unsized object")
+        return self.aval.shape[0]
+
+    def __iter__(self):
+        if not self.aval.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.aval.shape[0]))
+
+    def __bool__(self) -> bool:
+        value = self.to_concrete_value()
+        if value is None:
+            raise errors.TracerBoolConversionError(self)
+        return bool(value)
+
+    def __index__(self) -> int:
+        value = self.to_concrete_value()
+        if value is None or not dtypes.is_integer(self.aval.dtype):
+            raise errors.TracerIntegerConversionError(self)
+        return int(value)
+
+    def __int__(self) -> int:
+        value = self.to_concrete_value()
+        if value is None:
+            raise errors.ConcretizationTypeError(
+                self, "The problem arose with the `int` function. ")
+        return int(value)
+
+    def __float__(self) -> float:
+        value = self.to_concrete_value()
+        if value is None:
+            raise errors.ConcretizationTypeError(
+                self, "The problem arose with the `float` function. ")
+        return float(value)
+
+    def __complex__(self) -> complex:
+        value = self.to_concrete_value()
+        if value is None:
+            raise errors.ConcretizationTypeError(
+                self, "The problem arose with the `complex` function. ")
+        return complex(value)
+
+    def __array__(self, dtype=None, copy=None):
+        raise errors.TracerArrayConversionError(self)
+
+    def __hash__(self):
+        raise TypeError(f"unhashable type: {type(self).__name__}. Static arguments must be "
+                        "hashable Python values, not traced arrays.")
+
+    def __setitem__(self, index, value):
+        raise TypeError(_IMMUTABLE_MSG.format(type(self).__name__))
+
+    def _origin_msg(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        return f"Traced<{self.aval}>with<{self._trace}>"
+
+    __str__ = __repr__
+
+
+_IMMUTABLE_MSG = (
+    "'{}' object does not support item assignment. JAX arrays are immutable. Instead of "
+    "x[idx] = y, use x = x.at[idx].set(y) or another .at[] method: "
+    "https://jax.readthedocs.io/en/latest/_autosummary/jax.numpy.ndarray.at.html")
+
+
+def leaked_tracer_error(tracer: Tracer) -> errors.UnexpectedTracerError:
+    return errors.UnexpectedTracerError(
+        f"Encountered an unexpected tracer. A function transformed by kiln had a side effect, "
+        f"allowing for a reference to an intermediate value with type "
+        f"{tracer.aval.str_short()} wrapped in a {type(tracer).__name__} to escape the scope "
+        f"of the transformation.")
+
+
+# --- eager evaluation ------------------------------------------------------------------------
+
+def _all_weak(in_weak, **params) -> bool:
+    return bool(in_weak) and all(in_weak)
+
+
+def to_numpy_and_weak(x: Any) -> tuple[np.ndarray, bool]:
+    """Unwrap an eager operand: kiln.Array, NumPy value or Python scalar."""
+    from kiln.runtime.array import Array
+    if type(x) is Array:
+        return x._value, x.weak_type
+    if isinstance(x, Tracer):
+        raise leaked_tracer_error(x)
+    if isinstance(x, np.ndarray):
+        return x, False
+    dtype, weak = dtypes.dtype_and_weak_of(x)
+    return np.asarray(x, dtype=dtype), weak
+
+
+def eval_primitive(primitive, args, params):
+    """Run a primitive eagerly on concrete values through its NumPy impl."""
+    from kiln.runtime.array import Array
+    values, weak = [], []
+    for a in args:
+        if type(a) is Array:
+            values.append(a._value)
+            weak.append(a.weak_type)
+        else:
+            v, w = to_numpy_and_weak(a)
+            values.append(v)
+            weak.append(w)
+    out = rules.impl_rules[primitive](*values, **params)
+    out_weak = rules.weak_type_rules.get(primitive, _all_weak)(weak, **params)
+    if primitive.multiple_results:
+        if isinstance(out_weak, bool):
+            out_weak = [out_weak] * len(out)
+        return [Array._wrap(np.asarray(o), w) for o, w in zip(out, out_weak)]
+    return Array._wrap(np.asarray(out), out_weak)

@@ -1,0 +1,7 @@
+"""kiln.lax: the low-level operations, one per primitive (strict dtypes, explicit shapes)."""
+from kiln.primitives.elementwise import *  # noqa: F401,F403
+from kiln.primitives.shape import *  # noqa: F401,F403
+from kiln.primitives.reductions import *  # noqa: F401,F403
+from kiln.primitives.sorting import *  # noqa: F401,F403
+from kiln.primitives.linalg import *  # noqa: F401,F403
+from kiln.primitives.indexing import *  # noqa: F401,F403

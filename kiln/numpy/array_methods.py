@@ -1,0 +1,146 @@
+"""Operators and methods shared by kiln.Array and tracers, defined once in terms of
+kiln.numpy. kiln.Array also gets a fast path for same-shape, same-dtype arithmetic in eager mode,
+which skips promotion and tracing machinery entirely (it is what `x * y` costs)."""
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.core.trace import Tracer, current_trace_state
+from kiln.runtime.array import Array
+
+_jnp_module = None
+
+
+def _jnp():
+    global _jnp_module
+    if _jnp_module is None:
+        import kiln.numpy as jnp
+        _jnp_module = jnp
+    return _jnp_module
+
+
+def _forward(name: str, reverse: bool = False):
+    if reverse:
+        def op(self, other):
+            return getattr(_jnp(), name)(other, self)
+    else:
+        def op(self, other):
+            return getattr(_jnp(), name)(self, other)
+    op.__name__ = name
+    return op
+
+
+def _fast_binop(ufunc, name: str):
+    """Eager fast path: same dtype and shape needs no promotion or broadcasting."""
+    slow = _forward(name)
+
+    def op(self, other):
+        if type(other) is Array and current_trace_state.trace is None:
+            a, b = self._value, other._value
+            if a.dtype is b.dtype and a.shape == b.shape and a.dtype.kind in "fiu":
+                out = ufunc(a, b)
+                out.flags.writeable = False
+                result = object.__new__(Array)
+                result._value = out
+                result.weak_type = self.weak_type and other.weak_type
+                result._aval = None
+                result._address = None
+                return result
+        return slow(self, other)
+    op.__name__ = name
+    return op
+
+
+_BINARY = {
+    "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "true_divide",
+    "floordiv": "floor_divide", "mod": "remainder", "pow": "power", "matmul": "matmul",
+    "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
+    "lshift": "left_shift", "rshift": "right_shift", "divmod": "divmod",
+}
+_COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
+            "gt": "greater", "ge": "greater_equal"}
+_UNARY = {"neg": "negative", "pos": "positive", "abs": "abs", "invert": "invert"}
+
+# method name -> kiln.numpy function name (the array is the first argument)
+_METHODS = {
+    "all": "all", "any": "any", "argmax": "argmax", "argmin": "argmin", "argsort": "argsort",
+    "astype": "_astype", "clip": "clip", "conj": "conjugate", "conjugate": "conjugate",
+    "cumprod": "cumprod", "cumsum": "cumsum", "diagonal": "diagonal", "dot": "dot",
+    "flatten": "ravel", "max": "max", "mean": "mean", "min": "min", "nonzero": "nonzero",
+    "prod": "prod", "ptp": "ptp", "ravel": "ravel", "repeat": "repeat", "round": "round",
+    "searchsorted": "searchsorted", "sort": "sort", "squeeze": "squeeze", "std": "std",
+    "sum": "sum", "swapaxes": "swapaxes", "take": "take", "trace": "trace", "var": "var",
+    "copy": "copy",
+}
+
+
+def _reshape(self, *shape, order="C"):
+    if len(shape) == 1 and not isinstance(shape[0], int) and not hasattr(shape[0], "__index__"):
+        shape = shape[0]
+    return _jnp().reshape(self, shape, order=order)
+
+
+def _transpose(self, *axes):
+    if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))):
+        axes = axes[0]
+    return _jnp().transpose(self, axes or None)
+
+
+def _method(name: str):
+    def method(self, *args, **kwargs):
+        return getattr(_jnp(), name)(self, *args, **kwargs)
+    method.__name__ = name
+    return method
+
+
+def _getitem(self, index):
+    return _jnp()._getitem(self, index)
+
+
+def _at(self):
+    return _jnp()._IndexUpdateHelper(self)
+
+
+def _T(self):
+    return _jnp().transpose(self)
+
+
+def _mT(self):
+    return _jnp().swapaxes(self, -1, -2)
+
+
+def _real(self):
+    return _jnp().real(self)
+
+
+def _imag(self):
+    return _jnp().imag(self)
+
+
+def install(cls, fast: bool) -> None:
+    fast_ufuncs = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
+    for short, fname in _BINARY.items():
+        if fast and short in fast_ufuncs:
+            setattr(cls, f"__{short}__", _fast_binop(fast_ufuncs[short], fname))
+        else:
+            setattr(cls, f"__{short}__", _forward(fname))
+        setattr(cls, f"__r{short}__", _forward(fname, reverse=True))
+    for short, fname in _COMPARE.items():
+        setattr(cls, f"__{short}__", _forward(fname))
+    for short, fname in _UNARY.items():
+        setattr(cls, f"__{short}__", _method(fname))
+    for mname, fname in _METHODS.items():
+        setattr(cls, mname, _method(fname))
+    cls.reshape = _reshape
+    cls.transpose = _transpose
+    cls.__getitem__ = _getitem
+    cls.at = property(_at)
+    cls.T = property(_T)
+    cls.mT = property(_mT)
+    cls.real = property(_real)
+    cls.imag = property(_imag)
+    cls.__round__ = lambda self, ndigits=None: _jnp().round(self, ndigits or 0)
+
+
+install(Array, fast=True)
+install(Tracer, fast=False)

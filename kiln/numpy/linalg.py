@@ -1,0 +1,2 @@
+"""kiln.numpy.linalg (being written)."""
+__all__ = []

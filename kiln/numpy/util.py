@@ -1,0 +1,121 @@
+"""Helpers shared by kiln.numpy: argument checking, dtype promotion and broadcasting."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kiln.core import dtypes
+from kiln.core.trace import Tracer
+from kiln.runtime.array import Array
+
+_SCALARS = (bool, int, float, complex)
+
+
+def is_arraylike(x: Any) -> bool:
+    return isinstance(x, (Array, Tracer, np.ndarray, np.generic) + _SCALARS)
+
+
+def check_arraylike(fun_name: str, *args: Any) -> None:
+    """kiln.numpy functions take arrays and scalars, not lists: converting a list silently
+    would hide a slow per-element transfer, so it is an error (as in JAX)."""
+    for pos, arg in enumerate(args):
+        if not is_arraylike(arg):
+            hint = " Use kiln.numpy.array(...) to convert a list or tuple first." \
+                if isinstance(arg, (list, tuple)) else ""
+            raise TypeError(f"{fun_name} requires ndarray or scalar arguments, got "
+                            f"{type(arg)} at position {pos}.{hint}")
+
+
+def dtype_and_weak(x: Any) -> tuple[np.dtype, bool]:
+    return dtypes.dtype_and_weak_of(x)
+
+
+def ndim(x: Any) -> int:
+    return x.ndim if hasattr(x, "ndim") else np.ndim(x)
+
+
+def shape(x: Any) -> tuple:
+    return x.shape if hasattr(x, "shape") else np.shape(x)
+
+
+def to_kiln(x: Any, dtype=None, weak: bool | None = None):
+    """Arrays and tracers pass through; scalars and NumPy values become kiln constants."""
+    from kiln.primitives.elementwise import convert_element_type
+    if isinstance(x, (Array, Tracer)):
+        if dtype is None:
+            return x
+        return convert_element_type(x, dtype, x.aval.weak_type if weak is None else weak)
+    d, w = dtypes.dtype_and_weak_of(x)
+    return convert_element_type(x, d if dtype is None else dtype, w if weak is None else weak)
+
+
+def promote_dtypes(*args: Any) -> list:
+    """Convert arguments to their common dtype (JAX's promotion lattice, weak types kept)."""
+    if len(args) == 1:
+        return [to_kiln(args[0])]
+    dtype, weak = dtypes.result_type_with_weak(*(dtypes.dtype_and_weak_of(a) for a in args))
+    return [to_kiln(a, dtype, weak) for a in args]
+
+
+def promote_dtypes_inexact(*args: Any) -> list:
+    """Like promote_dtypes, then integers and bools go to the default float type."""
+    dtype, weak = dtypes.result_type_with_weak(*(dtypes.dtype_and_weak_of(a) for a in args))
+    if not dtypes.is_inexact(dtype):
+        dtype = dtypes.default_float()
+    return [to_kiln(a, dtype, weak) for a in args]
+
+
+def promote_dtypes_numeric(*args: Any) -> list:
+    """Like promote_dtypes, but bools become the default integer type."""
+    dtype, weak = dtypes.result_type_with_weak(*(dtypes.dtype_and_weak_of(a) for a in args))
+    if dtype == np.bool_:
+        dtype = dtypes.default_int()
+    return [to_kiln(a, dtype, weak) for a in args]
+
+
+def broadcast_arrays_for_lax(*args: Any) -> list:
+    """NumPy broadcasting, leaving rank-0 operands as they are (lax broadcasts those)."""
+    from kiln.primitives.shape import broadcast_in_dim
+    shapes = [shape(a) for a in args]
+    nonscalar = [s for s in shapes if s != ()]
+    if len(set(nonscalar)) <= 1:
+        return list(args)
+    try:
+        result = np.broadcast_shapes(*nonscalar)
+    except ValueError:
+        raise ValueError(f"Incompatible shapes for broadcasting: "
+                         f"{', '.join(str(s) for s in shapes)}") from None
+    out = []
+    for a, s in zip(args, shapes):
+        if s == () or s == result:
+            out.append(a)
+        else:
+            out.append(_broadcast_to(a, result))
+    return out
+
+
+def _broadcast_to(x: Any, target: tuple):
+    """Broadcast by NumPy rules: squeeze size-1 dims that get stretched, then broadcast_in_dim."""
+    from kiln.primitives.shape import broadcast_in_dim
+    from kiln.lax import reshape
+    xs = shape(x)
+    lead = len(target) - len(xs)
+    keep = [i for i, d in enumerate(xs) if d == target[lead + i]]
+    if len(keep) != len(xs):
+        x = reshape(x, tuple(xs[i] for i in keep))
+    return broadcast_in_dim(x, target, tuple(lead + i for i in keep))
+
+
+def promote_and_broadcast(fun_name: str, *args: Any, inexact: bool = False) -> list:
+    check_arraylike(fun_name, *args)
+    args = promote_dtypes_inexact(*args) if inexact else promote_dtypes(*args)
+    return broadcast_arrays_for_lax(*args)
+
+
+def normalize_axis(axis: int, ndim_: int, name: str = "axis") -> int:
+    import operator
+    axis = operator.index(axis)
+    if not -ndim_ <= axis < max(ndim_, 1) or (ndim_ == 0 and axis not in (0, -1)):
+        raise ValueError(f"{name} {axis} is out of bounds for array of dimension {ndim_}")
+    return axis % ndim_ if ndim_ else 0

@@ -1,0 +1,194 @@
+"""kiln.Array: an immutable array backed by a read-only NumPy buffer.
+
+The buffer is never written after creation, so `np.asarray(x)` can hand out a read-only view
+without copying. Operators and methods are attached by `kiln.numpy.array_methods`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kiln.core import dtypes
+from kiln.core.avals import ShapedArray
+
+_IMMUTABLE_MSG = (
+    "'{}' object does not support item assignment. JAX arrays are immutable. Instead of "
+    "x[idx] = y, use x = x.at[idx].set(y) or another .at[] method: "
+    "https://jax.readthedocs.io/en/latest/_autosummary/jax.numpy.ndarray.at.html")
+
+
+class Device:
+    """The one device kiln computes on for now: the host CPU."""
+
+    platform = "cpu"
+    device_kind = "cpu"
+    id = 0
+
+    def __repr__(self) -> str:
+        return "CpuDevice(id=0)"
+
+
+CPU = Device()
+
+
+class Array:
+    """An immutable n-dimensional array (what kiln functions take and return)."""
+
+    __slots__ = ("_value", "weak_type", "_aval", "_address", "__weakref__")
+    __array_priority__ = 100
+
+    def __init__(self, value, dtype=None, weak_type: bool = False):
+        value = np.array(value, dtype=dtype)
+        dtype = dtypes.canonicalize(value.dtype)
+        if value.dtype != dtype:
+            value = value.astype(dtype)
+        value.flags.writeable = False
+        self._value = value
+        self.weak_type = weak_type
+        self._aval = None
+        self._address = None
+
+    @staticmethod
+    def _wrap(value: np.ndarray, weak_type: bool = False) -> "Array":
+        """Wrap a NumPy buffer that kiln owns (no copy); marks it read-only."""
+        if value.flags.writeable:
+            value.flags.writeable = False
+        out = object.__new__(Array)
+        out._value = value
+        out.weak_type = weak_type
+        out._aval = None
+        out._address = None
+        return out
+
+    @property
+    def aval(self) -> ShapedArray:
+        aval = self._aval
+        if aval is None:
+            aval = self._aval = ShapedArray(self._value.shape, self._value.dtype, self.weak_type)
+        return aval
+
+    @property
+    def shape(self) -> tuple:
+        return self._value.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._value.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._value.ndim
+
+    @property
+    def size(self) -> int:
+        return self._value.size
+
+    @property
+    def nbytes(self) -> int:
+        return self._value.nbytes
+
+    @property
+    def itemsize(self) -> int:
+        return self._value.itemsize
+
+    def buffer_address(self) -> int:
+        """The address of the data, cached: the native call path passes it to compiled code."""
+        address = self._address
+        if address is None:
+            address = self._address = self._value.__array_interface__["data"][0]
+        return address
+
+    # --- host interop -------------------------------------------------------------------
+    def __array__(self, dtype=None, copy=None):
+        value = self._value
+        if dtype is not None and np.dtype(dtype) != value.dtype:
+            if copy is False:
+                raise ValueError("converting the dtype of a kiln.Array requires a copy")
+            return value.astype(dtype)
+        return value.copy() if copy else value
+
+    def block_until_ready(self) -> "Array":
+        """Computation is synchronous on the CPU, so the array is always ready."""
+        return self
+
+    def copy_to_host_async(self) -> None:
+        return None
+
+    def is_ready(self) -> bool:
+        return True
+
+    @property
+    def device(self) -> Device:
+        return CPU
+
+    def devices(self) -> set:
+        return {CPU}
+
+    def item(self, *args):
+        return self._value.item(*args)
+
+    def tolist(self):
+        return self._value.tolist()
+
+    def __reduce__(self):
+        return (_rebuild, (np.array(self._value), self.weak_type))
+
+    # --- Python protocol ----------------------------------------------------------------
+    def __setitem__(self, index, value):
+        raise TypeError(_IMMUTABLE_MSG.format(type(self)))
+
+    __hash__ = None  # arrays compare elementwise, so they cannot be hashed
+
+    def __len__(self) -> int:
+        if not self._value.ndim:
+            raise TypeError("len() of unsized object")
+        return self._value.shape[0]
+
+    def __iter__(self):
+        if not self._value.ndim:
+            raise TypeError("iteration over a 0-d array")
+        weak = self.weak_type
+        return (Array._wrap(row, weak) for row in self._value)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __int__(self) -> int:
+        return int(self._value)
+
+    def __float__(self) -> float:
+        return float(self._value)
+
+    def __complex__(self) -> complex:
+        return complex(self._value)
+
+    def __index__(self) -> int:
+        if not dtypes.is_integer(self._value.dtype) and self._value.dtype != np.bool_:
+            raise TypeError(f"only integer arrays can be used as an index, not "
+                            f"{self._value.dtype}")
+        return int(self._value)
+
+    def __format__(self, spec: str) -> str:
+        if self._value.ndim == 0:
+            return format(self._value[()], spec)
+        return format(str(self), spec)
+
+    def __str__(self) -> str:
+        return str(self._value)
+
+    def __repr__(self) -> str:
+        prefix = "Array("
+        dtype_str = f"dtype={self._value.dtype.name}"
+        dtype_str += ", weak_type=True)" if self.weak_type else ")"
+        width = np.get_printoptions()["linewidth"]
+        if self._value.size == 0:
+            body = f"[], shape={self._value.shape}"
+        else:
+            body = np.array2string(self._value, prefix=prefix, suffix=",", separator=", ",
+                                   max_line_width=width)
+        last_line = len(body) - body.rfind("\n") + 1
+        sep = " " * len(prefix) if last_line + len(dtype_str) + 1 > width else " "
+        return f"{prefix}{body},{sep}{dtype_str}"
+
+
+def _rebuild(value: np.ndarray, weak_type: bool) -> Array:
+    return Array._wrap(value, weak_type)

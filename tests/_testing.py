@@ -1,0 +1,159 @@
+"""Shared test helpers: random argument makers, tolerance-aware comparison against NumPy and
+the op-record harness that every primitive/kiln.numpy table uses."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import ml_dtypes
+import numpy as np
+
+import kiln
+from kiln.core import dtypes
+
+# dtype families, as lists of dtypes
+BOOLS = [np.dtype(np.bool_)]
+SIGNED = [np.dtype(t) for t in (np.int8, np.int16, np.int32)]
+UNSIGNED = [np.dtype(t) for t in (np.uint8, np.uint16, np.uint32)]
+INTS = SIGNED + UNSIGNED
+FLOATS = [np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]
+FLOAT32 = [np.dtype(np.float32)]
+COMPLEX = [np.dtype(np.complex64)]
+NUMERIC = INTS + FLOATS
+ALL = BOOLS + INTS + FLOATS + COMPLEX
+
+# shapes to cover: scalars, empty arrays, vectors, matrices, higher rank
+SHAPES_1 = [(), (0,), (5,), (3, 4), (2, 3, 4)]
+
+DEFAULT_TOL = {
+    np.dtype(np.float16): 2e-3, np.dtype(ml_dtypes.bfloat16): 1e-2,
+    np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12,
+    np.dtype(np.complex64): 1e-5, np.dtype(np.complex128): 1e-12,
+}
+
+
+def rand(shape, dtype, rng: np.random.Generator, kind: str = "normal") -> np.ndarray:
+    """Random data of a dtype. kind: 'normal', 'positive', 'unit' (in (-1, 1)), 'small_int'."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        if kind == "positive":
+            return rng.integers(1, 10, shape).astype(dtype)
+        low = 0 if dtype.kind == "u" else -10
+        return rng.integers(low, 10, shape).astype(dtype)
+    if kind == "positive":
+        base = rng.uniform(0.1, 4.0, shape)
+    elif kind == "unit":
+        base = rng.uniform(-0.95, 0.95, shape)
+    else:
+        base = rng.standard_normal(shape) * 2
+    if dtype.kind == "c":
+        base = base + 1j * (rng.standard_normal(shape) if kind != "positive" else
+                            rng.uniform(0.1, 1, shape))
+    return np.asarray(base).astype(dtype)
+
+
+def tolerance(dtype, tol=None) -> float:
+    dtype = np.dtype(dtype)
+    if isinstance(tol, dict):
+        return tol.get(dtype, DEFAULT_TOL.get(dtype, 0))
+    if tol is not None:
+        return tol
+    return DEFAULT_TOL.get(dtype, 0)
+
+
+def assert_close(actual, expected, tol=None, check_dtype: bool = True, err_msg: str = ""):
+    """Compare a kiln result with a NumPy reference: dtype (canonicalized) and values."""
+    actual_np = np.asarray(actual)
+    expected_np = np.asarray(expected)
+    if check_dtype:
+        assert actual_np.dtype == dtypes.canonicalize(expected_np.dtype), (
+            f"{err_msg}: dtype {actual_np.dtype} != expected {expected_np.dtype}")
+    assert actual_np.shape == expected_np.shape, (
+        f"{err_msg}: shape {actual_np.shape} != expected {expected_np.shape}")
+    t = tolerance(actual_np.dtype, tol)
+    if actual_np.dtype.kind in "fcV" or actual_np.dtype == ml_dtypes.bfloat16:
+        np.testing.assert_allclose(actual_np.astype(np.complex128 if actual_np.dtype.kind == "c"
+                                                    else np.float64),
+                                   expected_np.astype(np.complex128 if expected_np.dtype.kind
+                                                      == "c" else np.float64),
+                                   rtol=t, atol=t, equal_nan=True, err_msg=err_msg)
+    else:
+        np.testing.assert_array_equal(actual_np, expected_np.astype(actual_np.dtype),
+                                      err_msg=err_msg)
+
+
+@dataclass
+class OpRecord:
+    """One row of an op-record table.
+
+    fn: the kiln function under test; ref: its NumPy reference, called on NumPy arrays.
+    shapes: a list of argument-shape tuples (one shape per array argument).
+    dtypes: dtypes to try (every argument gets the same dtype unless `arg_dtypes` is given).
+    kind: how to draw random data (see `rand`). out_dtype: optional function of the input dtype
+    giving the expected kiln result dtype when it differs from NumPy's.
+    """
+
+    name: str
+    fn: Callable
+    ref: Callable
+    shapes: Sequence[tuple]
+    dtypes: Sequence[Any]
+    kind: str = "normal"
+    tol: Any = None
+    out_dtype: Callable | None = None
+    static_kwargs: dict = field(default_factory=dict)
+    jit: bool = True
+
+    def cases(self):
+        for shapes, dtype in itertools.product(self.shapes, self.dtypes):
+            yield shapes, np.dtype(dtype)
+
+    def ids(self):
+        return [f"{self.name}-{'x'.join(map(str, s))}-{d.name}" for s, d in self.cases()]
+
+
+def make_args(record: OpRecord, shapes, dtype, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rand(s, dtype, rng, record.kind) for s in shapes]
+
+
+def check_record_eager(record: OpRecord, shapes, dtype) -> None:
+    args = make_args(record, shapes, dtype)
+    expected = record.ref(*args, **record.static_kwargs)
+    actual = record.fn(*[kiln.numpy.asarray(a) for a in args], **record.static_kwargs)
+    _compare(record, actual, expected, dtype)
+
+
+def _compare(record: OpRecord, actual, expected, dtype) -> None:
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            _compare(record, a, e, dtype)
+        return
+    expected = np.asarray(expected)
+    if record.out_dtype is not None:
+        expected = expected.astype(record.out_dtype(dtype))
+    elif expected.dtype != dtypes.canonicalize(expected.dtype) or (
+            dtype != expected.dtype and dtype.kind == expected.dtype.kind
+            and dtype.kind in "fc" and dtype.itemsize < expected.dtype.itemsize):
+        # NumPy computed in a wider type; kiln keeps the input's (canonical) type.
+        expected = expected.astype(dtypes.canonicalize(expected.dtype)
+                                   if dtype.kind != expected.dtype.kind else dtype)
+    assert_close(actual, expected, record.tol, err_msg=record.name)
+
+
+def check_record_jit(record: OpRecord, shapes, dtype) -> None:
+    """The jitted function equals the eager one."""
+    args = [kiln.numpy.asarray(a) for a in make_args(record, shapes, dtype)]
+    fn = record.fn
+    kwargs = record.static_kwargs
+    eager = fn(*args, **kwargs)
+    compiled = kiln.jit(lambda *a: fn(*a, **kwargs))(*args)
+    flat_e = eager if isinstance(eager, (tuple, list)) else [eager]
+    flat_c = compiled if isinstance(compiled, (tuple, list)) else [compiled]
+    for e, c in zip(flat_e, flat_c):
+        assert np.asarray(c).dtype == np.asarray(e).dtype
+        assert_close(c, np.asarray(e), record.tol, err_msg=f"{record.name} (jit)")
