@@ -19,8 +19,8 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
         dyn_args, dyn_kwargs, static_key = api_util.split_static(args, kwargs, static_argnums, ())
         leaves, in_tree = api_util.flatten((dyn_args, dyn_kwargs))
         paths = api_util.leaf_path_strings((dyn_args, dyn_kwargs))
-        avals = api_util.abstractify_leaves(leaves, paths, "make_jaxpr")
         names = flat_arg_names(fun, dyn_args, dyn_kwargs, paths)
+        avals = api_util.abstractify_leaves(leaves, names, "make_jaxpr")
         debug = DebugInfo.for_function(fun, "make_jaxpr", names)
 
         def flat_fun(*tracers):
