@@ -25,8 +25,9 @@ def unflatten(treedef, leaves):
 
 
 def leaf_path_strings(tree: Any) -> list[str]:
-    paths, _, _ = optree.tree_flatten_with_path(tree, namespace=NAMESPACE)
-    return ["".join(f"[{k!r}]" for k in path) for path in paths]
+    """Each leaf's key path in JAX's spelling: `[0]['W']`, `.field`."""
+    from kiln.tree_util import keystr_of_leaf_paths
+    return keystr_of_leaf_paths(tree)
 
 
 def normalize_argnums(fun: Callable, static_argnums, static_argnames) -> tuple[tuple, tuple]:

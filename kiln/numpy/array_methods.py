@@ -3,6 +3,8 @@ kiln.numpy. kiln.Array also gets a fast path for same-shape, same-dtype arithmet
 which skips promotion and tracing machinery entirely (it is what `x * y` costs)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from kiln.core.trace import Tracer, current_trace_state
@@ -33,18 +35,19 @@ def _forward(name: str, reverse: bool = False):
 def _fast_binop(ufunc, name: str):
     """Eager fast path: same dtype and shape needs no promotion or broadcasting."""
     slow = _forward(name)
+    new_array = functools.partial(object.__new__, Array)
 
     def op(self, other):
         if type(other) is Array and current_trace_state.trace is None:
-            a, b = self._value, other._value
+            a = self._value
+            b = other._value
             if a.dtype is b.dtype and a.shape == b.shape and a.dtype.kind in "fiu":
-                out = ufunc(a, b)
-                out.flags.writeable = False
-                result = object.__new__(Array)
-                result._value = out
+                result = new_array()
+                result._value = ufunc(a, b)
                 result.weak_type = self.weak_type and other.weak_type
                 result._aval = None
                 result._address = None
+                result._readonly = None
                 return result
         return slow(self, other)
     op.__name__ = name

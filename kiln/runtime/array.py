@@ -33,7 +33,7 @@ CPU = Device()
 class Array:
     """An immutable n-dimensional array (what kiln functions take and return)."""
 
-    __slots__ = ("_value", "weak_type", "_aval", "_address", "__weakref__")
+    __slots__ = ("_value", "weak_type", "_aval", "_address", "_readonly", "__weakref__")
     __array_priority__ = 100
 
     def __init__(self, value, dtype=None, weak_type: bool = False):
@@ -41,22 +41,23 @@ class Array:
         dtype = dtypes.canonicalize(value.dtype)
         if value.dtype != dtype:
             value = value.astype(dtype)
-        value.flags.writeable = False
         self._value = value
         self.weak_type = weak_type
         self._aval = None
         self._address = None
+        self._readonly = None
 
     @staticmethod
     def _wrap(value: np.ndarray, weak_type: bool = False) -> "Array":
-        """Wrap a NumPy buffer that kiln owns (no copy); marks it read-only."""
-        if value.flags.writeable:
-            value.flags.writeable = False
+        """Wrap a NumPy buffer that kiln owns (no copy). kiln never writes it again; the
+        read-only flag is set on the views handed out by `__array__` rather than here, because
+        setting it costs as much as a small multiply."""
         out = object.__new__(Array)
         out._value = value
         out.weak_type = weak_type
         out._aval = None
         out._address = None
+        out._readonly = None
         return out
 
     @property
@@ -104,7 +105,14 @@ class Array:
             if copy is False:
                 raise ValueError("converting the dtype of a kiln.Array requires a copy")
             return value.astype(dtype)
-        return value.copy() if copy else value
+        if copy:
+            return value.copy()
+        view = self._readonly
+        if view is None:
+            view = value.view()
+            view.flags.writeable = False
+            self._readonly = view
+        return view
 
     def block_until_ready(self) -> "Array":
         """Computation is synchronous on the CPU, so the array is always ready."""
@@ -128,6 +136,10 @@ class Array:
 
     def tolist(self):
         return self._value.tolist()
+
+    def _numpy(self) -> np.ndarray:
+        """The read-only NumPy view of the data (what np.asarray returns)."""
+        return self.__array__()
 
     def __reduce__(self):
         return (_rebuild, (np.array(self._value), self.weak_type))
