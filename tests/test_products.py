@@ -1,0 +1,142 @@
+"""dot_general and the kiln.numpy products against NumPy: shapes, dtypes, batching, einsum
+subscripts, and the seed's jaxpr spelling."""
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln import lax
+from tests._testing import INTS, FLOATS, OpRecord, assert_close, check_record_eager, rand
+
+DTYPES = [np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int8), np.dtype(np.float16),
+          np.dtype(np.complex64)]
+
+PRODUCT_RECORDS = [
+    OpRecord("matmul", jnp.matmul, np.matmul,
+             [((3, 4), (4, 5)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),
+              ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((0, 3), (3, 2)), ((3, 0), (0, 2))],
+             DTYPES),
+    OpRecord("dot", jnp.dot, np.dot,
+             [((3, 4), (4, 5)), ((4,), (4,)), ((), (3,)), ((2, 3, 4), (4,)), ((2, 3), (4, 3, 5))],
+             DTYPES),
+    OpRecord("vdot", jnp.vdot, np.vdot, [((3, 4), (12,)), ((5,), (5,))], DTYPES),
+    OpRecord("inner", jnp.inner, np.inner, [((3, 4), (5, 4)), ((4,), (4,)), ((), (2,))], DTYPES),
+    OpRecord("outer", jnp.outer, np.outer, [((3,), (4,)), ((2, 2), (3,))], DTYPES),
+    OpRecord("kron", jnp.kron, np.kron, [((2, 3), (3, 2)), ((2,), (3, 1))], DTYPES),
+    OpRecord("tensordot", lambda a, b: jnp.tensordot(a, b, axes=2),
+             lambda a, b: np.tensordot(a, b, axes=2), [((2, 3, 4), (3, 4, 5))], DTYPES),
+    OpRecord("tensordot_pairs", lambda a, b: jnp.tensordot(a, b, axes=([0, 2], [2, 0])),
+             lambda a, b: np.tensordot(a, b, axes=([0, 2], [2, 0])),
+             [((2, 3, 4), (4, 5, 2))], DTYPES),
+]
+
+EINSUMS = [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("ij,jk", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("ii->i", [(4, 4)]),
+    ("ii", [(4, 4)]),
+    ("ij->", [(3, 4)]),
+    ("ij->ji", [(3, 4)]),
+    ("i,i->", [(5,), (5,)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+    ("abc,cd,da->b", [(2, 3, 4), (4, 5), (5, 2)]),
+    ("ijk->kij", [(2, 3, 4)]),
+    ("ij,ij->i", [(3, 4), (3, 4)]),
+]
+
+
+@pytest.mark.parametrize("record,shapes,dtype", [
+    (r, s, d) for r in PRODUCT_RECORDS for s, d in r.cases()],
+    ids=[i for r in PRODUCT_RECORDS for i in r.ids()])
+def test_products_match_numpy(record, shapes, dtype):
+    tol = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-5,
+           np.dtype(np.complex64): 1e-5}
+    record.tol = tol
+    check_record_eager(record, shapes, dtype)
+
+
+@pytest.mark.parametrize("subscripts,shapes", EINSUMS, ids=[e[0] for e in EINSUMS])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_einsum_matches_numpy(subscripts, shapes, dtype):
+    rng = np.random.default_rng(0)
+    args = [rand(s, dtype, rng) for s in shapes]
+    expected = np.einsum(subscripts, *args)
+    actual = jnp.einsum(subscripts, *[jnp.asarray(a) for a in args])
+    assert_close(actual, np.asarray(expected).astype(dtype), tol=1e-5)
+
+
+def test_dot_general_batch_and_free_dims_order():
+    rng = np.random.default_rng(1)
+    a = rand((2, 3, 4), np.float32, rng)
+    b = rand((4, 2, 5), np.float32, rng)
+    out = lax.dot_general(jnp.asarray(a), jnp.asarray(b), (((2,), (0,)), ((0,), (1,))))
+    assert out.shape == (2, 3, 5)
+    expected = np.einsum("bik,bkj->bij", a, np.transpose(b, (1, 0, 2)))
+    assert_close(out, expected, tol=1e-5)
+
+
+def test_half_precision_accumulates_in_float32():
+    a = np.full((4096,), 0.1, np.float16)
+    out = jnp.dot(jnp.asarray(a), jnp.asarray(a))
+    exact = float(np.dot(a.astype(np.float64), a.astype(np.float64)))
+    assert out.dtype == np.float16
+    assert abs(float(out) - exact) / exact < 2e-3
+
+
+def test_mixed_dtypes_promote():
+    a = jnp.ones((2, 3), dtype=jnp.int8)
+    b = jnp.ones((3,), dtype=jnp.float32)
+    assert (a @ b).dtype == np.float32
+    assert jnp.matmul(jnp.ones((2, 2)), 2.0 * jnp.ones(2)).dtype == np.float32
+
+
+def test_seed_jaxpr_of_vector_matrix_product():
+    def fn(W, b, x):
+        return x @ W + b
+
+    text = str(kiln.make_jaxpr(fn)(jnp.ones((4, 2)), jnp.ones(2), jnp.ones(4)))
+    assert text == ("{ lambda ; a:f32[4,2] b:f32[2] c:f32[4]. let\n"
+                    "    d:f32[2] = dot_general[dimension_numbers=(([0], [0]), ([], []))] c a\n"
+                    "    e:f32[2] = add d b\n"
+                    "  in (e,) }")
+
+
+def test_seed_integer_dot_and_outer():
+    x_jnp = jnp.array([0, 1, 2, 3], dtype=jnp.int32)
+    x1, x2 = x_jnp * 2, x_jnp + 1
+    assert repr(jnp.dot(x1, x2)) == "Array(40, dtype=int32)"
+    assert repr(jnp.outer(x1, x2)) == ("Array([[ 0,  0,  0,  0],\n"
+                                       "       [ 2,  4,  6,  8],\n"
+                                       "       [ 4,  8, 12, 16],\n"
+                                       "       [ 6, 12, 18, 24]], dtype=int32)")
+
+
+def test_bad_inputs():
+    with pytest.raises(TypeError, match="contracting dimensions"):
+        jnp.matmul(jnp.ones((2, 3)), jnp.ones((4, 2)))
+    with pytest.raises(ValueError, match="scalars"):
+        jnp.matmul(jnp.ones(()), jnp.ones(3))
+    with pytest.raises(TypeError, match="requires ndarray or scalar arguments"):
+        jnp.dot([1, 2], jnp.ones(2))
+    with pytest.raises(ValueError, match="label 'j'"):
+        jnp.einsum("ij,jk->ik", jnp.ones((2, 3)), jnp.ones((4, 2)))
+    with pytest.raises(TypeError, match="same dtype"):
+        lax.dot_general(jnp.ones(3), jnp.ones(3, dtype=jnp.int32), (((0,), (0,)), ((), ())))
+
+
+@pytest.mark.parametrize("ord_,axis", [(None, None), (2, 0), (1, 1), (np.inf, None),
+                                       (-np.inf, 1), (0, 1), (3, 0), ("fro", None),
+                                       (1, (0, 1)), (np.inf, (0, 1)), (-1, (0, 1))])
+def test_linalg_norm(ord_, axis):
+    rng = np.random.default_rng(3)
+    x = rand((3, 4), np.float32, rng)
+    if ord_ is not None and axis is None and not isinstance(ord_, str):
+        expected = np.linalg.norm(x.ravel(), ord=ord_)
+        actual = jnp.linalg.norm(jnp.asarray(x).ravel(), ord=ord_)
+    else:
+        expected = np.linalg.norm(x, ord=ord_, axis=axis)
+        actual = jnp.linalg.norm(jnp.asarray(x), ord=ord_, axis=axis)
+    assert_close(actual, np.asarray(expected, np.float32), tol=1e-5)
