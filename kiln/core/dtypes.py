@@ -196,6 +196,11 @@ def result_type_with_weak(*items: tuple[np.dtype, bool]) -> tuple[np.dtype, bool
     if len(items) == 1:
         dtype, weak = items[0]
         return canonicalize(dtype), weak
+    return _result_type_cached(items, config.enable_x64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _result_type_cached(items: tuple, x64: bool) -> tuple[np.dtype, bool]:
     node = _join(tuple(_lattice_node(d, w) for d, w in items))
     dtype, weak = _node_to_dtype(node)
     return canonicalize(dtype), weak
@@ -203,6 +208,9 @@ def result_type_with_weak(*items: tuple[np.dtype, bool]) -> tuple[np.dtype, bool
 
 def dtype_and_weak_of(x: Any) -> tuple[np.dtype, bool]:
     """The (dtype, weak_type) kiln assigns to a value: arrays, tracers, scalars, NumPy values."""
+    value = getattr(x, "_value", None)  # kiln.Array, without building its aval
+    if value is not None and hasattr(x, "weak_type"):
+        return value.dtype, x.weak_type
     aval = getattr(x, "aval", None)
     if aval is not None:
         return aval.dtype, aval.weak_type

@@ -42,6 +42,13 @@ def shape(x: Any) -> tuple:
 def to_kiln(x: Any, dtype=None, weak: bool | None = None):
     """Arrays and tracers pass through; scalars and NumPy values become kiln constants."""
     from kiln.primitives.elementwise import convert_element_type
+    kind = type(x)
+    if kind is Array:
+        if dtype is None or (x._value.dtype == dtype and (weak is None or x.weak_type == weak)):
+            return x
+    elif kind in (int, float, complex) and dtype is not None and np.dtype(dtype).kind in "fc":
+        # The common `x * 2.0` case: convert the Python scalar on the host, no dispatch.
+        return Array._wrap(np.asarray(x, dtype=dtype), True if weak is None else weak)
     if isinstance(x, (Array, Tracer)):
         if dtype is None:
             return x
