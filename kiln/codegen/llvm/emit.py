@@ -1,0 +1,333 @@
+"""Program -> llvmlite ir.Module: one internal function per kernel, one exported entry.
+
+Each kernel function takes its buffers as `noalias`, aligned, dereferenceable pointers, which
+is what lets LLVM vectorize the loop nests without runtime alias checks. The entry
+`void entry(ptr buffers)` reads one address per input/output, allocates the temps, calls the
+kernels in order and frees the temps: one native call per program run.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Sequence
+
+import numpy as np
+from llvmlite import ir
+from llvmlite.ir.values import FunctionAttributes
+
+from kiln.codegen.llvm import scalar_ops, target
+from kiln.codegen.llvm import types as T
+from kiln.codegen.llvm.loops import entry_alloca, for_range, if_then
+from kiln.compiler import kir, kir_rewrite
+from kiln.compiler.kir import (Buffer, Const, Expr, If, Kernel, KirError, Load, Loop, Op,
+                               Program, Reduce, ReduceKind, ScalarOp, Stmt, Store, Var)
+from kiln.compiler.kir_schedule import affine_coefficient, schedule_kernel
+
+#: The entry's symbol in an emitted module; the engine renames it to a content-derived name.
+ENTRY_NAME = "kiln_entry"
+#: Temps up to this size live on the stack; larger ones come from aligned_alloc.
+STACK_TEMP_LIMIT = 4096
+TEMP_ALIGNMENT = 64
+
+_INDEX_INSTRUCTIONS = {ScalarOp.ADD: "add", ScalarOp.SUB: "sub", ScalarOp.MUL: "mul"}
+
+
+class _FunctionAttributes(FunctionAttributes):
+    """llvmlite's function attributes plus "key"="value" string attributes, which it lacks."""
+
+    def __init__(self, strings: dict[str, str]):
+        super().__init__()
+        self.strings = dict(strings)
+
+    def _to_list(self, ret_type):
+        return super()._to_list(ret_type) + [f'"{k}"="{v}"' for k, v in self.strings.items()]
+
+
+def _new_function(module: ir.Module, name: str, arg_count: int, internal: bool) -> ir.Function:
+    function = ir.Function(module, ir.FunctionType(T.VOID, [T.PTR] * arg_count), name=name)
+    function.attributes = _FunctionAttributes(target.function_attributes())
+    function.attributes.add("nounwind")
+    if internal:
+        function.linkage = "internal"
+        # Kept out of line so each kernel keeps its own noalias parameters and shows up as one
+        # unit in the assembly.
+        function.attributes.add("noinline")
+    return function
+
+
+def emit_program(program: Program, entry_name: str = ENTRY_NAME) -> ir.Module:
+    """Emit a verified program as an LLVM module for the host target (column reductions are
+    strip-mined first, see kir_schedule)."""
+    host = target.host_target()
+    module = ir.Module(name=program.name)
+    module.triple = host.triple
+    module.data_layout = host.data_layout
+    functions = [_KernelEmitter(module, schedule_kernel(kernel),
+                                f"{program.name}.{kernel.name}").emit()
+                 for kernel in program.kernels]
+    _emit_entry(module, program, functions, entry_name)
+    return module
+
+
+def _emit_entry(module: ir.Module, program: Program, functions: Sequence[ir.Function],
+                entry_name: str) -> None:
+    entry = _new_function(module, entry_name, 1, internal=False)
+    builder = ir.IRBuilder(entry.append_basic_block("entry"))
+    table = entry.args[0]
+    table.name = "buffers"
+    pointers: dict[Buffer, ir.Value] = {}
+    for position, buffer in enumerate(program.arguments):
+        slot = builder.gep(table, [ir.Constant(T.I64, position)], inbounds=True,
+                           source_etype=T.PTR)
+        pointers[buffer] = builder.load(slot, name=buffer.name, align=8, typ=T.PTR)
+    heap_temps = []
+    for buffer in program.temps:
+        size = max(TEMP_ALIGNMENT, -(-buffer.nbytes // TEMP_ALIGNMENT) * TEMP_ALIGNMENT)
+        if size <= STACK_TEMP_LIMIT:
+            pointers[buffer] = entry_alloca(builder, ir.ArrayType(T.I8, size), buffer.name,
+                                            align=TEMP_ALIGNMENT)
+        else:
+            allocate = scalar_ops.declare_function(builder, "aligned_alloc", T.PTR,
+                                                   [T.I64, T.I64])
+            pointers[buffer] = builder.call(allocate, [ir.Constant(T.I64, TEMP_ALIGNMENT),
+                                                       ir.Constant(T.I64, size)],
+                                            name=buffer.name)
+            heap_temps.append(pointers[buffer])
+    for kernel, function in zip(program.kernels, functions):
+        builder.call(function, [pointers[b] for b in kernel.params])
+    free = scalar_ops.declare_function(builder, "free", T.VOID, [T.PTR]) if heap_temps else None
+    for pointer in heap_temps:
+        builder.call(free, [pointer])
+    builder.ret_void()
+
+
+class _KernelEmitter:
+    """Emits one kernel. Values are memoized per loop scope by node identity (the IR is
+    hash-consed, so this is CSE), except values that read a buffer this kernel writes: those
+    are recomputed at each use, as a store in between may have changed them."""
+
+    def __init__(self, module: ir.Module, kernel: Kernel, name: str):
+        self.kernel = kernel
+        self.function = _new_function(module, name, len(kernel.params), internal=True)
+        self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
+        self.pointers: dict[Buffer, ir.Value] = {}
+        for argument, buffer in zip(self.function.args, kernel.params):
+            argument.name = buffer.name
+            argument.add_attribute("noalias")
+            argument.attributes.align = buffer.dtype.itemsize
+            if buffer.nbytes:
+                argument.attributes.dereferenceable = buffer.nbytes
+            self.pointers[buffer] = argument
+        self.written = frozenset(kir.stored_buffers(kernel.body))
+        self.stable: dict[Expr, bool] = {}
+        self.free: dict[Expr, frozenset[Var]] = {}
+        self.vars: dict[Var, ir.Value] = {}
+        self.scopes: list[dict] = [{}]
+
+    def emit(self) -> ir.Function:
+        self.emit_body(self.kernel.body)
+        self.builder.ret_void()
+        return self.function
+
+    # --- statements
+
+    def emit_body(self, body: Sequence[Stmt]) -> None:
+        self.hoist_invariant_reductions([e for s in kir.walk_stmts(body)
+                                         for e in kir.stmt_exprs(s)])
+        for stmt in body:
+            if isinstance(stmt, Store):
+                self.emit_store(stmt)
+            elif isinstance(stmt, Loop):
+                start, stop = self.value(stmt.start), self.value(stmt.stop)
+                with for_range(self.builder, start, stop, stmt.var.name) as index:
+                    with self.scope({stmt.var: index}):
+                        self.emit_body(stmt.body)
+            elif isinstance(stmt, If):
+                with if_then(self.builder, self.value(stmt.cond)), self.scope({}):
+                    self.emit_body(stmt.body)
+            else:
+                raise KirError(f"cannot emit statement {stmt!r}")
+
+    @contextlib.contextmanager
+    def scope(self, bindings: dict[Var, ir.Value]):
+        """A nested memo scope with loop variables bound (values made inside stay inside)."""
+        self.vars.update(bindings)
+        self.scopes.append({})
+        yield
+        self.scopes.pop()
+        for var in bindings:
+            del self.vars[var]
+
+    def emit_store(self, store: Store) -> None:
+        index = self.value(store.index)
+        value = scalar_ops.narrow_to_memory(self.builder, self.value(store.value),
+                                            store.buffer.dtype)
+        self.builder.store(value, self.element_pointer(store.buffer, index),
+                           align=store.buffer.dtype.itemsize)
+
+    def element_pointer(self, buffer: Buffer, index: ir.Value) -> ir.Value:
+        return self.builder.gep(self.pointers[buffer], [index], inbounds=True,
+                                source_etype=T.memory_type(buffer.dtype))
+
+    # --- expressions
+
+    def lookup(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def is_stable(self, node: Expr) -> bool:
+        """Whether node's value cannot change within the kernel (reads no written buffer)."""
+        for item in kir.toposort([node], skip=self.stable):
+            reads_written = isinstance(item, Load) and item.buffer in self.written
+            self.stable[item] = not reads_written and all(
+                self.stable[child] for child in item.children())
+        return self.stable[node]
+
+    def free_vars(self, node: Expr) -> frozenset[Var]:
+        return kir_rewrite.free_vars(node, self.free)
+
+    def hoist_invariant_reductions(self, roots: Sequence[Expr]) -> None:
+        """Emit now every reduction under roots that depends only on variables already bound.
+
+        Called as each body begins, before its loops: a row's max or sum used by every element
+        of the row then runs once per row rather than once per element (LLVM will not hoist a
+        whole loop), and reductions over the same range share one loop."""
+        bound = set(self.vars)
+        ready = [node for node in kir.toposort(roots)
+                 if isinstance(node, Reduce) and self.lookup(node) is None
+                 and self.is_stable(node) and self.free_vars(node) <= bound]
+        for group in _fusable_groups(ready):
+            self.emit_reductions(group, {})
+
+    def remember(self, key, node: Expr, value, local: dict) -> None:
+        local[key] = value
+        if self.is_stable(node):
+            self.scopes[-1][key] = value
+
+    def value(self, root: Expr) -> ir.Value:
+        """The LLVM value of an expression at the current insertion point."""
+        local: dict = {}
+        stack = [(root, False)]
+        while stack:
+            node, children_done = stack.pop()
+            if node in local:
+                continue
+            known = self.lookup(node)
+            if known is not None:
+                local[node] = known
+                continue
+            if not children_done:
+                stack.append((node, True))
+                stack.extend((child, False) for child in kir.region_children(node)
+                             if child not in local)
+                continue
+            self.emit_node(node, local)
+        return local[root]
+
+    def emit_node(self, node: Expr, local: dict) -> None:
+        builder = self.builder
+        if isinstance(node, Const):
+            result = T.constant(node.value, node.dtype)
+        elif isinstance(node, Var):
+            if node not in self.vars:
+                raise KirError(f"kernel {self.kernel.name!r}: loop variable {node.name} is used "
+                               f"outside the loops that bind it (run verify_kernel)")
+            result = self.vars[node]
+        elif isinstance(node, Load):
+            pointer = self.element_pointer(node.buffer, local[node.index])
+            loaded = builder.load(pointer, align=node.buffer.dtype.itemsize,
+                                  typ=T.memory_type(node.buffer.dtype))
+            result = scalar_ops.widen_from_memory(builder, loaded, node.dtype)
+        elif isinstance(node, Op):
+            result = self.emit_op(node, [local[arg] for arg in node.args])
+        elif isinstance(node, Reduce):
+            self.emit_reductions([node], local)
+            return
+        else:
+            raise KirError(f"cannot emit expression node {type(node).__name__}")
+        self.remember(node, node, result, local)
+
+    def emit_op(self, node: Op, args: list) -> ir.Value:
+        if node.nsw and node.op in _INDEX_INSTRUCTIONS:
+            # Index arithmetic never wraps; saying so helps LLVM reason about addresses.
+            return getattr(self.builder, _INDEX_INSTRUCTIONS[node.op])(*args, flags=("nsw",))
+        return scalar_ops.emit_op(self.builder, node.op, args, [a.dtype for a in node.args],
+                                  node.dtype)
+
+    # --- reductions
+
+    def emit_reductions(self, group: Sequence[Reduce], local: dict) -> None:
+        """One loop computing every reduction of the group (they share var, start and stop),
+        so the sum and the max of the same row read it once."""
+        for node in group:
+            if node.kind in kir.ARG_REDUCTIONS:
+                raise KirError("argmax/argmin reach the emitter only as the two reductions "
+                               "kir_schedule.split_arg_reductions makes of them")
+        first = group[0]
+        start, stop = self.value(first.start), self.value(first.stop)
+        accumulators = [_Accumulator(self, node) for node in group]
+        self.hoist_invariant_reductions([node.value for node in group])
+        with for_range(self.builder, start, stop, first.var.name) as index, \
+                self.scope({first.var: index}):
+            for accumulator in accumulators:
+                accumulator.step()
+        for accumulator in accumulators:
+            accumulator.finish(local)
+
+
+class _Accumulator:
+    """A reduction's accumulator: a stack slot (promoted to a register by SROA)."""
+
+    def __init__(self, emitter: _KernelEmitter, node: Reduce):
+        self.emitter, self.node = emitter, node
+        # Narrow floats accumulate in float32 and round once at the end.
+        self.dtype = np.dtype(np.float32) if node.dtype in T.NARROW_FLOATS else node.dtype
+        # reassoc on this add/multiply alone lets the loop vectorizer split the accumulation
+        # into lanes. Only worth it (and only allowed) when the reduction reads memory
+        # contiguously along its own variable; a strided one (a strip-mined column reduction)
+        # keeps its order and is vectorized across columns instead.
+        self.reorderable = node.kind in (ReduceKind.SUM, ReduceKind.PROD) and any(
+            affine_coefficient(load.index, node.var) == 1
+            for load in kir.toposort([node.value]) if isinstance(load, Load))
+        builder = emitter.builder
+        self.slot = entry_alloca(builder, T.compute_type(node.dtype), f"{node.var.name}.acc")
+        builder.store(emitter.value(node.init), self.slot)
+
+    def step(self) -> None:
+        emitter, node = self.emitter, self.node
+        element = emitter.value(node.value)
+        builder = emitter.builder
+        flags = scalar_ops.REDUCTION_FLAGS if self.reorderable else scalar_ops.FLOAT_FLAGS
+        combined = scalar_ops.emit_op(builder, kir.REDUCE_COMBINER[node.kind],
+                                      [builder.load(self.slot), element], [self.dtype] * 2,
+                                      self.dtype, flags)
+        builder.store(combined, self.slot)
+
+    def finish(self, local: dict) -> None:
+        builder = self.emitter.builder
+        total = scalar_ops.round_to_dtype(builder, builder.load(self.slot), self.node.dtype)
+        self.emitter.remember(self.node, self.node, total, local)
+
+
+def _loop_of(node: Reduce) -> tuple:
+    return (node.var, node.start, node.stop)
+
+
+def _fusable_groups(reductions: Sequence[Reduce]) -> list[list[Reduce]]:
+    """Partition reductions (children before parents) into groups that can share one loop:
+    same variable and bounds, and no member needing another's result. Groups are listed in an
+    order that computes every dependency first."""
+    groups: list[list[Reduce]] = []
+    group_of: dict[Reduce, int] = {}
+    for node in reductions:
+        below = [group_of[d] for d in kir.toposort([node]) if d is not node and d in group_of]
+        earliest = max(below, default=-1) + 1
+        chosen = next((g for g in range(earliest, len(groups))
+                       if _loop_of(groups[g][0]) == _loop_of(node)), None)
+        if chosen is None:
+            groups.append([])
+            chosen = len(groups) - 1
+        groups[chosen].append(node)
+        group_of[node] = chosen
+    return groups

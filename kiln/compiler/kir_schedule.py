@@ -1,0 +1,240 @@
+"""Loop-order rewrites applied just before code generation: kernel IR in, kernel IR out.
+
+A column reduction, `for j: out[j] = g(sum(x[k, j] for k))`, reads memory with a stride in its
+inner loop, which LLVM can neither vectorize nor interchange. Two rewrites fix that, both
+keeping every column's accumulation in k order, so results do not change:
+
+* accumulate in place: when the output can hold the accumulator (same dtype, one reduction per
+  store), `out[j] = init; for k: for j: out[j] = out[j] + x[k, j]; for j: out[j] = g(out[j])`,
+  streaming x row by row while the output row stays in cache;
+* otherwise strip-mine: compute LANES consecutive j per iteration; their reductions share one
+  k loop (the emitter fuses reductions over one range) and the SLP vectorizer packs the LANES
+  independent accumulators, whose loads are contiguous, into vectors.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from kiln.compiler import kir, kir_rewrite
+from kiln.compiler.kir import (Const, Expr, Kernel, Load, Loop, Op, Program, Reduce, ScalarOp,
+                               Stmt, Store, Var)
+
+#: Bytes of accumulators a strip-mined loop computes side by side (four AVX-512 registers:
+#: whole cache lines per row visit, and enough independent adds to hide their latency).
+STRIP_BYTES = 256
+#: A strip-mined body is copied LANES times; past this many nodes in all, fewer lanes are used.
+MAX_STRIP_NODES = 8000
+#: Accumulating in place pays while the output row stays in the L2 cache.
+MAX_IN_PLACE_BYTES = 1 << 20
+_NARROW_FLOATS = frozenset({np.dtype(np.float16), kir.BFLOAT16})
+
+
+def schedule_program(program: Program) -> Program:
+    """The program with every kernel scheduled (same buffers, same results)."""
+    return Program(program.name, program.buffers,
+                   [schedule_kernel(kernel) for kernel in program.kernels])
+
+
+def schedule_kernel(kernel: Kernel) -> Kernel:
+    """The kernel with argmax/argmin split into two vectorizable passes and its column
+    reductions rewritten (see the module docstring); the kernel itself if nothing changed."""
+    body = split_arg_reductions(kernel.body)
+    names = {node.name for node in kir.toposort(_body_exprs(body)) if isinstance(node, Var)}
+    names |= {stmt.var.name for stmt in kir.walk_stmts(body) if isinstance(stmt, Loop)}
+    scheduler = _Scheduler(frozenset(kir.stored_buffers(body)), names)
+    body = scheduler.body(body)
+    if _same(body, kernel.body):
+        return kernel
+    return Kernel(kernel.name, body, kernel.params)
+
+
+def split_arg_reductions(body: Sequence[Stmt]) -> list[Stmt]:
+    """Each argmax (argmin) as two reductions that vectorize, where the (value, index) pair
+    carried through one loop does not: the extreme m = max(x[k]) (NaN if any is NaN), then the
+    first position holding it, min(k where x[k] == m or both are NaN, else stop). The result is
+    the same first index np.argmax gives; ArgValue becomes the value at that index."""
+    if not any(isinstance(n, Reduce) and n.kind in kir.ARG_REDUCTIONS
+               for n in kir.toposort(_body_exprs(body))):
+        return list(body)
+    memo: dict = {}
+
+    def replace(original: Expr, children: list[Expr]) -> Expr | None:
+        arg = original.reduce if isinstance(original, kir.ArgValue) else original
+        if not (isinstance(arg, Reduce) and arg.kind in kir.ARG_REDUCTIONS):
+            return None
+        start, stop, value, index = (memo[child] for child in arg.children())
+        position = _first_extreme_position(arg.kind, arg.var, start, stop, value)
+        chosen = value if isinstance(original, kir.ArgValue) else index
+        return kir_rewrite.substitute(chosen, {arg.var: position})
+
+    return [kir_rewrite.rewrite_stmt(stmt, lambda node: kir_rewrite.rewrite(node, replace, memo))
+            for stmt in body]
+
+
+def _first_extreme_position(kind, var: Var, start: Expr, stop: Expr, value: Expr) -> Expr:
+    plain = kir.ReduceKind.MAX if kind is kir.ReduceKind.ARGMAX else kir.ReduceKind.MIN
+    # The extreme sits inside the position search, so it needs a variable of its own.
+    own = Var(f"{var.name}__extreme")
+    extreme = Reduce(plain, own, start, stop, kir_rewrite.substitute(value, {var: own}))
+    matches = kir.op(ScalarOp.EQ, value, extreme)
+    if kir.dtype_family(value.dtype) == "float":
+        both_nan = kir.op(ScalarOp.LOGICAL_AND, _is_nan(value), _is_nan(extreme))
+        matches = kir.op(ScalarOp.LOGICAL_OR, matches, both_nan)
+    return Reduce(kir.ReduceKind.MIN, var, start, stop, kir.select(matches, var, stop))
+
+
+def _is_nan(value: Expr) -> Expr:
+    return kir.op(ScalarOp.NE, value, value)
+
+
+def affine_coefficient(index: Expr, var: Var) -> int | None:
+    """The constant c with index = c * var + (terms free of var), or None if index is not of
+    that form (then var's effect on the address is unknown)."""
+    coefficients: dict[Expr, int | None] = {}
+    for node in kir.toposort([index]):
+        coefficients[node] = _coefficient(node, var, coefficients)
+    return coefficients[index]
+
+
+def _coefficient(node: Expr, var: Var, known: dict) -> int | None:
+    if node is var:
+        return 1
+    if isinstance(node, (Const, Var)):
+        return 0
+    if not isinstance(node, Op) or node.dtype != kir.INDEX:
+        return 0 if var not in kir_rewrite.free_vars(node) else None
+    parts = [known[a] for a in node.args]
+    if node.op in (ScalarOp.ADD, ScalarOp.SUB) and None not in parts:
+        return parts[0] + parts[1] if node.op is ScalarOp.ADD else parts[0] - parts[1]
+    if node.op is ScalarOp.MUL and None not in parts:
+        a, b = node.args
+        if parts[0] == 0 and isinstance(a, Const):
+            return a.value * parts[1]
+        if parts[1] == 0 and isinstance(b, Const):
+            return b.value * parts[0]
+        return 0 if parts == [0, 0] else None
+    return 0 if var not in kir_rewrite.free_vars(node) else None
+
+
+def _same(new: Sequence[Stmt], old: Sequence[Stmt]) -> bool:
+    return len(new) == len(old) and all(a is b for a, b in zip(new, old))
+
+
+def _body_exprs(body: Sequence[Stmt]) -> list[Expr]:
+    return [e for s in kir.walk_stmts(body) for e in kir.stmt_exprs(s)]
+
+
+class _Scheduler:
+    def __init__(self, written: frozenset, taken_names: set[str]):
+        self.written = written
+        self.taken = set(taken_names)
+        self.free: dict = {}
+
+    def body(self, stmts: Sequence[Stmt]) -> list[Stmt]:
+        out: list[Stmt] = []
+        for stmt in stmts:
+            if isinstance(stmt, Loop):
+                inner = self.body(stmt.body)
+                if not _same(inner, stmt.body):
+                    stmt = Loop(stmt.var, stmt.start, stmt.stop, inner)
+                rewritten = self.rewrite_column_loop(stmt)
+                if rewritten is not None:
+                    out.extend(rewritten)
+                    continue
+            elif isinstance(stmt, kir.If):
+                inner = self.body(stmt.body)
+                if not _same(inner, stmt.body):
+                    stmt = kir.If(stmt.cond, inner)
+            out.append(stmt)
+        return out
+
+    def rewrite_column_loop(self, loop: Loop) -> list[Stmt] | None:
+        """The loop rewritten for its column reductions, or None to keep it."""
+        if not (isinstance(loop.start, Const) and isinstance(loop.stop, Const)):
+            return None
+        if not all(isinstance(s, Store) for s in loop.body):
+            return None  # innermost loops only
+        nodes = kir.toposort(_body_exprs(loop.body))
+        columns = [n for n in nodes if isinstance(n, Reduce)
+                   and self.is_column_reduction(n, loop.var)]
+        if not columns:
+            return None
+        return self.accumulate_in_place(loop) or self.strip_mine(loop, columns[0], len(nodes))
+
+    def is_column_reduction(self, node: Reduce, var: Var) -> bool:
+        """Whether node depends on var, reads only unwritten buffers, and reads some buffer
+        contiguously along var but not along its own reduction variable."""
+        if var not in kir_rewrite.free_vars(node, self.free):
+            return False
+        if var in kir_rewrite.free_vars(node.start, self.free) | kir_rewrite.free_vars(node.stop, self.free):
+            return False
+        loads = [n for n in kir.toposort([node.value]) if isinstance(n, Load)]
+        if any(load.buffer in self.written for load in loads):
+            return False
+        return any(affine_coefficient(load.index, var) == 1
+                   and affine_coefficient(load.index, node.var) not in (1, -1)
+                   for load in loads)
+
+    def accumulate_in_place(self, loop: Loop) -> list[Stmt] | None:
+        """init / accumulate / finish loops per store, or None if some store does not allow it:
+        it must hold exactly one column reduction of its own dtype, write distinct elements for
+        distinct j, and its buffer must not be read in the loop."""
+        extent = loop.stop.value - loop.start.value
+        read = {n.buffer for n in kir.toposort(_body_exprs(loop.body)) if isinstance(n, Load)}
+        targets = [s.buffer for s in loop.body]
+        if len(set(targets)) != len(targets) or read & set(targets):
+            return None
+        out: list[Stmt] = []
+        for store in loop.body:
+            found = [n for n in kir.toposort_region([store.value]) if isinstance(n, Reduce)]
+            if len(found) != 1:
+                return None
+            node = found[0]
+            if (node.kind in kir.ARG_REDUCTIONS or node.dtype != store.buffer.dtype
+                    or node.dtype in _NARROW_FLOATS
+                    or extent * node.dtype.itemsize > MAX_IN_PLACE_BYTES
+                    or not self.is_column_reduction(node, loop.var)
+                    or affine_coefficient(store.index, loop.var) in (None, 0)):
+                return None
+            out += self.in_place_loops(loop, store, node)
+        return out
+
+    def in_place_loops(self, loop: Loop, store: Store, node: Reduce) -> list[Stmt]:
+        def over_j(statement: Stmt) -> Loop:
+            return Loop(loop.var, loop.start, loop.stop, [statement])
+
+        target = store.buffer
+        accumulator = Load(target, store.index)
+        loops = [over_j(Store(target, store.index, node.init)),
+                 Loop(node.var, node.start, node.stop, [over_j(kir.accumulate(
+                     target, store.index, node.value, node.kind))])]
+        if store.value is not node:
+            finish = kir_rewrite.substitute(store.value, {node: accumulator})
+            loops.append(over_j(Store(target, store.index, finish)))
+        return loops
+
+    def fresh_name(self, base: str) -> Var:
+        name = base
+        while name in self.taken:
+            name += "_"
+        self.taken.add(name)
+        return Var(name)
+
+    def strip_mine(self, loop: Loop, column: Reduce, body_nodes: int) -> list[Stmt] | None:
+        lanes = STRIP_BYTES // max(column.value.dtype.itemsize, 4)
+        while lanes > 8 and lanes * body_nodes > MAX_STRIP_NODES:
+            lanes //= 2
+        start, stop = loop.start.value, loop.stop.value
+        blocks = (stop - start) // lanes
+        if blocks == 0 or lanes * body_nodes > MAX_STRIP_NODES:
+            return None
+        block = self.fresh_name(f"{loop.var.name}_block")
+        first = kir.index_add(kir.index_mul(block, lanes), start)
+        copies = [kir_rewrite.substitute_stmt(stmt, {loop.var: kir.index_add(first, lane)})
+                  for lane in range(lanes) for stmt in loop.body]
+        main = Loop(block, 0, blocks, copies)
+        if start + blocks * lanes == stop:
+            return [main]
+        return [main, Loop(loop.var, start + blocks * lanes, stop, loop.body)]
