@@ -217,3 +217,13 @@ def test_tracer_item_assignment_points_to_at():
 
     with pytest.raises(TypeError, match="\\.at\\["):
         jax.make_jaxpr(f)(jnp.ones(3))
+
+
+def test_eager_ops_are_checked_like_traced_ones():
+    from kiln import lax
+    with pytest.raises(TypeError, match="incompatible shapes"):
+        lax.add(jnp.ones(3), jnp.ones((2, 3)))
+    with pytest.raises(TypeError, match="same dtypes"):
+        lax.add(jnp.ones(3), jnp.ones(3, dtype=jnp.int32))
+    out = lax.add(jnp.ones(3, dtype=jnp.int8), jnp.ones(3, dtype=jnp.int8))
+    assert out.dtype == np.int8 and not out.weak_type

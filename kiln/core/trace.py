@@ -166,10 +166,6 @@ def leaked_tracer_error(tracer: Tracer) -> errors.UnexpectedTracerError:
 
 # --- eager evaluation ------------------------------------------------------------------------
 
-def _all_weak(in_weak, **params) -> bool:
-    return bool(in_weak) and all(in_weak)
-
-
 def to_numpy_and_weak(x: Any) -> tuple[np.ndarray, bool]:
     """Unwrap an eager operand: kiln.Array, NumPy value or Python scalar."""
     from kiln.runtime.array import Array
@@ -181,6 +177,39 @@ def to_numpy_and_weak(x: Any) -> tuple[np.ndarray, bool]:
         return x, False
     dtype, weak = dtypes.dtype_and_weak_of(x)
     return np.asarray(x, dtype=dtype), weak
+
+
+# Eager calls run the same abstract evaluation as traced ones (so an op that would fail under
+# jit fails eagerly too, and results get the same dtype and weak type), memoized per signature.
+_eager_avals: dict = {}
+_EAGER_AVALS_LIMIT = 8192
+
+
+def _eager_out_avals(primitive, values, weak, params):
+    try:
+        key = (primitive, tuple((v.shape, v.dtype, w) for v, w in zip(values, weak)),
+               tuple(params.items()))
+        return _eager_avals[key]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable params (e.g. a callback): evaluate without memoizing
+        key = None
+    in_avals = [ShapedArray(v.shape, v.dtype, w) for v, w in zip(values, weak)]
+    out = rules.abstract_eval_rules[primitive](*in_avals, **params)
+    out = tuple(out) if primitive.multiple_results else out
+    if key is not None:
+        if len(_eager_avals) >= _EAGER_AVALS_LIMIT:
+            _eager_avals.clear()
+        _eager_avals[key] = out
+    return out
+
+
+def _wrap_output(value, aval):
+    from kiln.runtime.array import Array
+    value = np.asarray(value)
+    if value.dtype != aval.dtype:
+        value = value.astype(aval.dtype)
+    return Array._wrap(value, aval.weak_type)
 
 
 def eval_primitive(primitive, args, params):
@@ -195,10 +224,8 @@ def eval_primitive(primitive, args, params):
             v, w = to_numpy_and_weak(a)
             values.append(v)
             weak.append(w)
+    out_avals = _eager_out_avals(primitive, values, weak, params)
     out = rules.impl_rules[primitive](*values, **params)
-    out_weak = rules.weak_type_rules.get(primitive, _all_weak)(weak, **params)
     if primitive.multiple_results:
-        if isinstance(out_weak, bool):
-            out_weak = [out_weak] * len(out)
-        return [Array._wrap(np.asarray(o), w) for o, w in zip(out, out_weak)]
-    return Array._wrap(np.asarray(out), out_weak)
+        return [_wrap_output(o, a) for o, a in zip(out, out_avals)]
+    return _wrap_output(out, out_avals)
