@@ -76,6 +76,14 @@ def default_float() -> np.dtype:
     return float64 if config.enable_x64 else float32
 
 
+def to_inexact(dtype: np.dtype) -> np.dtype:
+    """The floating type an integer or bool computation moves to (jnp.sin of an int array):
+    float32 for types of up to 32 bits, float64 (canonicalized) for 64-bit integers."""
+    if is_inexact(dtype):
+        return dtype
+    return canonicalize(float64 if dtype.itemsize == 8 else float32)
+
+
 def default_complex() -> np.dtype:
     return complex128 if config.enable_x64 else complex64
 
@@ -214,6 +222,8 @@ def dtype_and_weak_of(x: Any) -> tuple[np.dtype, bool]:
     aval = getattr(x, "aval", None)
     if aval is not None:
         return aval.dtype, aval.weak_type
+    if isinstance(x, (np.ndarray, np.generic)):  # before the Python types: np.float64 is a float
+        return canonicalize(x.dtype), False
     if isinstance(x, bool):
         return bool_, False
     if isinstance(x, int):
@@ -222,8 +232,6 @@ def dtype_and_weak_of(x: Any) -> tuple[np.dtype, bool]:
         return default_float(), True
     if isinstance(x, complex):
         return default_complex(), True
-    if isinstance(x, (np.ndarray, np.generic)):
-        return canonicalize(x.dtype), False
     raise TypeError(f"{type(x).__name__} is not a valid kiln type.")
 
 

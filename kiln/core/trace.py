@@ -174,7 +174,8 @@ def to_numpy_and_weak(x: Any) -> tuple[np.ndarray, bool]:
     if isinstance(x, Tracer):
         raise leaked_tracer_error(x)
     if isinstance(x, np.ndarray):
-        return x, False
+        dtype = dtypes.canonicalize(x.dtype)
+        return (x if x.dtype == dtype else x.astype(dtype)), False
     dtype, weak = dtypes.dtype_and_weak_of(x)
     return np.asarray(x, dtype=dtype), weak
 

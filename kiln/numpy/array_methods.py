@@ -33,7 +33,8 @@ def _forward(name: str, reverse: bool = False):
 
 
 def _fast_binop(ufunc, name: str):
-    """Eager fast path: same dtype and shape needs no promotion or broadcasting."""
+    """Eager fast path: same dtype and shape needs no promotion or broadcasting (0-d arrays
+    take the general path, since NumPy returns scalars for them)."""
     slow = _forward(name)
     new_array = functools.partial(object.__new__, Array)
 
@@ -41,7 +42,7 @@ def _fast_binop(ufunc, name: str):
         if type(other) is Array and current_trace_state.trace is None:
             a = self._value
             b = other._value
-            if a.dtype is b.dtype and a.shape == b.shape and a.dtype.kind in "fiu":
+            if a.dtype is b.dtype and a.shape == b.shape and a.shape and a.dtype.kind in "fiu":
                 result = new_array()
                 result._value = ufunc(a, b)
                 result.weak_type = self.weak_type and other.weak_type

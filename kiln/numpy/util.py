@@ -69,7 +69,7 @@ def promote_dtypes_inexact(*args: Any) -> list:
     """Like promote_dtypes, then integers and bools go to the default float type."""
     dtype, weak = dtypes.result_type_with_weak(*(dtypes.dtype_and_weak_of(a) for a in args))
     if not dtypes.is_inexact(dtype):
-        dtype = dtypes.default_float()
+        dtype = dtypes.default_float() if weak else dtypes.to_inexact(dtype)
     return [to_kiln(a, dtype, weak) for a in args]
 
 

@@ -159,7 +159,7 @@ class Array:
         if not self._value.ndim:
             raise TypeError("iteration over a 0-d array")
         weak = self.weak_type
-        return (Array._wrap(row, weak) for row in self._value)
+        return (Array._wrap(np.asarray(row), weak) for row in self._value)
 
     def __bool__(self) -> bool:
         return bool(self._value)
