@@ -1,1 +1,283 @@
-"""kiln.nn (being written)."""
+"""kiln.nn: activation functions and the numerically careful helpers of neural networks
+(softmax, log_softmax, logsumexp, one_hot, standardize), written with kiln.numpy and lax.
+
+Dtypes follow JAX: integer inputs are promoted to the default float where the formula needs a
+float, and Python-scalar (weakly typed) inputs stay weakly typed where JAX keeps them so.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+import kiln.numpy as jnp
+from kiln import lax
+from kiln.core import dtypes
+from kiln.core.errors import ConcretizationTypeError
+from kiln.core.trace import Tracer
+from kiln.numpy.reductions import reduction_axes
+from kiln.numpy.util import check_arraylike, promote_dtypes_inexact, to_kiln
+
+__all__ = [
+    "relu", "relu6", "gelu", "sigmoid", "log_sigmoid", "tanh", "softmax", "log_softmax",
+    "logsumexp", "one_hot", "silu", "swish", "softplus", "soft_sign", "elu", "celu", "selu",
+    "leaky_relu", "hard_tanh", "hard_sigmoid", "hard_silu", "hard_swish", "glu",
+    "standardize", "normalize",
+]
+
+tanh = jnp.tanh  # the same function as kiln.numpy.tanh, as in JAX
+
+# SELU's constants (Klambauer et al., 2017), to the precision JAX uses.
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _inexact(name: str, x):
+    check_arraylike(name, x)
+    (x,) = promote_dtypes_inexact(x)
+    return x
+
+
+def _float_only(name: str, x):
+    """sigmoid and friends call lax.logistic directly in JAX: integer input is a TypeError."""
+    check_arraylike(name, x)
+    x = to_kiln(x)
+    if not dtypes.is_inexact(x.dtype):
+        raise TypeError(f"{name} does not accept dtype {x.dtype.name}; it accepts floating "
+                        "and complex arrays. Convert with x.astype(jnp.float32) first.")
+    return x
+
+
+def _stop_gradient(x):
+    # The max subtracted for stability carries no gradient (as in JAX); lax.stop_gradient
+    # arrives with autodiff, and until then the value is all that matters.
+    stop = getattr(lax, "stop_gradient", None)
+    return stop(x) if stop is not None else x
+
+
+# --- rectifiers ------------------------------------------------------------------------------
+
+def relu(x):
+    """max(x, 0), elementwise."""
+    check_arraylike("relu", x)
+    return jnp.maximum(x, 0)
+
+
+def relu6(x):
+    """min(max(x, 0), 6), elementwise."""
+    check_arraylike("relu6", x)
+    return jnp.minimum(jnp.maximum(x, 0), 6.0)
+
+
+def leaky_relu(x, negative_slope=0.01):
+    """x where x >= 0, else negative_slope * x."""
+    x = _inexact("leaky_relu", x)
+    return jnp.where(x >= 0, x, negative_slope * x)
+
+
+def elu(x, alpha=1.0):
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+    x = _inexact("elu", x)
+    positive = x > 0
+    # The inner where keeps expm1 away from large positive x (no overflow, finite gradients).
+    return jnp.where(positive, x, alpha * lax.expm1(jnp.where(positive, 0.0, x)))
+
+
+def celu(x, alpha=1.0):
+    """Continuously differentiable ELU: max(x, 0) + alpha * expm1(min(x, 0) / alpha)."""
+    x = _inexact("celu", x)
+    return jnp.maximum(x, 0.0) + alpha * lax.expm1(jnp.minimum(x, 0.0) / alpha)
+
+
+def selu(x):
+    """Scaled ELU with the self-normalizing constants alpha=1.67326..., scale=1.05070..."""
+    x = _inexact("selu", x)
+    return _SELU_SCALE * elu(x, _SELU_ALPHA)
+
+
+def gelu(x, approximate: bool = True):
+    """Gaussian error linear unit: x * Phi(x). approximate=True (the default, as in JAX) uses
+    the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); False uses erf exactly."""
+    x = _inexact("gelu", x)
+    # The constants are strongly typed (as JAX's NumPy-scalar constants are), so the result is
+    # too, even for a Python-scalar x.
+    if approximate:
+        sqrt_2_over_pi = np.asarray(np.sqrt(2 / np.pi), dtype=x.dtype)
+        cdf = 0.5 * (1.0 + lax.tanh(sqrt_2_over_pi * (x + 0.044715 * (x * x * x))))
+        return x * cdf
+    # erfc(-x / sqrt(2)) / 2 keeps precision for very negative x, where 1 + erf would cancel.
+    return x * (lax.erfc(-x * np.asarray(np.sqrt(0.5), dtype=x.dtype)) * 0.5)
+
+
+# --- sigmoids and softplus -------------------------------------------------------------------
+
+def sigmoid(x):
+    """The logistic function 1 / (1 + exp(-x))."""
+    return lax.logistic(_float_only("sigmoid", x))
+
+
+def silu(x):
+    """x * sigmoid(x) (also known as swish)."""
+    x = _float_only("silu", x)
+    return x * lax.logistic(x)
+
+
+swish = silu
+
+
+def softplus(x):
+    """log(1 + exp(x)), computed without overflow as max(x, 0) + log1p(exp(-|x|))."""
+    x = _inexact("softplus", x)
+    return jnp.maximum(x, 0.0) + lax.log1p(lax.exp(-lax.abs(x)))
+
+
+def log_sigmoid(x):
+    """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
+    x = _inexact("log_sigmoid", x)
+    return -softplus(-x)
+
+
+def soft_sign(x):
+    """x / (|x| + 1)."""
+    x = _inexact("soft_sign", x)
+    return x / (lax.abs(x) + 1)
+
+
+def hard_tanh(x):
+    """x clipped to [-1, 1]."""
+    check_arraylike("hard_tanh", x)
+    x = to_kiln(x)
+    return jnp.where(x > 1, 1, jnp.where(x < -1, -1, x))
+
+
+def hard_sigmoid(x):
+    """relu6(x + 3) / 6: a piecewise-linear sigmoid."""
+    x = _inexact("hard_sigmoid", x)
+    return relu6(x + 3.0) / 6.0
+
+
+def hard_silu(x):
+    """x * hard_sigmoid(x) (also known as hard_swish)."""
+    x = _inexact("hard_silu", x)
+    return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+def glu(x, axis: int = -1):
+    """Gated linear unit: split `x` in two halves along `axis`, return a * sigmoid(b)."""
+    x = _float_only("glu", x)
+    (axis,) = reduction_axes(axis, x.ndim)
+    size = x.shape[axis]
+    if size % 2:
+        raise ValueError(f"glu needs an even size along axis {axis}, got {size}")
+    first = lax.slice_in_dim(x, 0, size // 2, axis=axis)
+    second = lax.slice_in_dim(x, size // 2, size, axis=axis)
+    return first * lax.logistic(second)
+
+
+# --- softmax and logsumexp -------------------------------------------------------------------
+
+def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = False,
+              where=None):
+    """log(sum(b * exp(a))) over `axis`, shifted by the maximum so that large values do not
+    overflow. With `b`, negative sums give NaN unless `return_sign`, which returns
+    (log|sum|, sign). All -inf gives -inf; any +inf gives +inf."""
+    if b is not None:
+        check_arraylike("logsumexp", a, b)
+        a, b = promote_dtypes_inexact(a, b)
+        a = jnp.where(b != 0, a, -np.inf)
+    else:
+        check_arraylike("logsumexp", a)
+        (a,) = promote_dtypes_inexact(a)
+    axes = reduction_axes(axis, a.ndim)
+    real_a = lax.real(a) if dtypes.is_complex(a.dtype) else a
+    amax = jnp.max(real_a, axis=axes, keepdims=keepdims, where=where, initial=-np.inf)
+    # A non-finite maximum (all -inf, or an inf) must not be subtracted: inf - inf is NaN.
+    amax = _stop_gradient(jnp.where(lax.is_finite(amax), amax, 0))
+    amax_kept = amax if keepdims else lax.expand_dims(amax, axes)
+    exp_a = lax.exp(a - lax.convert_element_type(amax_kept, a.dtype))
+    if b is not None:
+        exp_a = exp_a * b
+    sumexp = jnp.sum(exp_a, axis=axes, keepdims=keepdims, where=where)
+    sign = lax.sign(sumexp) if return_sign or b is not None else None
+    if return_sign or not dtypes.is_complex(a.dtype):
+        sumexp = lax.abs(sumexp)
+    out = lax.log(sumexp) + lax.convert_element_type(amax, sumexp.dtype)
+    if return_sign:
+        return out, sign
+    if b is not None and not dtypes.is_complex(out.dtype):
+        out = jnp.where(sign < 0, np.nan, out)
+    return out
+
+
+def softmax(x, axis=-1, where=None):
+    """exp(x) / sum(exp(x)) along `axis`, computed from x - max(x) so large inputs do not
+    overflow. Entries masked out by `where` are 0."""
+    x = _inexact("softmax", x)
+    axes = reduction_axes(axis, x.ndim)
+    x_max = jnp.max(x, axis=axes, keepdims=True, where=where, initial=-np.inf)
+    unnormalized = lax.exp(x - _stop_gradient(x_max))
+    result = unnormalized / jnp.sum(unnormalized, axis=axes, keepdims=True, where=where)
+    if where is not None:
+        result = jnp.where(where, result, 0)
+    return result
+
+
+def log_softmax(x, axis=-1, where=None):
+    """x - logsumexp(x) along `axis`, computed stably."""
+    x = _inexact("log_softmax", x)
+    axes = reduction_axes(axis, x.ndim)
+    x_max = jnp.max(x, axis=axes, keepdims=True, where=where, initial=-np.inf)
+    shifted = x - _stop_gradient(x_max)
+    shifted_logsumexp = lax.log(jnp.sum(lax.exp(shifted), axis=axes, keepdims=True,
+                                        where=where))
+    result = shifted - shifted_logsumexp
+    if where is not None:
+        result = jnp.where(where, result, -np.inf)
+    return result
+
+
+def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
+    """(x - mean) / sqrt(variance + epsilon) along `axis`; mean and variance are computed
+    when not given."""
+    x = _inexact("standardize", x)
+    axes = reduction_axes(axis, x.ndim)
+    if mean is None:
+        mean = jnp.mean(x, axis=axes, keepdims=True, where=where)
+    if variance is None:
+        # E[x^2] - E[x]^2 needs one pass less than E[(x - mean)^2], as in JAX.
+        variance = jnp.mean(x * x, axis=axes, keepdims=True, where=where) - mean * mean
+    return (x - mean) * lax.rsqrt(variance + epsilon)
+
+
+normalize = standardize
+
+
+# --- one_hot ---------------------------------------------------------------------------------
+
+def one_hot(x, num_classes: int, *, dtype=None, axis: int = -1):
+    """One-hot encode integer labels: out[..., c] = (x == c) for c < num_classes, as `dtype`
+    (float32 by default). Out-of-range labels (negative or >= num_classes) give all zeros."""
+    check_arraylike("one_hot", x)
+    if isinstance(num_classes, Tracer):
+        raise ConcretizationTypeError(
+            num_classes, "The error arose in kiln.nn.one_hot: num_classes must be a static "
+                         "int (it sets the output shape). ")
+    num_classes = operator.index(num_classes)
+    x = to_kiln(x)
+    if x.dtype == np.bool_:
+        raise TypeError("one_hot expects integer (or float) labels, got a bool array; convert "
+                        "with x.astype(jnp.int32).")
+    dtype = dtypes.canonicalize(dtype) if dtype is not None else dtypes.default_float()
+    out_ndim = x.ndim + 1
+    axis = operator.index(axis)
+    if not -out_ndim <= axis < out_ndim:
+        raise np.exceptions.AxisError(axis, out_ndim)
+    axis %= out_ndim
+    labels = lax.expand_dims(x, (axis,))
+    class_shape = [1] * out_ndim
+    class_shape[axis] = num_classes
+    classes = lax.broadcasted_iota(x.dtype, tuple(class_shape), axis)
+    return lax.convert_element_type(jnp.equal(labels, classes), dtype)

@@ -1,2 +1,339 @@
-"""(being written)"""
-__all__ = []
+"""Reduction primitives: the monoid reductions (reduce_sum, reduce_prod, reduce_max, reduce_min,
+reduce_and, reduce_or, reduce_xor), argmax/argmin and the cumulative scans (cumsum, cumprod,
+cummax, cummin, cumlogsumexp). Each block holds all the rules of one primitive.
+
+The NumPy impls are the reference semantics and keep exact dtypes: integer sums wrap in the
+operand's type, and float16/bfloat16 accumulate in float32 and round once at the end, as XLA
+does on the CPU.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from kiln.core import dtypes
+from kiln.core.avals import ShapedArray
+from kiln.core.primitive import Primitive
+from kiln.primitives.base import ANY, BOOL, FLOAT, INT, INTEGRAL, NUMBER, check_dtype
+
+__all__ = [
+    "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_and", "reduce_or",
+    "reduce_xor", "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp",
+    "reduce_precision", "reduce_sum_p", "reduce_prod_p", "reduce_max_p", "reduce_min_p",
+    "reduce_and_p", "reduce_or_p", "reduce_xor_p", "argmax_p", "argmin_p", "cumsum_p",
+    "cumprod_p", "cummax_p", "cummin_p", "cumlogsumexp_p", "reduce_precision_p",
+]
+
+_LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
+
+
+def _accumulation_dtype(dtype: np.dtype) -> np.dtype:
+    """The type an impl computes in: float16/bfloat16 accumulate in float32 (like XLA)."""
+    return dtypes.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def _shape_of(operand) -> tuple:
+    return tuple(operand.shape) if hasattr(operand, "shape") else np.shape(operand)
+
+
+def canonicalize_axes(axes, ndim: int, name: str = "axes") -> tuple[int, ...]:
+    """Concrete, non-negative, duplicate-free axes, or a ValueError that names them."""
+    if isinstance(axes, (int, np.integer)) or hasattr(axes, "__index__"):
+        axes = (axes,)
+    try:
+        axes = tuple(operator.index(a) for a in axes)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of concrete Python ints, got {axes!r}. "
+                        "Axes are static; they cannot be traced values.") from None
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{name} {axes} contains out-of-bounds index {a} for an array of "
+                             f"rank {ndim}.")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"duplicate value in {name}: {axes}")
+    return tuple(out)
+
+
+def _check_axes(prim_name: str, operand: ShapedArray, axes: tuple) -> None:
+    if not isinstance(axes, tuple):
+        raise TypeError(f"{prim_name} param axes must be a tuple of ints, got {axes!r}")
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"duplicate value in 'axes' of {prim_name}: {axes}")
+    for a in axes:
+        if not 0 <= a < operand.ndim:
+            raise ValueError(f"{prim_name} axes {axes} contains out-of-bounds indices for "
+                             f"{operand.str_short()}")
+
+
+def _reduced_shape(shape: tuple, axes: tuple) -> tuple:
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+# --- the monoid reductions -------------------------------------------------------------------
+
+def _lowest(dtype: np.dtype):
+    """The identity of max: the smallest value of the dtype (-inf for floats)."""
+    if dtype == np.bool_:
+        return False
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).min
+    if dtype.kind == "c":
+        return complex(-np.inf, -np.inf)
+    return -np.inf
+
+
+def _highest(dtype: np.dtype):
+    """The identity of min: the largest value of the dtype (+inf for floats)."""
+    if dtype == np.bool_:
+        return True
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).max
+    if dtype.kind == "c":
+        return complex(np.inf, np.inf)
+    return np.inf
+
+
+def _all_bits(dtype: np.dtype):
+    """The identity of bitwise and: every bit set."""
+    if dtype == np.bool_:
+        return True
+    return np.iinfo(dtype).max if dtype.kind == "u" else -1
+
+
+def _sum_impl(x: np.ndarray, *, axes) -> np.ndarray:
+    acc = _accumulation_dtype(x.dtype)
+    with np.errstate(all="ignore"):
+        out = np.sum(x.astype(acc, copy=False), axis=axes, dtype=acc)
+        return np.asarray(out).astype(x.dtype)
+
+
+def _prod_impl(x: np.ndarray, *, axes) -> np.ndarray:
+    acc = _accumulation_dtype(x.dtype)
+    with np.errstate(all="ignore"):
+        out = np.prod(x.astype(acc, copy=False), axis=axes, dtype=acc)
+        return np.asarray(out).astype(x.dtype)
+
+
+def _extremum_impl(ufunc, identity):
+    def impl(x: np.ndarray, *, axes) -> np.ndarray:
+        # bfloat16 goes through float32 (exact for max/min); the identity makes empty
+        # reductions well defined, as XLA's init value does.
+        work = x.astype(dtypes.float32) if x.dtype == dtypes.bfloat16 else x
+        with np.errstate(all="ignore"):
+            out = ufunc.reduce(work, axis=axes, initial=identity(work.dtype))
+        return np.asarray(out).astype(x.dtype)
+    return impl
+
+
+def _bitwise_impl(ufunc, identity):
+    def impl(x: np.ndarray, *, axes) -> np.ndarray:
+        initial = np.array(identity(x.dtype)).astype(x.dtype)[()]
+        return np.asarray(ufunc.reduce(x, axis=axes, initial=initial)).astype(x.dtype)
+    return impl
+
+
+def _make_reduction(name: str, impl, allowed) -> Primitive:
+    """A reduction over `axes` that keeps the operand's dtype and weak type."""
+    prim = Primitive(name)
+
+    def abstract_eval(operand: ShapedArray, *, axes) -> ShapedArray:
+        check_dtype(name, operand.dtype, allowed)
+        _check_axes(name, operand, axes)
+        return ShapedArray(_reduced_shape(operand.shape, axes), operand.dtype,
+                           operand.weak_type)
+
+    prim.def_impl(impl)
+    prim.def_abstract_eval(abstract_eval)
+    return prim
+
+
+reduce_sum_p = _make_reduction("reduce_sum", _sum_impl, NUMBER)
+reduce_prod_p = _make_reduction("reduce_prod", _prod_impl, NUMBER)
+reduce_max_p = _make_reduction("reduce_max", _extremum_impl(np.maximum, _lowest), ANY)
+reduce_min_p = _make_reduction("reduce_min", _extremum_impl(np.minimum, _highest), ANY)
+reduce_and_p = _make_reduction("reduce_and", _bitwise_impl(np.bitwise_and, _all_bits),
+                               INTEGRAL)
+reduce_or_p = _make_reduction("reduce_or", _bitwise_impl(np.bitwise_or, lambda d: 0), INTEGRAL)
+reduce_xor_p = _make_reduction("reduce_xor", _bitwise_impl(np.bitwise_xor, lambda d: 0),
+                               INTEGRAL)
+
+
+def _reduction_wrapper(prim: Primitive):
+    def wrapper(operand, axes):
+        axes = canonicalize_axes(axes, len(_shape_of(operand)))
+        return prim.bind(operand, axes=axes)
+    wrapper.__name__ = prim.name
+    wrapper.__qualname__ = prim.name
+    wrapper.__doc__ = (f"{prim.name} of `operand` over `axes` (a sequence of ints; negative "
+                       "axes count from the end). The result keeps the operand's dtype.")
+    return wrapper
+
+
+reduce_sum = _reduction_wrapper(reduce_sum_p)
+reduce_prod = _reduction_wrapper(reduce_prod_p)
+reduce_max = _reduction_wrapper(reduce_max_p)
+reduce_min = _reduction_wrapper(reduce_min_p)
+reduce_and = _reduction_wrapper(reduce_and_p)
+reduce_or = _reduction_wrapper(reduce_or_p)
+reduce_xor = _reduction_wrapper(reduce_xor_p)
+
+
+# --- argmax / argmin -------------------------------------------------------------------------
+
+def _arg_extremum_impl(np_fn):
+    def impl(x: np.ndarray, *, axes, index_dtype) -> np.ndarray:
+        (axis,) = axes
+        work = x.astype(dtypes.float32) if x.dtype in _LOW_PRECISION else x
+        # NumPy's argmax/argmin return the first NaN, which is what JAX and XLA do too.
+        return np.asarray(np_fn(work, axis=axis)).astype(index_dtype)
+    return impl
+
+
+def _make_arg_reduction(name: str, np_fn) -> Primitive:
+    prim = Primitive(name)
+
+    def abstract_eval(operand: ShapedArray, *, axes, index_dtype) -> ShapedArray:
+        check_dtype(name, operand.dtype, (BOOL, INT, FLOAT))
+        if len(axes) != 1:
+            raise ValueError(f"{name} takes exactly one axis, got axes={axes}")
+        _check_axes(name, operand, axes)
+        if operand.shape[axes[0]] == 0:
+            raise ValueError(f"{name} requires a non-empty reduced dimension, got operand "
+                             f"shape {operand.shape} and axis {axes[0]}.")
+        if not isinstance(index_dtype, np.dtype) or index_dtype.kind not in "iu":
+            raise TypeError(f"{name} index_dtype must be an integer dtype, got {index_dtype}")
+        return ShapedArray(_reduced_shape(operand.shape, axes), index_dtype, False)
+
+    prim.def_impl(_arg_extremum_impl(np_fn))
+    prim.def_abstract_eval(abstract_eval)
+    prim.def_weak_type(lambda in_weak, **params: False)
+    return prim
+
+
+argmax_p = _make_arg_reduction("argmax", np.argmax)
+argmin_p = _make_arg_reduction("argmin", np.argmin)
+
+
+def _arg_wrapper(prim: Primitive, word: str):
+    def wrapper(operand, axis: int, index_dtype):
+        (axis,) = canonicalize_axes(axis, len(_shape_of(operand)), "axis")
+        return prim.bind(operand, axes=(axis,), index_dtype=dtypes.canonicalize(index_dtype))
+    wrapper.__name__ = prim.name
+    wrapper.__qualname__ = prim.name
+    wrapper.__doc__ = (f"Index of the {word} element along `axis`, as `index_dtype`. Ties and "
+                       "NaNs resolve to the first occurrence (a NaN beats every number).")
+    return wrapper
+
+
+argmax = _arg_wrapper(argmax_p, "largest")
+argmin = _arg_wrapper(argmin_p, "smallest")
+
+
+# --- cumulative reductions -------------------------------------------------------------------
+
+def _cumulative_impl(accumulate):
+    def impl(x: np.ndarray, *, axis, reverse) -> np.ndarray:
+        acc = _accumulation_dtype(x.dtype)
+        work = x.astype(acc, copy=False)
+        if reverse:
+            work = np.flip(work, axis)
+        with np.errstate(all="ignore"):
+            out = accumulate(work, axis, acc)
+        if reverse:
+            out = np.flip(out, axis)
+        return np.ascontiguousarray(out).astype(x.dtype)
+    return impl
+
+
+def _make_cumulative(name: str, accumulate, allowed) -> Primitive:
+    prim = Primitive(name)
+
+    def abstract_eval(operand: ShapedArray, *, axis, reverse) -> ShapedArray:
+        check_dtype(name, operand.dtype, allowed)
+        if not isinstance(axis, int) or not 0 <= axis < operand.ndim:
+            raise ValueError(f"{name} axis {axis} is out of bounds for an array of rank "
+                             f"{operand.ndim}")
+        if not isinstance(reverse, bool):
+            raise TypeError(f"{name} param reverse must be a bool, got {reverse!r}")
+        return ShapedArray(operand.shape, operand.dtype, operand.weak_type)
+
+    prim.def_impl(_cumulative_impl(accumulate))
+    prim.def_abstract_eval(abstract_eval)
+    return prim
+
+
+cumsum_p = _make_cumulative("cumsum", lambda x, axis, acc: np.cumsum(x, axis, dtype=acc),
+                            NUMBER)
+cumprod_p = _make_cumulative("cumprod", lambda x, axis, acc: np.cumprod(x, axis, dtype=acc),
+                             NUMBER)
+cummax_p = _make_cumulative("cummax", lambda x, axis, acc: np.maximum.accumulate(x, axis),
+                            (INT, FLOAT))
+cummin_p = _make_cumulative("cummin", lambda x, axis, acc: np.minimum.accumulate(x, axis),
+                            (INT, FLOAT))
+cumlogsumexp_p = _make_cumulative(
+    "cumlogsumexp", lambda x, axis, acc: np.logaddexp.accumulate(x, axis), FLOAT)
+
+
+def _cumulative_wrapper(prim: Primitive, what: str):
+    def wrapper(operand, axis: int = 0, reverse: bool = False):
+        (axis,) = canonicalize_axes(axis, len(_shape_of(operand)), "axis")
+        return prim.bind(operand, axis=axis, reverse=bool(reverse))
+    wrapper.__name__ = prim.name
+    wrapper.__qualname__ = prim.name
+    wrapper.__doc__ = (f"Running {what} along `axis` (from the end when `reverse`); the result "
+                       "has the operand's shape and dtype.")
+    return wrapper
+
+
+cumsum = _cumulative_wrapper(cumsum_p, "sum")
+cumprod = _cumulative_wrapper(cumprod_p, "product")
+cummax = _cumulative_wrapper(cummax_p, "maximum")
+cummin = _cumulative_wrapper(cummin_p, "minimum")
+cumlogsumexp = _cumulative_wrapper(cumlogsumexp_p, "log-sum-exp")
+
+
+# --- reduce_precision ------------------------------------------------------------------------
+reduce_precision_p = Primitive("reduce_precision")
+
+
+def _round_to_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:
+    """Round float64 values to a float with the given exponent and mantissa widths: mantissa
+    rounding to nearest even, overflow to inf, results below the normal range flushed through
+    the subnormal grid. NaN stays NaN."""
+    max_exp = 2 ** (exponent_bits - 1) - 1           # the largest unbiased exponent
+    min_exp = 1 - max_exp                             # the smallest normal exponent
+    finite = np.isfinite(x)
+    safe = np.where(finite, x, 0.0)
+    _, exp = np.frexp(safe)                           # safe = m * 2**exp with 0.5 <= |m| < 1
+    exp = np.maximum(exp - 1, min_exp)                # subnormals share the smallest exponent
+    quantum = np.ldexp(1.0, exp - mantissa_bits)
+    rounded = np.round(safe / quantum) * quantum      # np.round rounds half to even
+    largest = (2.0 - 2.0 ** -mantissa_bits) * 2.0 ** max_exp
+    rounded = np.where(np.abs(rounded) > largest, np.copysign(np.inf, rounded), rounded)
+    return np.where(finite, rounded, x)
+
+
+@reduce_precision_p.def_impl
+def _reduce_precision_impl(x: np.ndarray, *, exponent_bits, mantissa_bits) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        out = _round_to_precision(x.astype(np.float64), exponent_bits, mantissa_bits)
+        return out.astype(x.dtype)
+
+
+@reduce_precision_p.def_abstract_eval
+def _reduce_precision_abstract_eval(operand: ShapedArray, *, exponent_bits, mantissa_bits):
+    check_dtype("reduce_precision", operand.dtype, FLOAT)
+    if exponent_bits < 1 or mantissa_bits < 0:
+        raise ValueError("reduce_precision needs exponent_bits >= 1 and mantissa_bits >= 0, "
+                         f"got {exponent_bits} and {mantissa_bits}")
+    return ShapedArray(operand.shape, operand.dtype, operand.weak_type)
+
+
+def reduce_precision(operand, exponent_bits: int, mantissa_bits: int):
+    """Round `operand` as if stored in a float with the given exponent and mantissa widths
+    (e.g. 5 and 10 for float16), keeping its dtype."""
+    return reduce_precision_p.bind(operand, exponent_bits=operator.index(exponent_bits),
+                                   mantissa_bits=operator.index(mantissa_bits))

@@ -1,2 +1,145 @@
-"""(being written)"""
-__all__ = []
+"""Sorting primitives: sort (several operands ordered by their first `num_keys`) and top_k.
+
+Floats sort in NumPy's order: NaNs last, -0.0 equal to 0.0; complex numbers sort by real part,
+then imaginary part. Each block holds all the rules of one primitive.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from kiln.core import dtypes
+from kiln.core.avals import ShapedArray
+from kiln.core.primitive import Primitive
+from kiln.primitives.base import ANY, BOOL, FLOAT, INT, check_dtype
+
+__all__ = ["sort", "sort_key_val", "top_k", "sort_p", "top_k_p"]
+
+
+def _sort_key(x: np.ndarray) -> np.ndarray:
+    """A NumPy array that orders like `x` under np.lexsort (bfloat16 via float32: exact)."""
+    if x.dtype in (dtypes.bfloat16, dtypes.float16):
+        x = x.astype(np.float32)
+    # -0.0 and 0.0 are equal keys, so a stable sort keeps them in input order.
+    return x
+
+
+def _lexsort_permutation(keys: list[np.ndarray], dimension: int) -> np.ndarray:
+    """Indices that stably sort along `dimension` by keys[0], then keys[1], ..."""
+    moved = [np.moveaxis(_sort_key(k), dimension, -1) for k in keys]
+    # np.lexsort sorts by its last key first; it is stable and puts NaNs last.
+    order = np.lexsort(moved[::-1], axis=-1)
+    return np.moveaxis(order, -1, dimension)
+
+
+# --- sort ------------------------------------------------------------------------------------
+sort_p = Primitive("sort", multiple_results=True)
+
+
+@sort_p.def_impl
+def _sort_impl(*operands: np.ndarray, dimension, is_stable, num_keys) -> list[np.ndarray]:
+    if operands[0].size == 0:
+        return [np.array(op) for op in operands]
+    order = _lexsort_permutation(list(operands[:num_keys]), dimension)
+    return [np.take_along_axis(op, order, axis=dimension) for op in operands]
+
+
+@sort_p.def_abstract_eval
+def _sort_abstract_eval(*operands: ShapedArray, dimension, is_stable, num_keys):
+    if not operands:
+        raise TypeError("sort requires at least one operand")
+    shape = operands[0].shape
+    for op in operands:
+        if op.shape != shape:
+            raise TypeError("sort operands must all have the same shape, got "
+                            f"{', '.join(o.str_short() for o in operands)}")
+        check_dtype("sort", op.dtype, ANY)
+    if not isinstance(num_keys, int) or not 1 <= num_keys <= len(operands):
+        raise ValueError(f"sort num_keys={num_keys} must be between 1 and the number of "
+                         f"operands ({len(operands)})")
+    if not isinstance(dimension, int) or not 0 <= dimension < len(shape):
+        raise ValueError(f"sort dimension {dimension} is out of bounds for operands of rank "
+                         f"{len(shape)}")
+    return [ShapedArray(op.shape, op.dtype, op.weak_type) for op in operands]
+
+
+@sort_p.def_weak_type
+def _sort_weak_type(in_weak, **params) -> list:
+    return list(in_weak)
+
+
+def sort(operand, dimension: int = -1, is_stable: bool = True, num_keys: int = 1):
+    """Sort along `dimension`. `operand` is an array or a sequence of same-shape arrays; with a
+    sequence, all are permuted by the lexicographic order of the first `num_keys`, and the
+    sorted sequence is returned as a tuple."""
+    single = not isinstance(operand, (tuple, list))
+    operands = (operand,) if single else tuple(operand)
+    if not operands:
+        raise TypeError("sort requires at least one operand")
+    ndim = len(np.shape(operands[0]) if not hasattr(operands[0], "shape")
+               else operands[0].shape)
+    dimension = operator.index(dimension)
+    if not -ndim <= dimension < ndim:
+        raise ValueError(f"sort dimension {dimension} is out of bounds for an array of rank "
+                         f"{ndim}")
+    out = sort_p.bind(*operands, dimension=dimension % ndim, is_stable=bool(is_stable),
+                      num_keys=operator.index(num_keys))
+    return out[0] if single else tuple(out)
+
+
+def sort_key_val(keys, values, dimension: int = -1, is_stable: bool = True):
+    """Sort `keys` along `dimension` and permute `values` the same way."""
+    return sort((keys, values), dimension, is_stable, num_keys=1)
+
+
+# --- top_k -----------------------------------------------------------------------------------
+top_k_p = Primitive("top_k", multiple_results=True)
+
+
+@top_k_p.def_impl
+def _top_k_impl(operand: np.ndarray, *, k) -> list[np.ndarray]:
+    key = _sort_key(operand)
+    if key.dtype.kind == "f":
+        # Largest first, NaN counted as the largest value: the primary key puts NaNs first,
+        # the secondary sorts the rest by their negation.
+        is_number = ~np.isnan(key)
+        negated = np.where(is_number, -key, 0)
+        order = np.lexsort((negated, is_number), axis=-1)
+    elif key.dtype == np.bool_:
+        order = np.argsort(~key, axis=-1, kind="stable")
+    elif key.dtype.kind == "u":
+        order = np.argsort(np.iinfo(key.dtype).max - key, axis=-1, kind="stable")
+    else:
+        # Negating would overflow INT_MIN: compare bitwise-inverted values instead (~x = -x-1
+        # reverses the order of signed integers exactly).
+        order = np.argsort(~key, axis=-1, kind="stable")
+    order = order[..., :k]
+    return [np.take_along_axis(operand, order, axis=-1), order.astype(np.int32)]
+
+
+@top_k_p.def_abstract_eval
+def _top_k_abstract_eval(operand: ShapedArray, *, k):
+    check_dtype("top_k", operand.dtype, (BOOL, INT, FLOAT))
+    if operand.ndim == 0:
+        raise TypeError("top_k needs an operand of rank at least 1")
+    if not isinstance(k, int) or k < 0:
+        raise ValueError(f"top_k k must be a non-negative int, got {k!r}")
+    if k > operand.shape[-1]:
+        raise TypeError(f"top_k k={k} is larger than the last dimension of the operand "
+                        f"({operand.shape[-1]})")
+    shape = operand.shape[:-1] + (k,)
+    return [ShapedArray(shape, operand.dtype, operand.weak_type),
+            ShapedArray(shape, dtypes.int32, False)]
+
+
+@top_k_p.def_weak_type
+def _top_k_weak_type(in_weak, **params) -> list:
+    return [in_weak[0], False]
+
+
+def top_k(operand, k: int):
+    """The `k` largest entries along the last axis, largest first, and their int32 indices
+    (ties keep the lower index first)."""
+    values, indices = top_k_p.bind(operand, k=operator.index(k))
+    return values, indices

@@ -1,0 +1,340 @@
+"""kiln.nn against NumPy/SciPy references (computed in float64, rounded to the input's float
+type): activations, softmax/log_softmax/logsumexp (stability with large values and infinities,
+axes, keepdims, b=, return_sign, where=), one_hot, dtype rules, traced evaluation, bad input."""
+import ml_dtypes
+import numpy as np
+import pytest
+from scipy import special
+
+import kiln
+import kiln.nn as nn
+import kiln.numpy as jnp
+from kiln.core.interpreter import eval_closed_jaxpr
+from kiln.core.jaxpr import typecheck_jaxpr
+from tests._testing import OpRecord, assert_close, check_record_eager, rand
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F16, F32, C64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.complex64)
+I8, U8, I32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
+BOOL = np.dtype(np.bool_)
+FLOATS = [F32, F16, BF16]
+TOL = {F16: 4e-3, BF16: 3e-2, F32: 2e-5}
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def f64(fn):
+    """A reference evaluated in float64 (the harness rounds it to the input's dtype)."""
+    def ref(x, **kwargs):
+        with np.errstate(all="ignore"):
+            return fn(np.asarray(x, np.float64), **kwargs)
+    return ref
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _elu(x, alpha=1.0):
+    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
+
+
+def _same(d):
+    return d
+
+
+ACTIVATIONS = [
+    ("relu", nn.relu, lambda x: np.maximum(x, 0)),
+    ("relu6", nn.relu6, lambda x: np.clip(x, 0, 6)),
+    ("gelu", nn.gelu, _gelu_tanh),
+    ("gelu_exact", lambda x: nn.gelu(x, approximate=False),
+     lambda x: 0.5 * x * (1 + special.erf(x / np.sqrt(2)))),
+    ("sigmoid", nn.sigmoid, special.expit),
+    ("log_sigmoid", nn.log_sigmoid, special.log_expit),
+    ("tanh", nn.tanh, np.tanh),
+    ("silu", nn.silu, lambda x: x * special.expit(x)),
+    ("swish", nn.swish, lambda x: x * special.expit(x)),
+    ("softplus", nn.softplus, lambda x: np.logaddexp(x, 0)),
+    ("soft_sign", nn.soft_sign, lambda x: x / (np.abs(x) + 1)),
+    ("elu", nn.elu, _elu),
+    ("elu_alpha", lambda x: nn.elu(x, alpha=0.5), lambda x: _elu(x, 0.5)),
+    ("celu", lambda x: nn.celu(x, alpha=1.5),
+     lambda x: np.maximum(x, 0) + 1.5 * np.expm1(np.minimum(x, 0) / 1.5)),
+    ("selu", nn.selu, lambda x: SELU_SCALE * _elu(x, SELU_ALPHA)),
+    ("leaky_relu", nn.leaky_relu, lambda x: np.where(x >= 0, x, 0.01 * x)),
+    ("leaky_relu_slope", lambda x: nn.leaky_relu(x, negative_slope=0.2),
+     lambda x: np.where(x >= 0, x, 0.2 * x)),
+    ("hard_tanh", nn.hard_tanh, lambda x: np.clip(x, -1, 1)),
+    ("hard_sigmoid", nn.hard_sigmoid, lambda x: np.clip(x + 3, 0, 6) / 6),
+    ("hard_silu", nn.hard_silu, lambda x: x * np.clip(x + 3, 0, 6) / 6),
+    ("hard_swish", nn.hard_swish, lambda x: x * np.clip(x + 3, 0, 6) / 6),
+]
+
+SHAPES = [((),), ((0,),), ((7,),), ((3, 4),), ((2, 3, 4),)]
+
+ACTIVATION_RECORDS = [OpRecord(name, fn, f64(ref), SHAPES, FLOATS, out_dtype=_same, tol=TOL)
+                      for name, fn, ref in ACTIVATIONS]
+
+AXIS_FUNCTIONS = [
+    ("softmax", nn.softmax, special.softmax),
+    ("log_softmax", nn.log_softmax, special.log_softmax),
+]
+AXIS_RECORDS = [OpRecord(f"{name}-axis={axis}", fn, f64(ref), [(shape,)], FLOATS,
+                         out_dtype=_same, tol=TOL, static_kwargs=dict(axis=axis))
+                for name, fn, ref in AXIS_FUNCTIONS
+                for shape, axis in (((7,), -1), ((3, 4), 0), ((3, 4), -1), ((2, 3, 4), 1),
+                                    ((2, 3, 4), (0, 2)), ((0, 3), 1))]
+LSE_RECORDS = [OpRecord(f"logsumexp-axis={axis}-keepdims={keepdims}", nn.logsumexp,
+                        f64(special.logsumexp), [(shape,)], FLOATS, out_dtype=_same, tol=TOL,
+                        static_kwargs=dict(axis=axis, keepdims=keepdims))
+               for shape, axis in (((), None), ((7,), None), ((3, 4), 0), ((3, 4), -1),
+                                   ((2, 3, 4), (0, 2)), ((2, 3, 4), None), ((0, 3), 0))
+               for keepdims in ((False, True) if shape else (False,))]
+RECORDS = ACTIVATION_RECORDS + AXIS_RECORDS + LSE_RECORDS
+
+
+@pytest.mark.parametrize("record,shapes,dtype", [(r, s, d) for r in RECORDS
+                                                 for s, d in r.cases()],
+                         ids=[i for r in RECORDS for i in r.ids()])
+def test_nn_matches_scipy(record, shapes, dtype):
+    check_record_eager(record, shapes, dtype)
+
+
+def check_traced(fn, *args):
+    args = [jnp.asarray(a) for a in args]
+    eager = fn(*args)
+    closed = kiln.make_jaxpr(fn)(*args)
+    typecheck_jaxpr(closed.jaxpr)
+    (traced,) = eval_closed_jaxpr(closed, *args)
+    assert closed.out_avals[0].shape == eager.shape
+    assert closed.out_avals[0].dtype == eager.dtype
+    np.testing.assert_array_equal(np.asarray(traced), np.asarray(eager))
+
+
+@pytest.mark.parametrize("name,fn", [(r.name, r.fn) for r in ACTIVATION_RECORDS]
+                         + [("softmax", nn.softmax), ("log_softmax", nn.log_softmax),
+                            ("logsumexp", nn.logsumexp), ("standardize", nn.standardize)])
+def test_nn_traces_like_eager(name, fn):
+    check_traced(fn, rand((3, 4), F32, np.random.default_rng(0)))
+
+
+@pytest.mark.skipif(not hasattr(kiln, "jit"), reason="kiln.jit not available yet")
+@pytest.mark.parametrize("name,fn", [("gelu", nn.gelu), ("softmax", nn.softmax),
+                                     ("logsumexp", nn.logsumexp)])
+def test_nn_jit(name, fn):
+    x = jnp.asarray(rand((3, 4), F32, np.random.default_rng(1)))
+    assert_close(kiln.jit(fn)(x), np.asarray(fn(x)), tol=1e-5)
+
+
+# --- dtype rules -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,fn,int_result", [
+    ("relu", nn.relu, "same"),
+    ("relu6", nn.relu6, F32), ("gelu", nn.gelu, F32), ("softplus", nn.softplus, F32),
+    ("log_sigmoid", nn.log_sigmoid, F32), ("soft_sign", nn.soft_sign, F32),
+    ("elu", nn.elu, F32), ("celu", nn.celu, F32), ("selu", nn.selu, F32),
+    ("leaky_relu", nn.leaky_relu, F32), ("hard_sigmoid", nn.hard_sigmoid, F32),
+    ("hard_silu", nn.hard_silu, F32), ("softmax", nn.softmax, F32),
+    ("log_softmax", nn.log_softmax, F32), ("logsumexp", nn.logsumexp, F32),
+    ("tanh", nn.tanh, F32),
+])
+@pytest.mark.parametrize("dtype", [I8, U8, I32], ids=lambda d: d.name)
+def test_integer_inputs(name, fn, int_result, dtype):
+    x = np.array([-2, 0, 3, 5], dtype) if dtype.kind == "i" else np.array([0, 1, 3, 5], dtype)
+    out = fn(jnp.asarray(x))
+    expected_dtype = dtype if int_result == "same" else int_result
+    assert out.dtype == expected_dtype
+    float_out = fn(jnp.asarray(x.astype(np.float32)))
+    assert_close(out, np.asarray(float_out).astype(expected_dtype), tol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [nn.sigmoid, nn.silu, nn.swish, nn.glu])
+def test_logistic_family_rejects_integers(fn):
+    with pytest.raises(TypeError, match="int32"):
+        fn(jnp.asarray(np.array([1, 2], np.int32)))
+
+
+def test_hard_tanh_integers_follow_jax():
+    x = jnp.asarray(np.array([-3, 0, 1, 5], np.int8))
+    out = nn.hard_tanh(x)
+    assert out.dtype == np.int8
+    np.testing.assert_array_equal(np.asarray(out), [-1, 0, 1, 1])
+    # As in JAX, -1 becomes 255 in uint8 arithmetic, so small unsigned values clip to 255.
+    u = nn.hard_tanh(jnp.asarray(np.array([0, 1, 3, 5], np.uint8)))
+    np.testing.assert_array_equal(np.asarray(u), [255, 255, 1, 1])
+
+
+def test_weak_types_and_bool():
+    assert nn.relu(3.0).weak_type and nn.relu(3.0).dtype == np.float32
+    assert not nn.gelu(3.0).weak_type
+    out = nn.relu(jnp.asarray(np.array([True, False])))
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(out), [1, 0])
+    assert nn.relu(jnp.asarray(np.array([-1.0, 2.0], np.float16))).dtype == np.float16
+
+
+def test_complex_logsumexp_and_softmax():
+    z = (rand((5,), F32, np.random.default_rng(2)) +
+         1j * rand((5,), F32, np.random.default_rng(3))).astype(np.complex64)
+    assert_close(nn.logsumexp(jnp.asarray(z)), special.logsumexp(z.astype(np.complex128))
+                 .astype(np.complex64), tol=1e-5)
+    assert nn.softmax(jnp.asarray(z)).dtype == np.complex64
+
+
+# --- stability -------------------------------------------------------------------------------
+
+def test_softmax_and_logsumexp_of_large_values():
+    big = np.array([1000.0, 1000.0, 990.0], np.float32)
+    assert_close(nn.softmax(jnp.asarray(big)), special.softmax(big.astype(np.float64))
+                 .astype(np.float32))
+    assert_close(nn.log_softmax(jnp.asarray(big)), special.log_softmax(big.astype(np.float64))
+                 .astype(np.float32))
+    assert_close(nn.logsumexp(jnp.asarray(big)), np.float32(special.logsumexp(
+        big.astype(np.float64))))
+    small = -big
+    assert_close(nn.logsumexp(jnp.asarray(small)), np.float32(special.logsumexp(
+        small.astype(np.float64))))
+    assert_close(nn.softmax(jnp.asarray(small)), special.softmax(small.astype(np.float64))
+                 .astype(np.float32))
+    h = np.array([60000.0, 60000.0], np.float16)
+    assert_close(nn.softmax(jnp.asarray(h)), np.array([0.5, 0.5], np.float16))
+    assert_close(nn.logsumexp(jnp.asarray(h)), np.float16(60000.0 + np.log(2)))
+
+
+def test_logsumexp_infinities():
+    def lse(values, **kwargs):
+        return float(nn.logsumexp(jnp.asarray(np.array(values, np.float32)), **kwargs))
+    assert lse([-np.inf, -np.inf]) == -np.inf
+    assert lse([np.inf, 1.0]) == np.inf
+    assert lse([np.inf, -np.inf]) == np.inf
+    assert np.isnan(lse([np.nan, 1.0]))
+    assert lse([-np.inf, 0.0]) == 0.0
+    assert float(nn.logsumexp(jnp.asarray(np.zeros(0, np.float32)))) == -np.inf
+    rows = nn.logsumexp(jnp.asarray(np.array([[-np.inf, -np.inf], [0.0, 0.0]], np.float32)),
+                        axis=1)
+    assert_close(rows, np.array([-np.inf, np.log(2)], np.float32))
+
+
+def test_stable_activations_at_extremes():
+    x = jnp.asarray(np.array([-1000.0, -100.0, 0.0, 100.0, 1000.0], np.float32))
+    assert_close(nn.softplus(x), np.array([0.0, 0.0, np.log(2), 100.0, 1000.0], np.float32))
+    assert_close(nn.log_sigmoid(x), np.array([-1000.0, -100.0, -np.log(2), 0.0, 0.0],
+                                             np.float32))
+    assert_close(nn.sigmoid(x), np.array([0.0, 0.0, 0.5, 1.0, 1.0], np.float32))
+    assert_close(nn.elu(x), np.array([-1.0, -1.0, 0.0, 100.0, 1000.0], np.float32))
+    assert np.all(np.isfinite(np.asarray(nn.gelu(x))))
+    assert_close(nn.gelu(x, approximate=False), np.array([0.0, 0.0, 0.0, 100.0, 1000.0],
+                                                         np.float32))
+
+
+# --- logsumexp / softmax options -------------------------------------------------------------
+
+def test_logsumexp_b_and_return_sign():
+    rng = np.random.default_rng(4)
+    a = rand((3, 4), F32, rng)
+    b = rand((3, 4), F32, rng)
+    out, sign = nn.logsumexp(jnp.asarray(a), axis=1, b=jnp.asarray(b), return_sign=True)
+    e_out, e_sign = special.logsumexp(a.astype(np.float64), axis=1, b=b, return_sign=True)
+    assert_close(out, e_out.astype(np.float32))
+    assert_close(sign, e_sign.astype(np.float32))
+    # without return_sign, negative sums are NaN (as in JAX and SciPy)
+    plain = np.asarray(nn.logsumexp(jnp.asarray(a), axis=1, b=jnp.asarray(b)))
+    np.testing.assert_array_equal(np.isnan(plain), e_sign < 0)
+    # b = 0 removes an element, even an infinite one
+    masked = nn.logsumexp(jnp.asarray(np.array([np.inf, 1.0], np.float32)),
+                          b=jnp.asarray(np.array([0.0, 2.0], np.float32)))
+    assert_close(masked, np.float32(1.0 + np.log(2.0)))
+    # b broadcasts
+    assert_close(nn.logsumexp(jnp.asarray(a), b=2.0),
+                 np.float32(special.logsumexp(a.astype(np.float64), b=2.0)))
+
+
+def test_logsumexp_where_and_softmax_where():
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    mask = np.array([[True, False, True], [False, False, True]])
+    out = nn.logsumexp(jnp.asarray(x), axis=1, where=jnp.asarray(mask))
+    expected = [np.logaddexp(1.0, 3.0), 6.0]
+    assert_close(out, np.array(expected, np.float32))
+    sm = nn.softmax(jnp.asarray(x), where=jnp.asarray(mask))
+    e = np.exp(np.where(mask, x, -np.inf))
+    assert_close(sm, (e / e.sum(axis=1, keepdims=True)).astype(np.float32))
+    lsm = np.asarray(nn.log_softmax(jnp.asarray(x), where=jnp.asarray(mask)))
+    assert np.all(lsm[~mask] == -np.inf)
+    assert_close(lsm[mask], np.log(np.asarray(sm)[mask]))
+
+
+def test_softmax_properties():
+    x = rand((4, 5), F32, np.random.default_rng(5))
+    for axis in (0, 1, -1):
+        sm = np.asarray(nn.softmax(jnp.asarray(x), axis=axis))
+        np.testing.assert_allclose(sm.sum(axis=axis), 1.0, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(nn.log_softmax(jnp.asarray(x), axis=axis)),
+                                   np.log(sm), rtol=1e-5, atol=1e-6)
+
+
+def test_standardize():
+    x = rand((3, 5), F32, np.random.default_rng(6))
+    out = nn.standardize(jnp.asarray(x), axis=1)
+    x64 = x.astype(np.float64)
+    expected = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5)
+    assert_close(out, expected.astype(np.float32), tol=1e-4)
+    given = nn.standardize(jnp.asarray(x), axis=0, mean=0.0, variance=1.0, epsilon=0.0)
+    assert_close(given, x)
+    assert nn.normalize is nn.standardize
+
+
+# --- one_hot, glu ----------------------------------------------------------------------------
+
+def test_one_hot():
+    labels = np.array([[0, 2], [1, 5]], np.int32)
+    out = nn.one_hot(jnp.asarray(labels), 3)
+    expected = (labels[..., None] == np.arange(3)).astype(np.float32)
+    assert out.dtype == np.float32 and out.shape == (2, 2, 3)
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    out = nn.one_hot(jnp.asarray(labels), 4, axis=0, dtype=np.int8)
+    assert out.dtype == np.int8 and out.shape == (4, 2, 2)
+    np.testing.assert_array_equal(np.asarray(out),
+                                  np.moveaxis((labels[..., None] == np.arange(4)), -1, 0))
+    neg = nn.one_hot(jnp.asarray(np.array([-1, 3], np.int32)), 3)
+    np.testing.assert_array_equal(np.asarray(neg), np.zeros((2, 3)))
+    floats = nn.one_hot(jnp.asarray(np.array([1.5, 2.0], np.float32)), 3)
+    np.testing.assert_array_equal(np.asarray(floats), [[0, 0, 0], [0, 0, 1]])
+    assert nn.one_hot(2, 4).shape == (4,)
+    assert nn.one_hot(jnp.asarray(np.zeros((0,), np.int32)), 3).shape == (0, 3)
+    text = str(kiln.make_jaxpr(lambda v: nn.one_hot(v, 3))(jnp.asarray(labels)))
+    assert "iota" in text and "eq" in text
+    with pytest.raises(TypeError, match="bool"):
+        nn.one_hot(jnp.asarray(np.array([True])), 2)
+    with pytest.raises(ValueError, match="out of bounds"):
+        nn.one_hot(jnp.asarray(labels), 3, axis=3)
+    with pytest.raises(kiln.core.errors.ConcretizationTypeError, match="num_classes"):
+        kiln.make_jaxpr(lambda v, n: nn.one_hot(v, n))(jnp.asarray(labels), 3)
+
+
+def test_glu():
+    x = rand((2, 6), F32, np.random.default_rng(7))
+    out = nn.glu(jnp.asarray(x))
+    x64 = x.astype(np.float64)
+    assert_close(out, (x64[:, :3] * special.expit(x64[:, 3:])).astype(np.float32))
+    out = nn.glu(jnp.asarray(x.T), axis=0)
+    assert_close(out, (x64.T[:3] * special.expit(x64.T[3:])).astype(np.float32))
+    with pytest.raises(ValueError, match="even"):
+        nn.glu(jnp.asarray(np.ones((2, 3), np.float32)))
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn", [nn.relu, nn.gelu, nn.sigmoid, nn.softmax, nn.log_softmax,
+                                nn.logsumexp, nn.softplus, nn.elu, nn.one_hot, nn.standardize])
+def test_lists_are_rejected(fn):
+    args = ([1.0, 2.0], 3) if fn is nn.one_hot else ([1.0, 2.0],)
+    with pytest.raises(TypeError, match="list"):
+        fn(*args)
+
+
+def test_bad_axis():
+    x = jnp.asarray(np.ones((2, 3), np.float32))
+    for fn in (nn.softmax, nn.log_softmax, nn.logsumexp, nn.glu):
+        with pytest.raises(ValueError, match="axis 2 is out of bounds"):
+            fn(x, axis=2)
