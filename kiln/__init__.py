@@ -6,3 +6,11 @@ from kiln.runtime.array import Array
 from kiln import lax, numpy, nn, tree_util  # noqa: E402  (the public namespaces)
 
 __version__ = "0.1.0"
+
+# jit, callbacks and host/device helpers
+from kiln.transforms.jit import jit  # noqa: E402
+from kiln import debug  # noqa: E402
+from kiln.callbacks import pure_callback, effects_barrier  # noqa: E402
+from kiln.runtime.executable import (block_until_ready, default_backend, device_put,  # noqa: E402
+                                     devices)
+from kiln.runtime.cache import cache_stats as jit_cache_stats  # noqa: E402

@@ -1,7 +1,10 @@
 """kiln.lax: the low-level operations, one per primitive (strict dtypes, explicit shapes)."""
 from kiln.primitives.elementwise import *  # noqa: F401,F403
 from kiln.primitives.shape import *  # noqa: F401,F403
+from kiln.primitives.shape_slice import *  # noqa: F401,F403
 from kiln.primitives.reductions import *  # noqa: F401,F403
 from kiln.primitives.sorting import *  # noqa: F401,F403
 from kiln.primitives.linalg import *  # noqa: F401,F403
 from kiln.primitives.indexing import *  # noqa: F401,F403
+from kiln.primitives.indexing_gather import *  # noqa: F401,F403
+from kiln.primitives.elementwise_math import *  # noqa: F401,F403

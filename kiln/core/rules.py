@@ -20,3 +20,8 @@ def register(registry: dict, prim) -> Callable:
         registry[prim] = fn
         return fn
     return decorate
+
+
+# Appended by the jit work: which primitives have side effects (debug.print, io_callback).
+effects_rules: dict = {}         # prim -> f(**params) -> frozenset of effect names; an equation
+#                                  with effects is never removed, merged, folded or reordered

@@ -1,45 +1,917 @@
-"""Elementwise kiln.numpy functions (NumPy's ufuncs), built from lax with JAX's promotion."""
+"""Elementwise kiln.numpy functions (NumPy's ufuncs and their friends), built from lax with
+NumPy broadcasting and JAX's type promotion.
+
+Conventions (JAX's): unary float functions promote bools and integers to the default float type,
+keeping weak types; integer division and remainder follow Python's floor semantics (with x // 0
+and x % 0 defined, never trapping); comparisons and predicates return bool arrays.
+"""
 from __future__ import annotations
 
+import builtins
+import operator
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
 from kiln import lax
-from kiln.numpy.util import check_arraylike, promote_and_broadcast
+from kiln.core import dtypes
+from kiln.core.trace import Tracer, current_trace_state
+from kiln.numpy.util import (_broadcast_to, broadcast_arrays_for_lax, check_arraylike,
+                             promote_dtypes, promote_dtypes_inexact, promote_dtypes_numeric,
+                             shape as _shape, to_kiln)
+from kiln.runtime.array import Array
 
-__all__ = ["add", "subtract", "multiply", "divide", "true_divide", "negative", "exp", "log",
-           "tanh", "maximum", "minimum", "equal", "not_equal", "less", "less_equal", "greater",
-           "greater_equal"]
+__all__ = [
+    "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder", "mod",
+    "fmod", "divmod", "power", "float_power", "negative", "positive", "abs", "absolute", "fabs",
+    "sign", "floor", "ceil", "trunc", "fix", "rint", "round", "around", "sqrt", "cbrt", "square",
+    "reciprocal", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logaddexp",
+    "logaddexp2", "sin", "cos", "tan", "arcsin", "arccos", "arctan", "arctan2", "sinh", "cosh",
+    "tanh", "arcsinh", "arccosh", "arctanh", "deg2rad", "rad2deg", "degrees", "radians", "hypot",
+    "sinc", "maximum", "minimum", "fmax", "fmin", "clip", "equal", "not_equal", "less",
+    "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_xor",
+    "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "invert",
+    "left_shift", "right_shift", "isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit",
+    "copysign", "nextafter", "heaviside", "real", "imag", "conj", "conjugate", "angle", "gcd",
+    "lcm", "where", "nan_to_num", "isclose", "allclose", "array_equal", "array_equiv", "select",
+    "piecewise", "frexp", "ldexp", "modf", "_astype",
+]
 
 
-def _binary(name: str, lax_fn, inexact: bool = False):
-    def ufunc(x, y, /):
-        x, y = promote_and_broadcast(name, x, y, inexact=inexact)
-        return lax_fn(x, y)
-    ufunc.__name__ = name
-    ufunc.__doc__ = f"Elementwise {name} with NumPy broadcasting and JAX type promotion."
-    return ufunc
+# --- helpers ---------------------------------------------------------------------------------
+
+def _args(name: str, *args: Any) -> list:
+    """Promote to the common dtype (JAX's lattice) and broadcast (rank-0 operands stay)."""
+    check_arraylike(name, *args)
+    return broadcast_arrays_for_lax(*promote_dtypes(*args))
 
 
-def _unary(name: str, lax_fn, inexact: bool = False):
+def _args_inexact(name: str, *args: Any) -> list:
+    """Like _args, then bools and integers go to the default float type."""
+    check_arraylike(name, *args)
+    return broadcast_arrays_for_lax(*promote_dtypes_inexact(*args))
+
+
+def _args_numeric(name: str, *args: Any) -> list:
+    """Like _args, then bools go to the default integer type."""
+    check_arraylike(name, *args)
+    return broadcast_arrays_for_lax(*promote_dtypes_numeric(*args))
+
+
+def _const(x, value, weak: bool | None = None):
+    """A scalar of x's dtype. By default it is as weak as x, so it leaves the weak type of a
+    result alone; weak=False gives the strongly typed constants some JAX functions use (their
+    results are then never weak)."""
+    return lax.convert_element_type(value, x.dtype, x.weak_type if weak is None else weak)
+
+
+def _kind(x) -> str:
+    dtype = x.dtype
+    if dtype == np.bool_:
+        return "b"
+    return "f" if dtype == dtypes.bfloat16 else dtype.kind
+
+
+def _full_bool(x, value: bool, weak: bool = False):
+    return _broadcast_scalar(lax.convert_element_type(value, dtypes.bool_, weak), _shape(x))
+
+
+def _broadcast_scalar(value, shape: tuple):
+    return value if shape == () else _broadcast_to(value, shape)
+
+
+def _where(condition, x, y):
+    """select between same-dtype x and y, broadcasting all three to their common shape."""
+    shapes = [_shape(condition), _shape(x), _shape(y)]
+    target = np.broadcast_shapes(*shapes)
+    x = x if shapes[1] == target else _broadcast_to(x, target)
+    y = y if shapes[2] == target else _broadcast_to(y, target)
+    if shapes[0] not in ((), target):
+        condition = _broadcast_to(condition, target)
+    return lax.select_n(condition, y, x)
+
+
+def _to_bool(x):
+    """x != 0 for non-bool x (the truth value logical_* functions use)."""
+    if x.dtype == np.bool_:
+        return x
+    return lax.ne(x, _const(x, 0, weak=True))
+
+
+def _unary(name: str, lax_fn: Callable, promote: Callable = _args_inexact, doc: str = ""):
     def ufunc(x, /):
-        (x,) = promote_and_broadcast(name, x, inexact=inexact)
+        (x,) = promote(name, x)
         return lax_fn(x)
-    ufunc.__name__ = name
-    ufunc.__doc__ = f"Elementwise {name}."
+    ufunc.__name__ = ufunc.__qualname__ = name
+    ufunc.__doc__ = doc or f"Elementwise {name} (NumPy's `{name}`, JAX's dtype rules)."
     return ufunc
 
 
-add = _binary("add", lax.add)
+def _binary(name: str, lax_fn: Callable, promote: Callable = _args, doc: str = ""):
+    def ufunc(x1, x2, /):
+        x1, x2 = promote(name, x1, x2)
+        return lax_fn(x1, x2)
+    ufunc.__name__ = ufunc.__qualname__ = name
+    ufunc.__doc__ = doc or (f"Elementwise {name} with NumPy broadcasting and JAX type "
+                            "promotion.")
+    return ufunc
+
+
+# --- arithmetic ------------------------------------------------------------------------------
+
+def add(x1, x2, /):
+    """x1 + x2 elementwise (logical OR for booleans)."""
+    x1, x2 = _args("add", x1, x2)
+    return lax.bitwise_or(x1, x2) if x1.dtype == np.bool_ else lax.add(x1, x2)
+
+
+def multiply(x1, x2, /):
+    """x1 * x2 elementwise (logical AND for booleans)."""
+    x1, x2 = _args("multiply", x1, x2)
+    return lax.bitwise_and(x1, x2) if x1.dtype == np.bool_ else lax.mul(x1, x2)
+
+
 subtract = _binary("subtract", lax.sub)
-multiply = _binary("multiply", lax.mul)
-true_divide = divide = _binary("divide", lax.div, inexact=True)
-maximum = _binary("maximum", lax.max)
-minimum = _binary("minimum", lax.min)
-equal = _binary("equal", lax.eq)
-not_equal = _binary("not_equal", lax.ne)
-less = _binary("less", lax.lt)
-less_equal = _binary("less_equal", lax.le)
-greater = _binary("greater", lax.gt)
-greater_equal = _binary("greater_equal", lax.ge)
-negative = _unary("negative", lax.neg)
-exp = _unary("exp", lax.exp, inexact=True)
-log = _unary("log", lax.log, inexact=True)
-tanh = _unary("tanh", lax.tanh, inexact=True)
+true_divide = _binary("true_divide", lax.div, _args_inexact,
+                      "x1 / x2 elementwise; integers divide as floats (default float type).")
+divide = _binary("divide", lax.div, _args_inexact, true_divide.__doc__)
+negative = _unary("negative", lax.neg, _args)
+
+
+def positive(x, /):
+    """+x: the array itself."""
+    (x,) = _args("positive", x)
+    return x
+
+
+def _float_divmod(x1, x2):
+    """Python's float divmod: the quotient is floored, the remainder takes x2's sign."""
+    mod = lax.rem(x1, x2)
+    numerator = _where(lax.eq(x2, _const(x2, 0)), x1, lax.sub(x1, mod))
+    quotient = lax.div(numerator, x2)
+    adjust = lax.bitwise_and(lax.ne(mod, _const(mod, 0)), lax.ne(lax.sign(x2), lax.sign(mod)))
+    mod = _where(adjust, lax.add(mod, x2), mod)
+    quotient = _where(adjust, lax.sub(quotient, _const(quotient, 1)), quotient)
+    return lax.round(quotient), mod
+
+
+def floor_divide(x1, x2, /):
+    """x1 // x2 elementwise, rounding toward -inf. Integer division by zero does not trap:
+    it builds on lax.div's x / 0 == -1."""
+    x1, x2 = _args_numeric("floor_divide", x1, x2)
+    kind = _kind(x1)
+    if kind == "u":
+        return lax.div(x1, x2)
+    if kind == "i":
+        quotient = lax.div(x1, x2)
+        inexact = lax.ne(lax.rem(x1, x2), _const(x1, 0))
+        fix = lax.bitwise_and(lax.ne(lax.sign(x1), lax.sign(x2)), inexact)
+        return _where(fix, lax.sub(quotient, _const(quotient, 1)), quotient)
+    if kind == "c":
+        raise TypeError("floor_divide does not support complex-valued inputs")
+    return _float_divmod(x1, x2)[0]
+
+
+def remainder(x1, x2, /):
+    """x1 % x2 elementwise with the divisor's sign (Python's %); integer x % 0 is 0."""
+    x1, x2 = _args_numeric("remainder", x1, x2)
+    if _kind(x2) in "iu":
+        x2 = _where(lax.eq(x2, _const(x2, 0)), _const(x2, 1), x2)
+    trunc_mod = lax.rem(x1, x2)
+    zero = _const(trunc_mod, 0)
+    fix = lax.bitwise_and(lax.ne(lax.lt(trunc_mod, zero), lax.lt(x2, _const(x2, 0))),
+                          lax.ne(trunc_mod, zero))
+    return _where(fix, lax.add(trunc_mod, x2), trunc_mod)
+
+
+mod = remainder
+
+
+def fmod(x1, x2, /):
+    """The C remainder: the dividend's sign; integer x fmod 0 is 0."""
+    x1, x2 = _args_numeric("fmod", x1, x2)
+    if _kind(x2) in "iu":
+        x2 = _where(lax.eq(x2, _const(x2, 0)), _const(x2, 1), x2)
+    return lax.rem(x1, x2)
+
+
+def divmod(x1, x2, /):  # noqa: A001 (NumPy's name)
+    """(x1 // x2, x1 % x2)."""
+    x1, x2 = _args_numeric("divmod", x1, x2)
+    if _kind(x1) in "iu":
+        return floor_divide(x1, x2), remainder(x1, x2)
+    if _kind(x1) == "c":
+        raise TypeError("divmod does not support complex-valued inputs")
+    return _float_divmod(x1, x2)
+
+
+def _concrete_int(x) -> int | None:
+    """x as a Python int if it is a concrete integer scalar (so power can unroll), else None."""
+    if isinstance(x, Tracer):
+        return None
+    if isinstance(x, (Array, np.ndarray, np.generic)) and (
+            np.ndim(x) != 0 or not (np.asarray(x).dtype.kind in "biu")):
+        return None
+    try:
+        return operator.index(x)
+    except TypeError:
+        return None
+
+
+def _integer_power(x1, x2):
+    """Integers to integer powers by binary exponentiation over the exponent's low 6 bits
+    (any larger exponent overflows unless |x1| <= 1), as JAX computes it."""
+    zero, one = _const(x2, 0), _const(x2, 1)
+    zero_base = lax.bitwise_and(lax.eq(x1, _const(x1, 0)), lax.ne(x2, zero))
+    acc = _where(zero_base, _const(x1, 0), _const(x1, 1))
+    for _ in range(6):
+        odd = lax.ne(lax.bitwise_and(x2, one), zero)
+        acc = _where(odd, lax.mul(acc, x1), acc)
+        x1 = lax.mul(x1, x1)
+        x2 = lax.shift_right_logical(x2, one)
+    return acc
+
+
+def power(x1, x2, /):
+    """x1 ** x2 elementwise. A concrete integer exponent unrolls into multiplications
+    (lax.integer_pow); integer bases with integer exponents stay integers."""
+    check_arraylike("power", x1, x2)
+    exponent = _concrete_int(x2)
+    if exponent is not None:
+        (x1,) = promote_dtypes_numeric(x1)
+        return lax.integer_pow(x1, exponent)
+    base, expo = broadcast_arrays_for_lax(to_kiln(x1), to_kiln(x2))
+    base_n, expo_n = promote_dtypes_numeric(base, expo)
+    if _kind(base_n) in "iu":
+        return _integer_power(*broadcast_arrays_for_lax(base_n, expo_n))
+    if _kind(base) in "fc" and _kind(expo) in "iu":
+        return lax.pow(base, expo)  # no promotion: an integer exponent stays exact
+    return lax.pow(base_n, expo_n)
+
+
+def float_power(x1, x2, /):
+    """x1 ** x2 computed in the widest float type available (float64 only with x64)."""
+    x1, x2 = _args_numeric("float_power", x1, x2)
+    wide = dtypes.complex128 if _kind(x1) == "c" else dtypes.float64
+    dtype = dtypes.canonicalize(wide)
+    x1, x2 = (lax.convert_element_type(x, dtype, x.weak_type) for x in (x1, x2))
+    return lax.pow(x1, x2)
+
+
+def abs(x, /):  # noqa: A001 (NumPy's name)
+    """|x| elementwise; the real dtype for complex x; bools and unsigned ints unchanged."""
+    (x,) = _args("abs", x)
+    return x if _kind(x) in "bu" else lax.abs(x)
+
+
+absolute = abs
+
+
+def fabs(x, /):
+    """|x| as a float (integers promote to the default float type)."""
+    (x,) = _args_inexact("fabs", x)
+    if _kind(x) == "c":
+        raise TypeError("ufunc 'fabs' does not support complex dtypes")
+    return lax.abs(x)
+
+
+sign = _unary("sign", lax.sign, _args, "-1, 0 or 1 by the sign of x (x / |x| for complex); "
+                                        "NaN stays NaN.")
+sqrt = _unary("sqrt", lax.sqrt)
+cbrt = _unary("cbrt", lax.cbrt)
+square = _unary("square", lax.square, _args_numeric, "x * x (bools become integers).")
+reciprocal = _unary("reciprocal", lambda x: lax.integer_pow(x, -1), doc="1 / x as a float.")
+
+# --- rounding --------------------------------------------------------------------------------
+
+
+def _keep_integers(name: str, lax_fn: Callable, doc: str):
+    def ufunc(x, /):
+        (x,) = _args(name, x)
+        return x if _kind(x) in "biu" else lax_fn(x)
+    ufunc.__name__ = ufunc.__qualname__ = name
+    ufunc.__doc__ = doc
+    return ufunc
+
+
+def _trunc(x):
+    return _where(lax.lt(x, _const(x, 0)), lax.ceil(x), lax.floor(x))
+
+
+floor = _keep_integers("floor", lax.floor, "The largest integer <= x (integers unchanged).")
+ceil = _keep_integers("ceil", lax.ceil, "The smallest integer >= x (integers unchanged).")
+trunc = _keep_integers("trunc", _trunc, "x rounded toward zero (integers unchanged).")
+fix = _keep_integers("fix", _trunc, "x rounded toward zero; the same as trunc.")
+
+
+def rint(x, /):
+    """x rounded to the nearest integer, ties to even, as a float."""
+    check_arraylike("rint", x)
+    x = to_kiln(x)
+    if _kind(x) in "biu":  # integers need no rounding, only a (strongly typed) float
+        return lax.convert_element_type(x, dtypes.default_float(), False)
+    if _kind(x) == "c":
+        return lax.complex(lax.round(lax.real(x), 1), lax.round(lax.imag(x), 1))
+    return lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
+
+
+def round(a, decimals: int = 0, out=None):  # noqa: A001 (NumPy's name)
+    """a rounded to `decimals` decimal places, ties to even (integers: decimals >= 0 only)."""
+    check_arraylike("round", a)
+    (a,) = promote_dtypes(a)
+    decimals = operator.index(decimals)
+    if out is not None:
+        raise NotImplementedError("The 'out' argument to jnp.round is not supported.")
+    kind = _kind(a)
+    if kind in "iu":
+        if decimals < 0:
+            raise NotImplementedError("integer np.round not implemented for decimals < 0")
+        return a
+    if kind == "b":
+        raise ValueError("jnp.round does not accept bool arrays; convert with astype first.")
+    dtype = a.dtype
+    if decimals > np.log10(float(dtypes.finfo(dtype).max)):
+        return a  # rounding beyond the type's precision changes nothing
+
+    def round_real(x):
+        if decimals == 0:
+            return lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
+        # Scale, round, unscale; small floats scale in float32 so 10**decimals stays exact.
+        wide = lax.convert_element_type(x, dtypes.float32, x.weak_type) \
+            if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
+        factor = _const(wide, 10.0 ** decimals)
+        scaled = lax.round(lax.mul(wide, factor), lax.RoundingMethod.TO_NEAREST_EVEN)
+        return lax.convert_element_type(lax.div(scaled, factor), x.dtype, x.weak_type)
+
+    if kind == "c":
+        return lax.complex(round_real(lax.real(a)), round_real(lax.imag(a)))
+    return round_real(a)
+
+
+around = round
+
+# --- exponentials, logarithms, trigonometry --------------------------------------------------
+exp = _unary("exp", lax.exp)
+exp2 = _unary("exp2", lax.exp2)
+expm1 = _unary("expm1", lax.expm1, doc="exp(x) - 1, accurate for small x.")
+log = _unary("log", lax.log)
+log1p = _unary("log1p", lax.log1p, doc="log(1 + x), accurate for small x.")
+log2 = _unary("log2", lambda x: lax.div(lax.log(x), _const(x, np.log(2), weak=False)))
+log10 = _unary("log10", lambda x: lax.div(lax.log(x), _const(x, np.log(10), weak=False)))
+sin, cos, tan = _unary("sin", lax.sin), _unary("cos", lax.cos), _unary("tan", lax.tan)
+arcsin, arccos = _unary("arcsin", lax.asin), _unary("arccos", lax.acos)
+arctan = _unary("arctan", lax.atan)
+sinh, cosh, tanh = _unary("sinh", lax.sinh), _unary("cosh", lax.cosh), _unary("tanh", lax.tanh)
+arcsinh, arccosh = _unary("arcsinh", lax.asinh), _unary("arccosh", lax.acosh)
+arctanh = _unary("arctanh", lax.atanh)
+arctan2 = _binary("arctan2", lax.atan2, _args_inexact,
+                  "The angle of the point (x2, x1) in (-pi, pi].")
+deg2rad = _unary("deg2rad", lambda x: lax.mul(x, _const(x, np.pi / 180)),
+                 doc="Degrees to radians.")
+radians = _unary("radians", deg2rad, doc="Degrees to radians.")
+rad2deg = _unary("rad2deg", lambda x: lax.mul(x, _const(x, 180 / np.pi)),
+                 doc="Radians to degrees.")
+degrees = _unary("degrees", rad2deg, doc="Radians to degrees.")
+
+
+def _logaddexp(x1, x2, log1p_of_exp: Callable):
+    if _kind(x1) == "c":
+        raise TypeError("logaddexp of complex inputs is not supported")
+    larger = lax.max(x1, x2)
+    delta = lax.sub(x1, x2)
+    # Equal infinities make delta NaN; then x1 + x2 gives the right +-inf (or NaN).
+    return _where(lax.ne(delta, delta), lax.add(x1, x2),
+                  lax.add(larger, log1p_of_exp(lax.neg(lax.abs(delta)))))
+
+
+def logaddexp(x1, x2, /):
+    """log(exp(x1) + exp(x2)) without overflow."""
+    x1, x2 = _args_inexact("logaddexp", x1, x2)
+    return _logaddexp(x1, x2, lambda d: lax.log1p(lax.exp(d)))
+
+
+def logaddexp2(x1, x2, /):
+    """log2(2**x1 + 2**x2) without overflow."""
+    x1, x2 = _args_inexact("logaddexp2", x1, x2)
+    return _logaddexp(x1, x2, lambda d: lax.div(lax.log1p(lax.exp2(d)), _const(d, np.log(2))))
+
+
+def hypot(x1, x2, /):
+    """sqrt(x1**2 + x2**2) without intermediate overflow."""
+    x1, x2 = _args_inexact("hypot", x1, x2)
+    if _kind(x1) == "c":
+        raise TypeError("hypot does not support complex-valued inputs")
+    x1, x2 = lax.abs(x1), lax.abs(x2)
+    either_inf = lax.bitwise_or(isinf(x1), isinf(x2))
+    big, small = lax.max(x1, x2), lax.min(x1, x2)
+    big_is_zero = lax.eq(big, _const(big, 0))
+    ratio = lax.div(small, _where(big_is_zero, _const(big, 1), big))
+    out = _where(big_is_zero, big,
+                 lax.mul(big, lax.sqrt(lax.add(_const(ratio, 1), lax.square(ratio)))))
+    return _where(either_inf, _const(out, np.inf), out)
+
+
+def sinc(x, /):
+    """sin(pi x) / (pi x), with sinc(0) = 1."""
+    (x,) = _args_inexact("sinc", x)
+    is_zero = lax.eq(x, _const(x, 0))
+    pi_x = lax.mul(_const(x, np.pi), x)
+    safe = _where(is_zero, _const(x, 1), pi_x)
+    return _where(is_zero, _const(x, 1), lax.div(lax.sin(safe), safe))
+
+
+# --- comparisons, extrema, clip --------------------------------------------------------------
+maximum = _binary("maximum", lax.max, doc="The elementwise maximum; NaN propagates.")
+minimum = _binary("minimum", lax.min, doc="The elementwise minimum; NaN propagates.")
+
+
+def fmax(x1, x2, /):
+    """The elementwise maximum, ignoring NaN where the other argument is a number."""
+    x1, x2 = _args("fmax", x1, x2)
+    return _where(lax.bitwise_or(lax.gt(x1, x2), isnan(x2)), x1, x2)
+
+
+def fmin(x1, x2, /):
+    """The elementwise minimum, ignoring NaN where the other argument is a number."""
+    x1, x2 = _args("fmin", x1, x2)
+    return _where(lax.bitwise_or(lax.lt(x1, x2), isnan(x2)), x1, x2)
+
+
+def clip(arr=None, /, min=None, max=None, *, a=None, a_min=None, a_max=None):  # noqa: A002
+    """arr limited to [min, max] (either may be None). Also accepts NumPy 1's a/a_min/a_max."""
+    if a is not None:
+        if arr is not None:
+            raise TypeError("clip got the array twice (positionally and as a=)")
+        arr = a
+    if a_min is not None:
+        if min is not None:
+            raise TypeError("clip got both min and a_min; pass only min")
+        min = a_min
+    if a_max is not None:
+        if max is not None:
+            raise TypeError("clip got both max and a_max; pass only max")
+        max = a_max
+    if arr is None:
+        raise TypeError("clip() missing the array argument")
+    check_arraylike("clip", arr, *(v for v in (min, max) if v is not None))
+    if builtins.any(v is not None and dtypes.is_complex(dtypes.dtype_and_weak_of(v)[0])
+                    for v in (arr, min, max)):
+        raise ValueError("Clip received a complex value either through the input or the "
+                         "min/max keywords. Complex values have no ordering and cannot be "
+                         "clipped. Use the real or imaginary parts with jnp.real / jnp.imag.")
+    out = arr
+    if min is not None:
+        out = maximum(min, out)
+    if max is not None:
+        out = minimum(max, out)
+    return out if min is not None or max is not None else to_kiln(arr)
+
+
+equal = _binary("equal", lax.eq, doc="x1 == x2 elementwise.")
+not_equal = _binary("not_equal", lax.ne, doc="x1 != x2 elementwise.")
+less = _binary("less", lax.lt, doc="x1 < x2 elementwise.")
+less_equal = _binary("less_equal", lax.le, doc="x1 <= x2 elementwise.")
+greater = _binary("greater", lax.gt, doc="x1 > x2 elementwise.")
+greater_equal = _binary("greater_equal", lax.ge, doc="x1 >= x2 elementwise.")
+
+# --- logical and bitwise ---------------------------------------------------------------------
+
+
+def _logical(name: str, lax_fn: Callable):
+    def ufunc(x1, x2, /):
+        check_arraylike(name, x1, x2)
+        x1, x2 = broadcast_arrays_for_lax(_to_bool(to_kiln(x1)), _to_bool(to_kiln(x2)))
+        return lax_fn(x1, x2)
+    ufunc.__name__ = ufunc.__qualname__ = name
+    ufunc.__doc__ = f"The truth value of x1 {name[8:].upper()} x2 elementwise (as bools)."
+    return ufunc
+
+
+logical_and = _logical("logical_and", lax.bitwise_and)
+logical_or = _logical("logical_or", lax.bitwise_or)
+logical_xor = _logical("logical_xor", lax.bitwise_xor)
+
+
+def logical_not(x, /):
+    """The truth value of NOT x elementwise."""
+    check_arraylike("logical_not", x)
+    return lax.bitwise_not(_to_bool(to_kiln(x)))
+
+
+bitwise_and = _binary("bitwise_and", lax.bitwise_and)
+bitwise_or = _binary("bitwise_or", lax.bitwise_or)
+bitwise_xor = _binary("bitwise_xor", lax.bitwise_xor)
+bitwise_not = _unary("bitwise_not", lax.bitwise_not, _args, "~x (logical NOT for bools).")
+invert = _unary("invert", lax.bitwise_not, _args, "~x (logical NOT for bools).")
+left_shift = _binary("left_shift", lax.shift_left, _args_numeric,
+                     "x1 << x2; shifting by the bit width or more gives 0.")
+
+
+def right_shift(x1, x2, /):
+    """x1 >> x2: arithmetic for signed integers, logical for unsigned ones."""
+    x1, x2 = _args_numeric("right_shift", x1, x2)
+    if _kind(x1) == "u":
+        return lax.shift_right_logical(x1, x2)
+    return lax.shift_right_arithmetic(x1, x2)
+
+
+# --- predicates on floats --------------------------------------------------------------------
+
+
+def isnan(x, /):
+    """True where x is NaN (either part, for complex x)."""
+    (x,) = _args("isnan", x)
+    kind = _kind(x)
+    if kind == "c":
+        return lax.bitwise_or(isnan(lax.real(x)), isnan(lax.imag(x)))
+    return lax.ne(x, x) if kind == "f" else _full_bool(x, False, x.weak_type)
+
+
+def isinf(x, /):
+    """True where x is +inf or -inf (either part, for complex x)."""
+    (x,) = _args("isinf", x)
+    kind = _kind(x)
+    if kind == "c":
+        return lax.bitwise_or(isinf(lax.real(x)), isinf(lax.imag(x)))
+    return lax.eq(lax.abs(x), _const(x, np.inf, weak=False)) if kind == "f" else \
+        _full_bool(x, False)
+
+
+def isfinite(x, /):
+    """True where x is neither infinite nor NaN."""
+    (x,) = _args("isfinite", x)
+    kind = _kind(x)
+    if kind == "c":
+        return lax.bitwise_and(lax.is_finite(lax.real(x)), lax.is_finite(lax.imag(x)))
+    return lax.is_finite(x) if kind == "f" else _full_bool(x, True)
+
+
+def _isinf_with_sign(name: str, value: float):
+    def ufunc(x, /):
+        (x,) = _args(name, x)
+        kind = _kind(x)
+        if kind == "c":
+            raise ValueError("isposinf/isneginf are not well defined for complex types")
+        return lax.eq(x, _const(x, value, weak=False)) if kind == "f" else \
+            _full_bool(x, False)
+    ufunc.__name__ = ufunc.__qualname__ = name
+    ufunc.__doc__ = f"True where x is {'+' if value > 0 else '-'}inf."
+    return ufunc
+
+
+isposinf = _isinf_with_sign("isposinf", np.inf)
+isneginf = _isinf_with_sign("isneginf", -np.inf)
+
+
+def signbit(x, /):
+    """True where the sign bit is set (so also for -0.0 and negative NaNs)."""
+    (x,) = _args("signbit", x)
+    kind = _kind(x)
+    if kind == "i":
+        return lax.lt(x, _const(x, 0, weak=False))
+    if kind in "bu":
+        return _full_bool(x, False)
+    if kind == "c":
+        raise ValueError("signbit is not well defined for complex types")
+    bits = lax.bitcast_convert_type(x, np.dtype(f"u{x.dtype.itemsize}"))
+    top = lax.shift_right_logical(bits, _const(bits, 8 * x.dtype.itemsize - 1))
+    return lax.ne(top, _const(top, 0))
+
+
+def copysign(x1, x2, /):
+    """|x1| with the sign (bit) of x2."""
+    x1, x2 = _args_inexact("copysign", x1, x2)
+    if _kind(x1) == "c":
+        raise TypeError("copysign does not support complex-valued inputs")
+    magnitude = lax.abs(x1)
+    return _where(signbit(x2), lax.neg(magnitude), magnitude)
+
+
+nextafter = _binary("nextafter", lax.nextafter, _args_inexact,
+                    "The next representable float after x1 in the direction of x2.")
+
+
+def heaviside(x1, x2, /):
+    """0 where x1 < 0, 1 where x1 > 0, x2 where x1 == 0 (or NaN)."""
+    x1, x2 = _args_inexact("heaviside", x1, x2)
+    zero = _const(x1, 0)
+    positive_part = _where(lax.gt(x1, zero), _const(x1, 1), x2)
+    return _where(lax.lt(x1, zero), zero, positive_part)
+
+
+# --- complex parts ---------------------------------------------------------------------------
+
+
+def real(val, /):
+    """The real part (the array itself for real dtypes)."""
+    (val,) = _args("real", val)
+    return lax.real(val) if _kind(val) == "c" else val
+
+
+def imag(val, /):
+    """The imaginary part (zeros of the same dtype for real dtypes)."""
+    (val,) = _args("imag", val)
+    if _kind(val) == "c":
+        return lax.imag(val)
+    return _broadcast_scalar(_const(val, 0), _shape(val))
+
+
+def conjugate(x, /):
+    """The complex conjugate (the array itself for real dtypes)."""
+    (x,) = _args("conjugate", x)
+    return lax.conj(x) if _kind(x) == "c" else x
+
+
+conj = conjugate
+
+
+def angle(z, deg: bool = False):
+    """The angle of complex z in radians (degrees if deg=True); 0 or pi for real z."""
+    (z,) = _args("angle", z)
+    re, im = real(z), imag(z)
+    if _kind(re) != "f" or (_kind(z) == "f" and not _shape(z)):
+        # As in JAX, a real scalar's angle comes out strongly typed.
+        dtype = re.dtype if _kind(re) == "f" else dtypes.default_float()
+        re, im = (lax.convert_element_type(v, dtype, False) for v in (re, im))
+    out = lax.atan2(im, re)
+    return rad2deg(out) if deg else out
+
+
+# --- integer number theory -------------------------------------------------------------------
+
+
+def _gcd_values(x1, x2):
+    """Euclid's algorithm on |x1|, |x2|, elementwise. Eagerly it stops when every pair is done;
+    under tracing it unrolls the worst-case step count for the dtype (Fibonacci bound)."""
+    a, b = abs(x1), abs(x2)
+    zero, one = _const(b, 0), _const(b, 1)
+
+    def step(a, b):
+        nonzero = lax.ne(b, zero)
+        remainder_ = lax.rem(a, _where(nonzero, b, one))
+        return _where(nonzero, b, a), _where(nonzero, remainder_, zero)
+
+    if current_trace_state.trace is None:
+        while np.any(np.asarray(b) != 0):
+            a, b = step(a, b)
+        return a
+    for _ in range(int(1.45 * 8 * a.dtype.itemsize) + 2):
+        a, b = step(a, b)
+    return a
+
+
+def _integer_args(name: str, x1, x2) -> list:
+    x1, x2 = _args(name, x1, x2)
+    if _kind(x1) not in "iu":
+        raise ValueError(f"Arguments to kiln.numpy.{name} must be integers.")
+    return [x1, x2]
+
+
+def gcd(x1, x2, /):
+    """The greatest common divisor of |x1| and |x2| (0 when both are 0)."""
+    x1, x2 = _integer_args("gcd", x1, x2)
+    target = np.broadcast_shapes(_shape(x1), _shape(x2))
+    x1, x2 = (x if _shape(x) == target else _broadcast_to(x, target) for x in (x1, x2))
+    return _gcd_values(x1, x2)
+
+
+def lcm(x1, x2, /):
+    """The least common multiple of |x1| and |x2| (0 when either is 0)."""
+    x1, x2 = _integer_args("lcm", x1, x2)
+    divisor = gcd(x1, x2)
+    safe = _where(lax.eq(divisor, _const(divisor, 0)), _const(divisor, 1), divisor)
+    multiple = abs(multiply(x1, floor_divide(x2, safe)))
+    return _where(lax.eq(divisor, _const(divisor, 0)), _const(divisor, 0), multiple)
+
+
+# --- selection -------------------------------------------------------------------------------
+
+
+def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
+    """x where condition else y, broadcasting all three. With only a condition this is
+    nonzero(condition, size=..., fill_value=...)."""
+    if x is None and y is None:
+        from kiln import numpy as jnp
+        if not hasattr(jnp, "nonzero"):
+            raise NotImplementedError("jnp.where(condition) with one argument is "
+                                      "jnp.nonzero(condition); call that instead.")
+        return jnp.nonzero(condition, size=size, fill_value=fill_value)
+    if x is None or y is None:
+        raise ValueError("Either both or neither of the x and y arguments should be provided "
+                         f"to kiln.numpy.where, got {x} and {y}.")
+    if size is not None or fill_value is not None:
+        raise ValueError("size and fill_value only apply to the one-argument form of where.")
+    check_arraylike("where", condition, x, y)
+    x, y = promote_dtypes(x, y)
+    return _where(_to_bool(to_kiln(condition)), x, y)
+
+
+def select(condlist: Sequence, choicelist: Sequence, default=0):
+    """choicelist[i] where condlist[i] is the first true condition, else default."""
+    if len(condlist) != len(choicelist):
+        raise ValueError(f"condlist must have length equal to choicelist ({len(condlist)} vs "
+                         f"{len(choicelist)})")
+    if not condlist:
+        raise ValueError("condlist must be non-empty")
+    check_arraylike("select", *condlist, *choicelist, default)
+    default, *choices = promote_dtypes(default, *choicelist)
+    out = default
+    # Walk backwards so the first true condition wins.
+    for cond, choice in zip(reversed(condlist), reversed(choices)):
+        cond = to_kiln(cond)
+        if cond.dtype != np.bool_:
+            raise TypeError(f"select condlist entries must be boolean arrays, got "
+                            f"{cond.dtype.name}")
+        out = _where(cond, choice, out)
+    return out
+
+
+def piecewise(x, condlist, funclist, *args, **kw):
+    """funclist[i](x) where condlist[i] holds (later conditions win, as in NumPy); a trailing
+    extra function or value is the default. Functions must be elementwise: each is evaluated
+    on the whole array, then the results are selected."""
+    check_arraylike("piecewise", x)
+    x = to_kiln(x)
+    if isinstance(condlist, (Array, Tracer, np.ndarray)) and condlist.ndim == x.ndim:
+        condlist = [condlist]
+    conds = [to_kiln(c) for c in condlist]
+    if len(funclist) == len(conds) + 1:
+        default_fn, funclist = funclist[-1], funclist[:-1]
+    elif len(funclist) == len(conds):
+        default_fn = 0
+    else:
+        raise ValueError(f"with {len(conds)} condition(s), either {len(conds)} or "
+                         f"{len(conds) + 1} functions are expected, got {len(funclist)}")
+
+    def value(f):
+        out = f(x, *args, **kw) if callable(f) else f
+        return lax.convert_element_type(out, x.dtype) if not isinstance(out, (Array, Tracer)) \
+            or out.dtype != x.dtype else out
+
+    out = value(default_fn)
+    out = out if _shape(out) == x.shape else _broadcast_to(out, x.shape)
+    for cond, f in zip(conds, funclist):
+        out = _where(cond, value(f), out)
+    return out
+
+
+# --- NaN handling and closeness --------------------------------------------------------------
+
+
+def nan_to_num(x, copy: bool = True, nan=0.0, posinf=None, neginf=None):
+    """NaN -> nan, +inf -> posinf (default: the dtype's max), -inf -> neginf (default: min)."""
+    del copy  # kiln arrays are immutable: there is nothing to copy
+    (x,) = _args("nan_to_num", x)
+    kind = _kind(x)
+    if kind == "c":
+        parts = (nan_to_num(part, nan=nan, posinf=posinf, neginf=neginf)
+                 for part in (lax.real(x), lax.imag(x)))
+        return lax.complex(*parts)
+    if kind != "f":
+        return x
+    info = dtypes.finfo(x.dtype)
+    posinf = float(info.max) if posinf is None else posinf
+    neginf = float(info.min) if neginf is None else neginf
+    out = _where(isnan(x), _const(x, nan, weak=False), x)
+    out = _where(lax.eq(out, _const(out, np.inf)), _const(out, posinf, weak=False), out)
+    return _where(lax.eq(out, _const(out, -np.inf)), _const(out, neginf, weak=False), out)
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
+    """|a - b| <= atol + rtol * |b| elementwise; infinities are close only to themselves."""
+    a, b = _args_inexact("isclose", a, b)
+    real_dtype = np.dtype(np.zeros((), a.dtype).real.dtype) if _kind(a) == "c" else a.dtype
+    rtol = lax.convert_element_type(rtol, real_dtype)
+    atol = lax.convert_element_type(atol, real_dtype)
+    in_range = lax.le(lax.abs(lax.sub(a, b)), lax.add(atol, lax.mul(rtol, lax.abs(b))))
+    out = lax.bitwise_or(lax.eq(a, b), lax.bitwise_and(isfinite(b), in_range))
+    if equal_nan:
+        out = lax.bitwise_or(out, lax.bitwise_and(isnan(a), isnan(b)))
+    return out
+
+
+def _all(x):
+    from kiln.numpy import all as all_
+    return all_(x)
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
+    """Whether every element of a is close to b (see isclose); a 0-d bool array."""
+    return _all(isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def _as_array(x):
+    from kiln.numpy import asarray
+    return x if isinstance(x, (Array, Tracer)) else asarray(x)
+
+
+def array_equal(a1, a2, equal_nan: bool = False):
+    """Whether a1 and a2 have the same shape and elements (a 0-d bool array). Lists are
+    accepted, as in NumPy."""
+    a1, a2 = _as_array(a1), _as_array(a2)
+    if _shape(a1) != _shape(a2):
+        return lax.full((), False, dtypes.bool_)
+    a1, a2 = promote_dtypes(a1, a2)
+    same = lax.eq(a1, a2)
+    if equal_nan:
+        same = lax.bitwise_or(same, lax.bitwise_and(isnan(a1), isnan(a2)))
+    return _all(same)
+
+
+def array_equiv(a1, a2):
+    """Whether a1 and a2 are equal after broadcasting (False if they cannot broadcast)."""
+    a1, a2 = _as_array(a1), _as_array(a2)
+    try:
+        np.broadcast_shapes(_shape(a1), _shape(a2))
+    except ValueError:
+        return lax.full((), False, dtypes.bool_)
+    return _all(equal(a1, a2))
+
+
+# --- float decomposition ---------------------------------------------------------------------
+# (mantissa bits, exponent bias) of each float dtype's bit layout
+_LAYOUT = {dtypes.float16: (10, 15), dtypes.bfloat16: (7, 127), dtypes.float32: (23, 127),
+           dtypes.float64: (52, 1023)}
+
+
+def frexp(x, /):
+    """(mantissa, exponent) with x = mantissa * 2**exponent, 0.5 <= |mantissa| < 1 (int32
+    exponents; 0, inf and NaN give themselves and 0)."""
+    (x,) = _args_inexact("frexp", x)
+    if _kind(x) == "c":
+        raise TypeError("frexp does not support complex-valued inputs")
+    mant_bits, bias = _LAYOUT[x.dtype]
+    uint = np.dtype(f"u{x.dtype.itemsize}")
+    exponent_mask = (1 << (8 * x.dtype.itemsize - 1 - mant_bits)) - 1
+    # Scale subnormals into the normal range first so their exponent field is meaningful.
+    subnormal = lax.bitwise_and(lax.lt(lax.abs(x), _const(x, dtypes.finfo(x.dtype).tiny)),
+                                lax.ne(x, _const(x, 0)))
+    scale = mant_bits + 2
+    scaled = _where(subnormal, lax.mul(x, _const(x, 2.0 ** scale)), x)
+    bits = lax.bitcast_convert_type(scaled, uint)
+    field = lax.bitwise_and(lax.shift_right_logical(bits, _const(bits, mant_bits)),
+                            _const(bits, exponent_mask))
+    exponent = lax.convert_element_type(field, dtypes.int32)
+    exponent = lax.sub(exponent, _const(exponent, bias - 1))
+    exponent = _where(subnormal, lax.sub(exponent, _const(exponent, scale)), exponent)
+    keep = _const(bits, ~(exponent_mask << mant_bits) & ((1 << 8 * x.dtype.itemsize) - 1))
+    half = _const(bits, (bias - 1) << mant_bits)
+    mantissa = lax.bitcast_convert_type(lax.bitwise_or(lax.bitwise_and(bits, keep), half),
+                                        x.dtype)
+    special = lax.bitwise_or(lax.eq(x, _const(x, 0)), lax.bitwise_not(lax.is_finite(x)))
+    return (_where(special, x, mantissa),
+            _where(special, _const(exponent, 0), exponent))
+
+
+def _exp2_int(n, dtype: np.dtype):
+    """2.0**n for integer n in the normal exponent range of dtype (float32/float64), exactly."""
+    mant_bits, bias = _LAYOUT[dtype]
+    int_type = np.dtype(f"i{dtype.itemsize}")
+    field = lax.add(lax.convert_element_type(n, int_type), lax.convert_element_type(bias,
+                                                                                    int_type))
+    return lax.bitcast_convert_type(lax.shift_left(field, _const(field, mant_bits)), dtype)
+
+
+def ldexp(x1, x2, /):
+    """x1 * 2**x2 for integer x2, exact (rounded once) over the whole float range."""
+    check_arraylike("ldexp", x1, x2)
+    if _kind(to_kiln(x2)) not in "biu":
+        raise ValueError(f"ldexp: x2 must be an integer array, got dtype "
+                         f"{dtypes.dtype_and_weak_of(x2)[0].name}")
+    (x1,) = promote_dtypes_inexact(x1)
+    if _kind(x1) == "c":
+        raise TypeError("ldexp does not support complex-valued inputs")
+    x1, x2 = broadcast_arrays_for_lax(x1, to_kiln(x2))
+    dtype = x1.dtype
+    # float16/bfloat16 compute in float32 (whose range covers every result) and round once.
+    work = dtypes.float32 if dtype.itemsize < 4 else dtype
+    mant_bits, bias = _LAYOUT[work]
+    limit = 3 * (bias - 1)  # beyond this every finite x1 over- or underflows anyway
+    n = lax.convert_element_type(x2, dtypes.int32 if work.itemsize == 4 else dtypes.int64)
+    n = lax.clamp(_const(n, -limit), n, _const(n, limit))
+    # Three factors, each a normal power of two, so no factor over- or underflows by itself.
+    third = lax.div(n, _const(n, 3))
+    rest = lax.sub(n, lax.mul(third, _const(n, 2)))
+    out = lax.convert_element_type(x1, work, False)
+    for k in (third, third, rest):
+        out = lax.mul(out, _exp2_int(k, work))
+    return lax.convert_element_type(out, dtype, False)
+
+
+def modf(x, /):
+    """(fractional part, integral part), both with x's sign."""
+    (x,) = _args_inexact("modf", x)
+    whole = _where(lax.ge(x, _const(x, 0)), lax.floor(x), lax.ceil(x))
+    return lax.sub(x, whole), whole
+
+
+# --- dtype conversion (the .astype method) ---------------------------------------------------
+
+
+def _astype(x, dtype, copy: bool = False, device=None):
+    """x converted to `dtype` (strongly typed): the .astype method of kiln arrays."""
+    del copy, device  # arrays are immutable and there is one device
+    check_arraylike("astype", x)
+    if dtype is None:
+        dtype = dtypes.default_float()
+    return lax.convert_element_type(to_kiln(x), dtypes.canonicalize(dtype), False)

@@ -1,87 +1,400 @@
-"""Elementwise primitives: arithmetic, comparisons, transcendental functions, select and
-dtype conversion. Each block holds all the rules of one primitive."""
+"""Elementwise primitives: arithmetic, rounding, comparisons, bitwise ops and shifts, complex
+parts, select/clamp and dtype conversion. Transcendental and special functions live in
+elementwise_math.py. Each block holds all the rules of one primitive.
+
+Weak types follow JAX: a result is weakly typed exactly when every operand is (this holds for
+comparisons too, whose boolean result is then weak), which is also the default eager rule.
+Integer arithmetic follows XLA: division truncates toward zero, x / 0 == -1, x % 0 == x,
+INT_MIN / -1 == INT_MIN, and shifts by at least the bit width give 0 (or the sign fill).
+"""
 from __future__ import annotations
+
+import builtins
+import enum
+from typing import Callable
 
 import numpy as np
 
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
-from kiln.primitives.base import (ANY, BOOL, COMPLEX, FLOAT, INEXACT, INT, INTEGRAL, NUMBER,
-                                  broadcast_scalar_shapes, check_dtype, ignore_fp_errors,
-                                  lax_operands, standard_binop, standard_unop, to_bool)
+from kiln.primitives.base import (ANY, BOOL, COMPLEX, FLOAT, INT, INTEGRAL, NUMBER,
+                                  SINT, broadcast_scalar_shapes, check_dtype, check_same_dtypes,
+                                  lax_operands, real_dtype, to_bool)
 
 __all__ = [
-    "add", "sub", "mul", "div", "rem", "neg", "max", "min", "pow", "exp", "log", "tanh",
-    "eq", "ne", "lt", "le", "gt", "ge", "bitwise_not", "bitwise_and", "bitwise_or",
-    "bitwise_xor", "select_n", "select", "convert_element_type",
+    "add", "sub", "mul", "div", "rem", "neg", "max", "min", "integer_pow", "abs", "sign",
+    "floor", "ceil", "round", "RoundingMethod", "is_finite", "nextafter",
+    "eq", "ne", "lt", "le", "gt", "ge",
+    "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "population_count", "clz",
+    "shift_left", "shift_right_logical", "shift_right_arithmetic",
+    "real", "imag", "conj", "complex",
+    "select_n", "select", "clamp", "convert_element_type", "bitcast_convert_type",
 ]
 
+_SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16)
+ORDERED = (BOOL, INT, FLOAT)  # dtypes with a total order (lt, max, clamp)
+
+
+# --- constructors ----------------------------------------------------------------------------
+
+def naryop(name: str, impl: Callable, allowed, result_dtype: Callable | None = None,
+           nargs: int = 2) -> Primitive:
+    """An elementwise op of `nargs` same-dtype operands (rank-0 operands broadcast). The result
+    dtype is `result_dtype(dtype)` (default: the operands'); it is weak iff all operands are."""
+    prim = Primitive(name)
+
+    def abstract_eval(*avals: ShapedArray, **params) -> ShapedArray:
+        if len(avals) != nargs:
+            raise TypeError(f"{name} takes {nargs} operand{'s' if nargs > 1 else ''}, "
+                            f"got {len(avals)}")
+        check_same_dtypes(name, *avals)
+        check_dtype(name, avals[0].dtype, allowed)
+        shape = broadcast_scalar_shapes(name, *avals)
+        dtype = result_dtype(avals[0].dtype) if result_dtype else avals[0].dtype
+        return ShapedArray(shape, dtype, builtins.all(a.weak_type for a in avals))
+
+    prim.def_impl(impl)
+    prim.def_abstract_eval(abstract_eval)
+    return prim
+
+
+def unop(name: str, impl: Callable, allowed, result_dtype: Callable | None = None) -> Primitive:
+    return naryop(name, impl, allowed, result_dtype, nargs=1)
+
+
+def quiet(fn: Callable) -> Callable:
+    """Run a NumPy impl without floating-point warnings: like XLA, return inf/nan silently."""
+    def impl(*args, **params):
+        with np.errstate(all="ignore"):
+            return fn(*args, **params)
+    impl.__name__ = getattr(fn, "__name__", "impl")
+    return impl
+
+
+def via_float32(fn: Callable) -> Callable:
+    """Evaluate `fn` on float16/bfloat16 operands in float32 and round once, as NumPy and
+    ml_dtypes do; wider dtypes are computed natively. The result keeps the operand dtype
+    family (a complex result of a real op keeps `fn`'s own dtype)."""
+    def impl(*args, **params):
+        dtype = args[0].dtype
+        with np.errstate(all="ignore"):
+            if dtype in _SMALL_FLOATS:
+                wide = [a.astype(np.float32) if a.dtype == dtype else a for a in args]
+                return np.asarray(fn(*wide, **params)).astype(dtype)
+            out = np.asarray(fn(*args, **params))
+            return out if out.dtype == dtype or out.dtype.kind != dtype.kind else \
+                out.astype(dtype)
+    impl.__name__ = getattr(fn, "__name__", "impl")
+    return impl
+
+
+def binary_wrapper(prim: Primitive, name: str | None = None, doc: str = "") -> Callable:
+    def wrapper(x, y):
+        return prim.bind(*lax_operands(x, y))
+    wrapper.__name__ = name or prim.name
+    wrapper.__doc__ = doc or f"Elementwise {prim.name} (lax-level: same dtypes, equal shapes)."
+    return wrapper
+
+
+def unary_wrapper(prim: Primitive, name: str | None = None, doc: str = "") -> Callable:
+    def wrapper(x):
+        return prim.bind(x)
+    wrapper.__name__ = name or prim.name
+    wrapper.__doc__ = doc or f"Elementwise {prim.name}."
+    return wrapper
+
+
 # --- arithmetic ------------------------------------------------------------------------------
-add_p = standard_binop("add", ignore_fp_errors(np.add), NUMBER)
-sub_p = standard_binop("sub", ignore_fp_errors(np.subtract), NUMBER)
-mul_p = standard_binop("mul", ignore_fp_errors(np.multiply), NUMBER)
+add_p = naryop("add", via_float32(np.add), NUMBER)
+sub_p = naryop("sub", via_float32(np.subtract), NUMBER)
+mul_p = naryop("mul", via_float32(np.multiply), NUMBER)
 
 
 def _div_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if x.dtype.kind not in "iu":
-        return np.true_divide(x, y).astype(x.dtype, copy=False)
+        return np.asarray(np.true_divide(x, y)).astype(x.dtype, copy=False)
     # C semantics, as XLA defines them: truncate toward zero; x / 0 == -1; INT_MIN / -1 wraps.
     x, y = np.broadcast_arrays(x, y)
-    safe_y = np.where(y == 0, 1, y)
+    zero = y == 0
+    safe_y = np.where(zero, np.ones((), y.dtype), y)
     if x.dtype.kind == "i":
-        safe_y = np.where((safe_y == -1) & (x == np.iinfo(x.dtype).min), 1, safe_y)
-        quotient = np.trunc(x.astype(np.float64) / safe_y).astype(x.dtype) \
-            if x.dtype.itemsize < 8 else _trunc_div_int64(x, safe_y)
-        quotient = np.where((y == -1) & (x == np.iinfo(x.dtype).min), x, quotient)
+        overflow = (y == -1) & (x == np.iinfo(x.dtype).min)
+        safe_y = np.where(overflow, np.ones((), y.dtype), safe_y)
+        magnitude = np.abs(x.astype(np.int64)) // np.abs(safe_y.astype(np.int64)) \
+            if x.dtype.itemsize < 8 else _abs_uint64(x) // _abs_uint64(safe_y)
+        negative = (x < 0) != (safe_y < 0)
+        quotient = np.where(negative, -magnitude.astype(np.int64), magnitude.astype(np.int64))
+        quotient = np.where(overflow, x, quotient.astype(x.dtype))
     else:
         quotient = x // safe_y
-    return np.where(y == 0, np.array(-1).astype(x.dtype), quotient).astype(x.dtype)
+    return np.where(zero, np.array(-1).astype(x.dtype), quotient).astype(x.dtype)
 
 
-def _trunc_div_int64(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    q = np.abs(x) // np.abs(y)
-    return np.where((x < 0) != (y < 0), -q, q)
+def _abs_uint64(x: np.ndarray) -> np.ndarray:
+    """|x| of int64 values as uint64, exact even for INT64_MIN."""
+    u = x.astype(np.uint64)
+    return np.where(x < 0, ~u + np.uint64(1), u)
 
 
-div_p = standard_binop("div", ignore_fp_errors(_div_impl), NUMBER)
+div_p = naryop("div", quiet(via_float32(_div_impl)), NUMBER)
 
 
 def _rem_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if x.dtype.kind not in "iu":
         return np.fmod(x, y)
+    # The remainder has the dividend's sign; x % 0 == x; x % -1 == 0 (no INT_MIN / -1 trap).
     x, y = np.broadcast_arrays(x, y)
-    safe_y = np.where(y == 0, 1, y)
+    safe_y = np.where(y == 0, np.ones((), y.dtype), y)
     if x.dtype.kind == "i":
-        safe_y = np.where(safe_y == -1, 1, safe_y)  # x % -1 == 0, and INT_MIN % -1 must not trap
+        safe_y = np.where(safe_y == -1, np.ones((), y.dtype), safe_y)
     out = np.fmod(x, safe_y)
     return np.where(y == 0, x, out).astype(x.dtype)
 
 
-rem_p = standard_binop("rem", ignore_fp_errors(_rem_impl), (INT, FLOAT))
-neg_p = standard_unop("neg", ignore_fp_errors(np.negative), NUMBER)
-max_p = standard_binop("max", ignore_fp_errors(np.maximum), ANY)
-min_p = standard_binop("min", ignore_fp_errors(np.minimum), ANY)
-pow_p = standard_binop("pow", ignore_fp_errors(np.power), INEXACT)
+rem_p = naryop("rem", quiet(via_float32(_rem_impl)), (INT, FLOAT))
+neg_p = unop("neg", quiet(np.negative), NUMBER)
 
-# --- transcendental --------------------------------------------------------------------------
-exp_p = standard_unop("exp", ignore_fp_errors(np.exp), INEXACT)
-log_p = standard_unop("log", ignore_fp_errors(np.log), INEXACT)
-tanh_p = standard_unop("tanh", ignore_fp_errors(np.tanh), INEXACT)
+
+def _max_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "c":  # lexicographic order on (real, imag), NaN-propagating
+        return np.where(_complex_lt(y, x) | np.isnan(x), x, y)
+    return np.maximum(x, y)
+
+
+def _min_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "c":
+        return np.where(_complex_lt(x, y) | np.isnan(x), x, y)
+    return np.minimum(x, y)
+
+
+def _complex_lt(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a.real < b.real) | ((a.real == b.real) & (a.imag < b.imag))
+
+
+max_p = naryop("max", quiet(_max_impl), ANY)
+min_p = naryop("min", quiet(_min_impl), ANY)
+
+# --- integer_pow -----------------------------------------------------------------------------
+integer_pow_p = Primitive("integer_pow")
+
+
+@integer_pow_p.def_impl
+def _integer_pow_impl(x: np.ndarray, *, y: int) -> np.ndarray:
+    # Binary exponentiation with one rounding per multiply, as XLA lowers integer_pow.
+    with np.errstate(all="ignore"):
+        if y == 0:
+            return np.ones_like(x)
+        base = x.astype(np.float32) if x.dtype in _SMALL_FLOATS else x
+        acc, n = None, builtins.abs(y)
+        while n:
+            if n & 1:
+                acc = base if acc is None else np.multiply(acc, base)
+            n >>= 1
+            if n:
+                base = np.multiply(base, base)
+        if y < 0:
+            acc = np.reciprocal(acc)
+        return np.asarray(acc).astype(x.dtype)
+
+
+@integer_pow_p.def_abstract_eval
+def _integer_pow_abstract_eval(x: ShapedArray, *, y: int) -> ShapedArray:
+    check_dtype("integer_pow", x.dtype, NUMBER)
+    if y < 0 and x.dtype.kind in "iu":
+        raise TypeError(f"integer_pow of an integer array ({x.dtype.name}) needs a "
+                        f"non-negative exponent y, got y={y}; convert x to a float dtype first.")
+    return ShapedArray(x.shape, x.dtype, x.weak_type)
+
+
+def integer_pow(x, y: int):
+    """x ** y for a static Python int exponent y (as a chain of multiplications)."""
+    if isinstance(y, bool) or not isinstance(y, (int, np.integer)):
+        raise TypeError(f"integer_pow exponent y must be a Python int, got {y!r}; use lax.pow "
+                        "for array exponents.")
+    return integer_pow_p.bind(x, y=int(y))
+
+
+# --- abs, sign -------------------------------------------------------------------------------
+abs_p = unop("abs", quiet(np.abs), (SINT, FLOAT, COMPLEX), result_dtype=real_dtype)
+
+
+def _sign_impl(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "u":
+        return (x > 0).astype(x.dtype)
+    if x.dtype.kind == "c":
+        magnitude = np.abs(x)
+        out = x / np.where(magnitude == 0, 1, magnitude).astype(x.dtype)
+        return np.where(magnitude == 0, np.zeros((), x.dtype), out).astype(x.dtype)
+    one = np.ones((), x.dtype)
+    # Unlike np.sign, keep -0.0 (and NaN) as they are, as XLA does.
+    return np.where(x > 0, one, np.where(x < 0, -one, x)).astype(x.dtype)
+
+
+sign_p = unop("sign", quiet(_sign_impl), NUMBER)
+
+# --- rounding --------------------------------------------------------------------------------
+
+
+class RoundingMethod(enum.IntEnum):
+    """How lax.round breaks ties: away from zero (lax's default) or to the nearest even."""
+
+    AWAY_FROM_ZERO = 0
+    TO_NEAREST_EVEN = 1
+
+
+floor_p = unop("floor", np.floor, FLOAT)
+ceil_p = unop("ceil", np.ceil, FLOAT)
+round_p = Primitive("round")
+
+
+@round_p.def_impl
+def _round_impl(x: np.ndarray, *, rounding_method: RoundingMethod) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if rounding_method == RoundingMethod.TO_NEAREST_EVEN:
+            return np.rint(x)
+        # x - trunc(x) is exact, so ties are detected without the double rounding of
+        # trunc(x + 0.5); trunc keeps -0.0, inf and nan.
+        whole = np.trunc(x)
+        step = np.where(np.abs(x - whole) >= 0.5, np.sign(x), np.zeros((), x.dtype))
+        return (whole + step).astype(x.dtype)
+
+
+@round_p.def_abstract_eval
+def _round_abstract_eval(x: ShapedArray, *, rounding_method) -> ShapedArray:
+    check_dtype("round", x.dtype, FLOAT)
+    return ShapedArray(x.shape, x.dtype, x.weak_type)
+
+
+def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001 (lax's name)
+    """Round to the nearest integer; ties away from zero unless rounding_method says
+    RoundingMethod.TO_NEAREST_EVEN (1)."""
+    try:
+        method = RoundingMethod(int(rounding_method))
+    except (TypeError, ValueError):
+        raise ValueError(f"round: rounding_method must be 0 (AWAY_FROM_ZERO) or 1 "
+                         f"(TO_NEAREST_EVEN), got {rounding_method!r}") from None
+    return round_p.bind(x, rounding_method=method)
+
+
+is_finite_p = unop("is_finite", np.isfinite, FLOAT, result_dtype=to_bool)
+# np.nextafter has native float16 and bfloat16 (ml_dtypes) loops, which must not go via f32.
+nextafter_p = naryop("nextafter", np.nextafter, FLOAT)
 
 # --- comparisons -----------------------------------------------------------------------------
-eq_p = standard_binop("eq", np.equal, ANY, result_dtype=to_bool)
-ne_p = standard_binop("ne", np.not_equal, ANY, result_dtype=to_bool)
-lt_p = standard_binop("lt", np.less, (BOOL, INT, FLOAT), result_dtype=to_bool)
-le_p = standard_binop("le", np.less_equal, (BOOL, INT, FLOAT), result_dtype=to_bool)
-gt_p = standard_binop("gt", np.greater, (BOOL, INT, FLOAT), result_dtype=to_bool)
-ge_p = standard_binop("ge", np.greater_equal, (BOOL, INT, FLOAT), result_dtype=to_bool)
+
+
+def _compare(np_fn: Callable) -> Callable:
+    def impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):  # bfloat16 comparisons with NaN warn
+            return np.asarray(np_fn(x, y), dtype=np.bool_)
+    impl.__name__ = np_fn.__name__
+    return impl
+
+
+eq_p = naryop("eq", _compare(np.equal), ANY, result_dtype=to_bool)
+ne_p = naryop("ne", _compare(np.not_equal), ANY, result_dtype=to_bool)
+lt_p = naryop("lt", _compare(np.less), ORDERED, result_dtype=to_bool)
+le_p = naryop("le", _compare(np.less_equal), ORDERED, result_dtype=to_bool)
+gt_p = naryop("gt", _compare(np.greater), ORDERED, result_dtype=to_bool)
+ge_p = naryop("ge", _compare(np.greater_equal), ORDERED, result_dtype=to_bool)
 
 # --- logical / bitwise -----------------------------------------------------------------------
-not_p = standard_unop("not", np.invert, INTEGRAL)
-and_p = standard_binop("and", np.bitwise_and, INTEGRAL)
-or_p = standard_binop("or", np.bitwise_or, INTEGRAL)
-xor_p = standard_binop("xor", np.bitwise_xor, INTEGRAL)
+not_p = unop("not", np.invert, INTEGRAL)
+and_p = naryop("and", np.bitwise_and, INTEGRAL)
+or_p = naryop("or", np.bitwise_or, INTEGRAL)
+xor_p = naryop("xor", np.bitwise_xor, INTEGRAL)
+
+
+def _unsigned_view(x: np.ndarray) -> np.ndarray:
+    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
+
+
+def _population_count_impl(x: np.ndarray) -> np.ndarray:
+    return np.bitwise_count(_unsigned_view(x)).astype(x.dtype)
+
+
+def _clz_impl(x: np.ndarray) -> np.ndarray:
+    u = _unsigned_view(x)
+    bits = 8 * x.dtype.itemsize
+    length = np.zeros(u.shape, np.int64)  # bit length, found by halving the search range
+    step = bits // 2
+    while step:
+        high = u >= (np.uint64(1) << np.uint64(step)).astype(u.dtype)
+        length += np.where(high, step, 0)
+        u = np.where(high, u >> np.asarray(step, u.dtype), u)
+        step //= 2
+    length += (u > 0)
+    return (bits - length).astype(x.dtype)
+
+
+population_count_p = unop("population_count", _population_count_impl, INT)
+clz_p = unop("clz", _clz_impl, INT)
+
+
+def _shift_amount(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The shift as an unsigned amount (negative shifts are huge), and where it is too large."""
+    amount = _unsigned_view(y)
+    too_large = amount >= 8 * x.dtype.itemsize
+    return np.where(too_large, np.zeros((), amount.dtype), amount), too_large
+
+
+def _shift_left_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    amount, too_large = _shift_amount(x, y)
+    shifted = np.asarray(np.left_shift(_unsigned_view(x), amount))
+    return np.where(too_large, np.zeros((), x.dtype), shifted.view(x.dtype)).astype(x.dtype)
+
+
+def _shift_right_logical_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    amount, too_large = _shift_amount(x, y)
+    shifted = np.asarray(np.right_shift(_unsigned_view(x), amount))
+    return np.where(too_large, np.zeros((), x.dtype), shifted.view(x.dtype)).astype(x.dtype)
+
+
+def _shift_right_arithmetic_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    amount, too_large = _shift_amount(x, y)
+    signed = x.view(np.dtype(f"i{x.dtype.itemsize}"))
+    shifted = np.right_shift(signed, amount.astype(signed.dtype))
+    fill = np.where(signed < 0, np.array(-1, signed.dtype), np.zeros((), signed.dtype))
+    out = np.asarray(np.where(too_large, fill, shifted), dtype=signed.dtype)
+    return out.view(x.dtype)
+
+
+shift_left_p = naryop("shift_left", _shift_left_impl, INT)
+shift_right_logical_p = naryop("shift_right_logical", _shift_right_logical_impl, INT)
+shift_right_arithmetic_p = naryop("shift_right_arithmetic", _shift_right_arithmetic_impl, INT)
+
+# --- complex parts ---------------------------------------------------------------------------
+real_p = unop("real", lambda x: np.real(x).copy(), COMPLEX, result_dtype=real_dtype)
+imag_p = unop("imag", lambda x: np.imag(x).copy(), COMPLEX, result_dtype=real_dtype)
+
+
+def _complex_dtype(dtype: np.dtype) -> np.dtype:
+    if dtype.kind == "c":
+        return dtype
+    return dtypes.complex128 if dtype == dtypes.float64 else dtypes.complex64
+
+
+# lax.conj of a real operand gives the complex type, as JAX's does.
+conj_p = unop("conj", lambda x: np.conj(x).astype(_complex_dtype(x.dtype)),
+              (FLOAT, COMPLEX), result_dtype=_complex_dtype)
+
+
+def _complex_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    x, y = np.broadcast_arrays(x, y)
+    out = np.empty(x.shape, _complex_dtype(x.dtype))
+    out.real, out.imag = x, y  # no x + 1j*y: inf * 1j would make NaNs
+    return out
+
+
+def _complex_abstract_check(dtype: np.dtype) -> np.dtype:
+    if dtype not in (dtypes.float32, dtypes.float64):
+        raise TypeError(f"complex requires float32 or float64 operands, got {dtype.name}; "
+                        "convert with lax.convert_element_type first.")
+    return _complex_dtype(dtype)
+
+
+complex_p = naryop("complex", _complex_impl, FLOAT, result_dtype=_complex_abstract_check)
 
 # --- select_n --------------------------------------------------------------------------------
 select_n_p = Primitive("select_n")
@@ -112,12 +425,48 @@ def _select_n_abstract_eval(which: ShapedArray, *cases: ShapedArray) -> ShapedAr
     if which.shape not in ((), first.shape):
         raise TypeError(f"select_n selector shape {which.shape} must be scalar or equal to "
                         f"the case shape {first.shape}")
-    return ShapedArray(first.shape, first.dtype, all(c.weak_type for c in cases))
+    return ShapedArray(first.shape, first.dtype, builtins.all(c.weak_type for c in cases))
 
 
 @select_n_p.def_weak_type
 def _select_n_weak_type(in_weak, **params) -> bool:
-    return all(in_weak[1:])
+    return builtins.all(in_weak[1:])
+
+
+def select_n(which, *cases):
+    """cases[which] elementwise; a boolean `which` picks cases[1] where True."""
+    return select_n_p.bind(which, *lax_operands(*cases))
+
+
+def select(pred, on_true, on_false):
+    """on_true where pred else on_false (lax.select)."""
+    return select_n(pred, on_false, on_true)
+
+
+# --- clamp -----------------------------------------------------------------------------------
+clamp_p = Primitive("clamp")
+
+
+@clamp_p.def_impl
+def _clamp_impl(lo: np.ndarray, x: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    # max then min, so NaN operands propagate as XLA's clamp does.
+    return np.minimum(np.maximum(x, lo), hi).astype(x.dtype)
+
+
+@clamp_p.def_abstract_eval
+def _clamp_abstract_eval(lo: ShapedArray, x: ShapedArray, hi: ShapedArray) -> ShapedArray:
+    check_same_dtypes("clamp", lo, x, hi)
+    check_dtype("clamp", x.dtype, ORDERED)
+    for bound, aval in (("min", lo), ("max", hi)):
+        if aval.shape not in ((), x.shape):
+            raise TypeError(f"clamp {bound} must be a scalar or have the operand's shape "
+                            f"{x.shape}, got shape {aval.shape}")
+    return ShapedArray(x.shape, x.dtype, lo.weak_type and x.weak_type and hi.weak_type)
+
+
+def clamp(min, x, max):  # noqa: A002 (lax's argument names)
+    """x clipped to [min, max] elementwise; min and max are scalars or have x's shape."""
+    return clamp_p.bind(*lax_operands(min, x, max))
 
 
 # --- convert_element_type --------------------------------------------------------------------
@@ -164,45 +513,10 @@ def _convert_element_type_weak_type(in_weak, *, new_dtype, weak_type) -> bool:
     return weak_type
 
 
-# --- wrappers (the lax API) ------------------------------------------------------------------
-
-def _binary(prim):
-    def wrapper(x, y):
-        return prim.bind(*lax_operands(x, y))
-    wrapper.__name__ = prim.name
-    wrapper.__doc__ = f"Elementwise {prim.name} (lax-level: same dtypes, equal shapes)."
-    return wrapper
-
-
-def _unary(prim):
-    def wrapper(x):
-        return prim.bind(x)
-    wrapper.__name__ = prim.name
-    wrapper.__doc__ = f"Elementwise {prim.name}."
-    return wrapper
-
-
-add, sub, mul, div, rem = (_binary(p) for p in (add_p, sub_p, mul_p, div_p, rem_p))
-max, min, pow = (_binary(p) for p in (max_p, min_p, pow_p))  # noqa: A001 (lax's names)
-eq, ne, lt, le, gt, ge = (_binary(p) for p in (eq_p, ne_p, lt_p, le_p, gt_p, ge_p))
-bitwise_and, bitwise_or, bitwise_xor = (_binary(p) for p in (and_p, or_p, xor_p))
-neg, exp, log, tanh, bitwise_not = (_unary(p) for p in (neg_p, exp_p, log_p, tanh_p, not_p))
-
-
-def select_n(which, *cases):
-    """cases[which] elementwise; a boolean `which` picks cases[1] where True."""
-    return select_n_p.bind(which, *lax_operands(*cases))
-
-
-def select(pred, on_true, on_false):
-    """on_true where pred else on_false (lax.select)."""
-    return select_n(pred, on_false, on_true)
-
-
 def convert_element_type(operand, new_dtype, weak_type: bool = False):
     """Convert to `new_dtype` (canonicalized). Python scalars convert on the host."""
     new_dtype = dtypes.canonicalize(new_dtype)
-    if isinstance(operand, (bool, int, float, complex, np.generic)) or (
+    if isinstance(operand, (bool, int, float, builtins.complex, np.generic)) or (
             isinstance(operand, np.ndarray)):
         from kiln.runtime.array import Array
         with np.errstate(all="ignore"):
@@ -213,3 +527,66 @@ def convert_element_type(operand, new_dtype, weak_type: bool = False):
     if aval.dtype == new_dtype and aval.weak_type == weak_type:
         return operand
     return convert_element_type_p.bind(operand, new_dtype=new_dtype, weak_type=weak_type)
+
+
+# --- bitcast_convert_type --------------------------------------------------------------------
+bitcast_convert_type_p = Primitive("bitcast_convert_type")
+
+
+@bitcast_convert_type_p.def_impl
+def _bitcast_convert_type_impl(x: np.ndarray, *, new_dtype) -> np.ndarray:
+    return x.view(new_dtype).copy()
+
+
+@bitcast_convert_type_p.def_abstract_eval
+def _bitcast_convert_type_abstract_eval(x: ShapedArray, *, new_dtype) -> ShapedArray:
+    if x.dtype.itemsize != new_dtype.itemsize:
+        raise TypeError(f"bitcast_convert_type needs dtypes of equal width here: "
+                        f"{x.dtype.name} is {x.dtype.itemsize} bytes, {new_dtype.name} is "
+                        f"{new_dtype.itemsize}.")
+    if x.dtype == np.bool_ or new_dtype == np.bool_:
+        raise TypeError("bitcast_convert_type does not convert to or from bool; use "
+                        "convert_element_type.")
+    return ShapedArray(x.shape, new_dtype, False)
+
+
+@bitcast_convert_type_p.def_weak_type
+def _bitcast_convert_type_weak_type(in_weak, *, new_dtype) -> bool:
+    return False
+
+
+def bitcast_convert_type(operand, new_dtype):
+    """Reinterpret the bits of each element as `new_dtype` (which must have the same width)."""
+    return bitcast_convert_type_p.bind(operand, new_dtype=dtypes.canonicalize(new_dtype))
+
+
+# --- wrappers (the lax API) ------------------------------------------------------------------
+add, sub, mul, div, rem = (binary_wrapper(p) for p in (add_p, sub_p, mul_p, div_p, rem_p))
+max, min = binary_wrapper(max_p), binary_wrapper(min_p)  # noqa: A001 (lax's names)
+nextafter = binary_wrapper(nextafter_p, doc="The next float after x in the direction of y.")
+eq, ne, lt, le, gt, ge = (binary_wrapper(p) for p in (eq_p, ne_p, lt_p, le_p, gt_p, ge_p))
+bitwise_and = binary_wrapper(and_p, "bitwise_and", "Elementwise AND (logical for bools).")
+bitwise_or = binary_wrapper(or_p, "bitwise_or", "Elementwise OR (logical for bools).")
+bitwise_xor = binary_wrapper(xor_p, "bitwise_xor", "Elementwise XOR (logical for bools).")
+bitwise_not = unary_wrapper(not_p, "bitwise_not", "Elementwise NOT (logical for bools).")
+shift_left = binary_wrapper(shift_left_p, doc="x << y; shifts of the bit width or more give 0.")
+shift_right_logical = binary_wrapper(
+    shift_right_logical_p, doc="x >> y filling with zeros; shifts of the bit width or more "
+                               "give 0.")
+shift_right_arithmetic = binary_wrapper(
+    shift_right_arithmetic_p, doc="x >> y filling with the sign bit; shifts of the bit width "
+                                  "or more give 0 or -1.")
+neg = unary_wrapper(neg_p)
+abs = unary_wrapper(abs_p, doc="|x|; the real dtype for complex x.")  # noqa: A001
+sign = unary_wrapper(sign_p, doc="-1, 0 or 1 (x / |x| for complex x); NaN and -0.0 kept.")
+floor, ceil = unary_wrapper(floor_p), unary_wrapper(ceil_p)
+is_finite = unary_wrapper(is_finite_p, doc="True where x is neither infinite nor NaN.")
+population_count = unary_wrapper(population_count_p, doc="The number of set bits.")
+clz = unary_wrapper(clz_p, doc="The number of leading zero bits.")
+real = unary_wrapper(real_p, doc="The real part of a complex array.")
+imag = unary_wrapper(imag_p, doc="The imaginary part of a complex array.")
+conj = unary_wrapper(conj_p, doc="The complex conjugate (a complex array even for real x).")
+complex = binary_wrapper(complex_p, "complex", "x + i*y from float32/float64 parts.")  # noqa
+
+# exp, log, tanh and pow moved to elementwise_math.py; keep importing them from here working.
+from kiln.primitives.elementwise_math import exp_p, log_p, pow_p, tanh_p  # noqa: E402,F401

@@ -1,0 +1,495 @@
+"""Fusion: which jaxpr values become buffers, and which loop nests (kernels) compute them.
+
+The plan for a program, in three steps:
+
+1. **Stages.** Equations with a lowering rule run natively; the others (dot_general, sort,
+   cumulative ops, callbacks, complex arithmetic, ...) run through their reference impls.
+   `partition` orders the program into alternating native and interpreted stages: an
+   interpreted equation waits for its inputs and keeps its program order relative to the
+   other interpreted ones; a native equation runs in the latest native stage before its first
+   consumer, so it fuses with that consumer instead of crossing a stage boundary.
+
+2. **Materialization.** Within a native stage (a *segment*), a value is stored to memory only
+   when it must be: it leaves the segment (a program output, or the input of an interpreted
+   equation), or fusing it would compute an expensive node more often than the value has
+   elements. Every other value is inlined into its consumers' expressions (lower.py). The cost
+   rule is measured on the built kernels: each node runs once per iteration of the loops down
+   to the deepest loop variable it depends on (the emitter hoists reductions, LLVM hoists the
+   rest), so `exp(x - max(x))` read by both a row sum and the final division counts twice the
+   elements of the value, and the exp is materialized in a temp; `max(x)` read inside the row
+   loop counts once per row, and stays fused.
+
+3. **Kernels.** Stored values of equal shape share one loop nest (multi-output fusion: one
+   pass over the inputs feeds several outputs, and shared subexpressions are computed once);
+   a value that loads another stored value's buffer goes in a later kernel.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from kiln.compiler import kir, kir_rewrite
+from kiln.compiler.kir import Buffer, Const, Kernel, Loop, Program, Reduce, Store, Var
+from kiln.compiler.lower import ExprBuilder, is_expensive
+from kiln.core.jaxpr import DropVar, JaxprEqn, Literal
+
+#: A fused chain deeper than this is cut by storing a value, which keeps the (recursive)
+#: expression builder within Python's stack.
+MAX_FUSION_DEPTH = 200
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. stages
+
+@dataclass
+class Stage:
+    """A run of equations: native ones are lowered together, interpreted ones run in order."""
+    native: bool
+    eqns: list = field(default_factory=list)
+
+
+def partition(eqns: Sequence[JaxprEqn], outvars: Sequence,
+              is_native: Callable[[JaxprEqn], bool]) -> list[Stage]:
+    """Split a jaxpr's equations into alternating native (even) and interpreted (odd) stages."""
+    native = [is_native(e) for e in eqns]
+    producer: dict = {}
+    for position, eqn in enumerate(eqns):
+        for var in eqn.outvars:
+            producer[var] = position
+    stage = [0] * len(eqns)
+    last_interpreted = -1
+    for position, eqn in enumerate(eqns):
+        earliest = 0
+        for atom in eqn.invars:
+            p = producer.get(atom) if type(atom) is not Literal else None
+            if p is None:
+                continue
+            s = stage[p]
+            if native[position]:
+                earliest = max(earliest, s if native[p] else s + 1)
+            else:
+                earliest = max(earliest, s + 1 if native[p] else s)
+        if native[position]:
+            stage[position] = earliest + (earliest % 2)
+        else:
+            earliest = max(earliest, last_interpreted)
+            stage[position] = earliest if earliest % 2 else earliest + 1
+            last_interpreted = stage[position]
+    # As late as possible: a native equation whose consumers are all native and later moves
+    # to the first of them, so it fuses there rather than being stored at a boundary.
+    consumers: dict[int, list[int]] = {}
+    for position, eqn in enumerate(eqns):
+        for atom in eqn.invars:
+            p = producer.get(atom) if type(atom) is not Literal else None
+            if p is not None:
+                consumers.setdefault(p, []).append(position)
+    outputs = {id(v) for v in outvars}
+    for position in range(len(eqns) - 1, -1, -1):
+        if not native[position] or any(id(v) in outputs for v in eqns[position].outvars):
+            continue
+        users = consumers.get(position, [])
+        if users and all(native[u] for u in users):
+            stage[position] = max(stage[position], min(stage[u] for u in users))
+    stages: dict[int, Stage] = {}
+    for position, eqn in enumerate(eqns):
+        stages.setdefault(stage[position], Stage(native[position])).eqns.append(eqn)
+    return [stages[s] for s in sorted(stages)]
+
+
+# ---------------------------------------------------------------------------------------------
+# 2 and 3. a native segment's kernels
+
+@dataclass
+class KernelPlan:
+    """One kernel: its stored values, as parts that run in order inside one outer loop.
+
+    A plain kernel has one part: a loop nest over `shape` storing its values. A merged kernel
+    (row-local fusion) runs several parts per iteration of the shared outermost loop; a
+    row-local value is stored to a one-row buffer by one part and read back by a later one.
+    `local_buffers` are those row buffers and the scalar temps of reductions over them.
+    """
+    shape: tuple
+    parts: list
+    kernel: Kernel | None = None
+    local_buffers: list = field(default_factory=list)
+    kernel_name: str = "fusion"
+
+    @property
+    def values(self) -> list:
+        return [v for part in self.parts for v in part]
+
+
+@dataclass
+class SegmentPlan:
+    """A native segment lowered to a kernel IR program.
+
+    inputs/outputs: the jaxpr values behind program.inputs/program.outputs, in order;
+    temps: values stored to full-size temps for the segment's own use.
+    """
+    program: Program
+    inputs: list
+    outputs: list
+    temps: list
+    kernels: list[KernelPlan]
+    buffers: dict
+    builder: ExprBuilder
+    row_local: dict
+
+
+class _NotRowLocal(Exception):
+    """A row-local value is read outside its own row: keep it as a full temp."""
+
+    def __init__(self, var):
+        super().__init__()
+        self.var = var
+
+
+def plan_segment(eqns: Sequence[JaxprEqn], outputs: Sequence, name: str,
+                 scalars: dict | None = None, names: Callable | None = None) -> SegmentPlan:
+    """Lower a native segment: `eqns` in program order, `outputs` the values it must store
+    (produced by eqns; each once). `scalars` maps rank-0 constants to inlined values; `names`
+    gives jaxpr-style names for buffers (so printed kernels read like the jaxpr)."""
+    producers = {v: e for e in eqns for v in e.outvars if not isinstance(v, DropVar)}
+    order = {v: n for n, e in enumerate(eqns) for v in e.outvars}
+    outputs = list(dict.fromkeys(outputs))
+    names = names or _default_namer()
+    scalars = scalars or {}
+    materialized: set = set(_too_deep(eqns, producers))
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, 12 * MAX_FUSION_DEPTH + 2000))
+    try:
+        while True:
+            plan = _build(eqns, producers, order, outputs, materialized, set(), name,
+                          scalars, names)
+            extra = _over_budget(plan, order, materialized)
+            if extra is None:
+                break
+            materialized.add(extra)
+        # Row-local fusion: a temp read only by one later kernel, and there only along the
+        # row that kernel's outermost loop is on, moves into that loop as a one-row buffer.
+        row_local = {v for v in plan.temps if len(v.aval.shape) >= 2}
+        while row_local:
+            try:
+                return _build(eqns, producers, order, outputs, materialized, row_local, name,
+                              scalars, names)
+            except _NotRowLocal as failed:
+                row_local.discard(failed.var)
+        return plan
+    finally:
+        sys.setrecursionlimit(old_limit)
+
+
+def _default_namer():
+    counter = {}
+
+    def name(var) -> str:
+        if id(var) not in counter:
+            counter[id(var)] = f"v{len(counter)}"
+        return counter[id(var)]
+    return name
+
+
+def _too_deep(eqns, producers) -> list:
+    """Values at every MAX_FUSION_DEPTH-th level of a long fused chain."""
+    depth: dict = {}
+    cut = []
+    for eqn in eqns:
+        d = 1 + max((depth.get(a, 0) for a in eqn.invars if type(a) is not Literal), default=0)
+        if d > MAX_FUSION_DEPTH:
+            cut.extend(v for v in eqn.outvars if v in producers)
+            d = 0
+        for v in eqn.outvars:
+            depth[v] = d
+    return cut
+
+
+def _segment_inputs(eqns, producers, scalars) -> list:
+    found: dict = {}
+    for eqn in eqns:
+        for atom in eqn.invars:
+            if type(atom) is not Literal and atom not in producers and atom not in scalars:
+                found.setdefault(atom)
+    return list(found)
+
+
+class _Names:
+    """Unique buffer names, after the jaxpr's variable names where there are some."""
+
+    def __init__(self, names: Callable):
+        self.names = names
+        self.taken: set = set()
+
+    def __call__(self, var=None, base: str | None = None) -> str:
+        name = base if var is None else self.names(var)
+        while name in self.taken:
+            name += "_"
+        self.taken.add(name)
+        return name
+
+
+class _RowLocalBuilder(ExprBuilder):
+    """An ExprBuilder whose row-local values are read from their one-row buffers, which is
+    only valid at the row the kernel's outermost loop is on."""
+
+    OUTER = Var("i0")
+
+    def __init__(self, producers, loaded, scalars, row_local: dict):
+        super().__init__(producers, loaded, scalars)
+        self.row_local = row_local
+
+    def is_loaded(self, var) -> bool:
+        return var in self.loaded or var in self.row_local
+
+    def read(self, atom, index):
+        buffer = self.row_local.get(atom) if type(atom) is not Literal else None
+        if buffer is None or 0 in atom.aval.shape:
+            return super().read(atom, index)
+        index = tuple(kir.as_index(i) for i in index)
+        if index[0] is not self.OUTER:
+            raise _NotRowLocal(atom)
+        key = (atom, index)
+        node = self.memo.get(key)
+        if node is None:
+            node = self.memo[key] = kir.Load(buffer, kir.flat_index(buffer.shape, index[1:]))
+        return node
+
+
+def _build(eqns, producers, order, outputs, materialized, row_local, name, scalars,
+           names) -> SegmentPlan:
+    naming = _Names(names)
+    inputs = _segment_inputs(eqns, producers, scalars)
+    buffers: dict = {v: Buffer(naming(v), v.aval.dtype, v.aval.shape) for v in inputs}
+    output_set = set(outputs)
+    stored = list(outputs) + sorted((v for v in materialized if v not in output_set),
+                                    key=order.__getitem__)
+    temps = []
+    for var in stored:
+        if var in row_local:
+            buffers[var] = Buffer(naming(var), var.aval.dtype, var.aval.shape[1:], "temp")
+            continue
+        role = "output" if var in output_set else "temp"
+        if role == "temp":
+            temps.append(var)
+        buffers[var] = Buffer(naming(var), var.aval.dtype, var.aval.shape, role)
+    loaded = {v: buffers[v] for v in inputs}
+    loaded.update({v: buffers[v] for v in materialized if v not in row_local})
+    local = {v: buffers[v] for v in row_local}
+    builder = (_RowLocalBuilder(producers, loaded, scalars, local) if local
+               else ExprBuilder(producers, loaded, scalars))
+    groups = _group(stored, producers, order, materialized, row_local)
+    plan = SegmentPlan(None, [], list(outputs), temps, groups, buffers, builder, local)
+    for group in groups:
+        group.kernel = Kernel(group.kernel_name, kernel_body(plan, group))
+    kernels = [g.kernel for g in groups]
+    used = {b for k in kernels for b in k.params}
+    plan.inputs = [v for v in inputs if buffers[v] in used]
+    locals_ = [b for g in groups for b in g.local_buffers]
+    program_buffers = ([buffers[v] for v in plan.inputs] + [buffers[v] for v in outputs]
+                       + [buffers[v] for v in temps] + locals_)
+    plan.program = Program(name, program_buffers, kernels)
+    return plan
+
+
+def _nest(shape, index: list, body: list, bounds: dict | None = None, first: int = 0) -> list:
+    """Loops over dimensions first.. of shape (index vars given), innermost last."""
+    stmts = body
+    for d in range(len(shape) - 1, first - 1, -1):
+        start, stop = (bounds or {}).get(d, (0, shape[d]))
+        stmts = [Loop(index[d], start, stop, stmts)]
+    return stmts
+
+
+def kernel_body(plan: SegmentPlan, group: KernelPlan, bounds: dict | None = None) -> list:
+    """The statements of a group's kernel; `bounds` ({dim: (start, stop)}) restricts outer
+    loops (the parallel chunks). In a merged kernel, reductions over row buffers are computed
+    into scalar temps before the loops that use them: the emitter recomputes a value that
+    reads a buffer its kernel writes at every use, so left inside the loop a row sum would run
+    once per element."""
+    builder, buffers, local = plan.builder, plan.buffers, plan.row_local
+    if len(group.parts) == 1 and not any(v in local for v in group.parts[0]):
+        shape = group.shape
+        index = [Var(f"i{d}") for d in range(len(shape))]
+        body = [Store(buffers[v], kir.flat_index(shape, index), builder.expression(v, index))
+                for v in group.parts[0]]
+        return _nest(shape, index, body, bounds)
+    outer = Var("i0")
+    inner_body: list = []
+    written: set = set()
+    extracted: dict = {}
+    scalars: list = []
+    for part in group.parts:
+        shape = part[0].aval.shape
+        index = [outer] + [Var(f"i{d}") for d in range(1, len(shape))]
+        part_stores = []
+        for var in part:
+            value = builder.expression(var, index)
+            if var in local:
+                row = local[var]
+                part_stores.append(Store(row, kir.flat_index(row.shape, index[1:]), value))
+            else:
+                part_stores.append(Store(buffers[var], kir.flat_index(shape, index), value))
+        loops = _nest(shape, index, part_stores, first=1)
+        if len(shape) > 1:
+            roots = [e for s in kir.walk_stmts(loops) for e in kir.stmt_exprs(s)]
+            for node in kir.toposort(roots):
+                if (isinstance(node, Reduce) and node not in extracted
+                        and kir_rewrite.free_vars(node) <= {outer}
+                        and _reads_any(node, written)):
+                    scalar = Buffer(f"{group.kernel_name}_r{len(scalars)}", node.dtype, (),
+                                    "temp")
+                    scalars.append(scalar)
+                    inner_body.append(Store(scalar, kir.as_index(0),
+                                            kir_rewrite.substitute(node, extracted)))
+                    extracted[node] = kir.Load(scalar, kir.as_index(0))
+            if extracted:
+                loops = [kir_rewrite.substitute_stmt(s, extracted) for s in loops]
+        inner_body += loops
+        written |= {s.buffer for s in part_stores}
+    group.local_buffers = [local[v] for v in group.values if v in local] + scalars
+    start, stop = (bounds or {}).get(0, (0, group.shape[0]))
+    return [Loop(outer, start, stop, inner_body)]
+
+
+def _reads_any(node, buffers: set) -> bool:
+    return bool(buffers) and any(isinstance(n, kir.Load) and n.buffer in buffers
+                                 for n in kir.toposort([node]))
+
+
+def _group(stored, producers, order, materialized, row_local=frozenset()) -> list[KernelPlan]:
+    """Assign stored values to kernels: equal shapes share a nest unless one needs the other's
+    buffer (then it goes in a later kernel); then row-local values pull their one consumer
+    kernel into their own (see plan_segment)."""
+    deps = _buffer_dependencies(stored, producers, materialized)
+    groups: list[KernelPlan] = []
+    group_of: dict = {}
+    for var in sorted(stored, key=order.__getitem__):
+        earliest = max((group_of[d] + 1 for d in deps[var] if d in group_of), default=0)
+        chosen = next((g for g in range(earliest, len(groups))
+                       if groups[g].shape == var.aval.shape), None)
+        if chosen is None:
+            groups.append(KernelPlan(var.aval.shape, [[]]))
+            chosen = len(groups) - 1
+        groups[chosen].parts[0].append(var)
+        group_of[var] = chosen
+    for var in sorted(row_local, key=order.__getitem__):
+        groups = _merge_row_local(var, groups, deps, row_local)
+    for number, group in enumerate(groups):
+        group.kernel_name = f"fusion_{number}"
+    return groups
+
+
+def _merge_row_local(var, groups: list, deps: dict, row_local) -> list:
+    """Move the one kernel that loads `var` into var's kernel, after var's part; raise
+    _NotRowLocal when that is not possible."""
+    home = next(g for g, group in enumerate(groups) if var in group.values)
+    readers = {g for g, group in enumerate(groups)
+               for v in group.values if var in deps[v]}
+    if len(readers) != 1 or home in readers:
+        raise _NotRowLocal(var)
+    (reader,) = readers
+    rows = var.aval.shape[0]
+    consumer = groups[reader]
+    if any(not v.aval.shape or v.aval.shape[0] != rows for v in consumer.values):
+        raise _NotRowLocal(var)
+    home_values = set(groups[home].values)
+    for v in consumer.values:
+        for d in deps[v]:
+            if d is var or (d in row_local and d in home_values):
+                continue
+            position = next(g for g, group in enumerate(groups) if d in group.values)
+            if position >= home:
+                raise _NotRowLocal(var)
+    merged = KernelPlan(groups[home].shape, groups[home].parts + consumer.parts)
+    return [merged if g == home else group for g, group in enumerate(groups) if g != reader]
+
+
+def _buffer_dependencies(stored, producers, materialized) -> dict:
+    """For each stored value, the materialized values whose buffers its expression loads."""
+    deps = {}
+    for var in stored:
+        found, stack, seen = set(), [producers[var]], set()
+        while stack:
+            eqn = stack.pop()
+            for atom in eqn.invars:
+                if type(atom) is Literal or id(atom) in seen or atom not in producers:
+                    continue
+                seen.add(id(atom))
+                if atom in materialized:
+                    found.add(atom)
+                else:
+                    stack.append(producers[atom])
+        found.discard(var)
+        deps[var] = found
+    return deps
+
+
+# ---------------------------------------------------------------------------------------------
+# The cost rule
+
+def evaluation_counts(kernel: Kernel) -> dict:
+    """How many times each node of a kernel runs: once per iteration of every loop down to the
+    deepest loop (or reduction) variable it depends on."""
+    chain: dict[Var, int] = {}
+
+    def walk(stmts, outer: int):
+        for stmt in stmts:
+            if isinstance(stmt, Loop):
+                count = outer * _static_extent(stmt.start, stmt.stop)
+                chain[stmt.var] = count
+                walk(stmt.body, count)
+
+    walk(kernel.body, 1)
+    roots = [e for s in kir.walk_stmts(kernel.body) for e in kir.stmt_exprs(s)]
+    nodes = kir.toposort(roots)
+    free: dict = {}
+    for node in nodes:
+        kir_rewrite.free_vars(node, free)
+
+    def depth_count(variables) -> int:
+        return max((chain.get(v, 1) for v in variables), default=1)
+
+    for node in reversed(nodes):  # parents first: an outer reduction's variable is known
+        if isinstance(node, Reduce):
+            chain[node.var] = depth_count(free[node]) * _static_extent(node.start, node.stop)
+    return {node: depth_count(free[node]) for node in nodes}
+
+
+def _static_extent(start, stop) -> int:
+    if isinstance(start, Const) and isinstance(stop, Const):
+        return max(stop.value - start.value, 0)
+    return 1
+
+
+def _over_budget(plan: SegmentPlan, order, materialized):
+    """The latest value (in program order) that is expensive and, fused, runs more times than
+    it has elements; None when every fused value is within budget."""
+    runs: dict = {}
+    nodes_of = plan.builder.nodes_of
+    for group in plan.kernels:
+        counts = evaluation_counts(group.kernel)
+        for var, nodes in nodes_of.items():
+            runs[var] = runs.get(var, 0) + sum(counts.get(n, 0) for n in nodes)
+    worst = None
+    for var, nodes in nodes_of.items():
+        if var in materialized or not any(is_expensive(n) for n in nodes):
+            continue
+        if runs.get(var, 0) > var.aval.size and (worst is None or order[var] > order[worst]):
+            worst = var
+    return worst
+
+
+def kernel_work(kernel: Kernel) -> int:
+    """A kernel's work: the trip count of its innermost iterations, plus four for each
+    transcendental op evaluation (an exp costs about as much as a few loads and stores)."""
+    counts = evaluation_counts(kernel)
+    iterations = max(counts.values(), default=1)
+    heavy = sum(count for node, count in counts.items()
+                if isinstance(node, kir.Op) and node.op in kir.OpGroup.TRANSCENDENTAL)
+    return iterations + 4 * heavy
+
+
+def chunked_kernel(plan: SegmentPlan, group: KernelPlan, bounds: dict) -> Kernel:
+    """The group's kernel restricted to `bounds` ({dim: (start, stop)}) of its outer loops."""
+    return Kernel(group.kernel.name, kernel_body(plan, group, bounds))

@@ -1,0 +1,768 @@
+"""kiln.jit: trace a function once per input signature, optimize and compile the jaxpr, cache
+the executable, and run it on later calls with as little Python as possible.
+
+At top level a call flattens its arguments, builds the signature key from each leaf's
+(shape, dtype, weak_type) and looks it up in the function's entry table (kiln.runtime.cache);
+a hit runs the executable directly. Under an outer trace (make_jaxpr, an enclosing jit, grad)
+the function is staged as one `pjit` equation calling its traced jaxpr.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import time
+import types
+import warnings
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import optree
+
+from kiln import api_util
+from kiln.api import ShapeDtypeStruct
+from kiln.config import config as _config
+from kiln.core import dtypes, rules
+from kiln.core.avals import ShapedArray, get_aval
+from kiln.core.interpreter import eval_jaxpr, jaxpr_effects
+from kiln.core.jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn
+from kiln.core.primitive import Primitive
+from kiln.core.trace import Tracer, current_trace_state, eval_primitive, leaked_tracer_error
+from kiln.runtime import cache
+from kiln.runtime.array import Array
+from kiln.transforms.staging import (DebugInfo, DynamicJaxprTrace, function_name,
+                                     function_source, trace_to_jaxpr)
+
+__all__ = ["jit", "pjit_p", "Lowered", "Compiled", "StaleCaptureWarning",
+           "RecompilationWarning"]
+
+logger = logging.getLogger("kiln")
+_NAMESPACE = api_util.NAMESPACE
+_tree_flatten = optree.tree_flatten
+_tree_unflatten = optree.tree_unflatten
+_trace_state = current_trace_state
+_clock = cache._clock
+_stats = cache.stats
+
+#: After this many compilations of one function, warn (once) about recompilation.
+RECOMPILE_WARNING_THRESHOLD = 10
+
+
+class StaleCaptureWarning(UserWarning):
+    """A global or closure variable a jitted function captured was rebound after tracing."""
+
+
+class RecompilationWarning(UserWarning):
+    """A jitted function keeps being compiled for new signatures."""
+
+
+# --- the pjit call primitive -------------------------------------------------------------------
+
+class PjitPrimitive(Primitive):
+    """A call of a traced jaxpr (param `jaxpr`, a ClosedJaxpr; `name`, the function's name).
+
+    Staging traces record it as one equation; other transformations that have not opted in
+    (by setting `handles_call_primitives = True` on their Trace and registering a rule) see
+    the callee's equations inlined; eagerly it compiles through the cache and runs."""
+
+    call_jaxpr_param = "jaxpr"
+
+    def bind(self, *args, **params):
+        trace = _trace_state.trace
+        if trace is None:
+            return eval_primitive(self, args, params)
+        if isinstance(trace, DynamicJaxprTrace) or getattr(trace, "handles_call_primitives",
+                                                           False):
+            return trace.process_primitive(self, args, params)
+        closed = params["jaxpr"]
+        return eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+pjit_p = PjitPrimitive("pjit", multiple_results=True)
+
+@pjit_p.def_impl
+def _pjit_impl(*args, jaxpr: ClosedJaxpr, name: str):
+    executable = _executable_for_jaxpr(jaxpr, name)
+    borrowed = [_borrow(np.asarray(a, dtype=aval.dtype))
+                for a, aval in zip(args, executable.in_avals)]
+    inputs = {id(a) for a in args}
+    # An output may be an input buffer; copy it so the caller's wrapping never marks a
+    # user's NumPy array read-only.
+    return [o._value.copy() if id(o._value) in inputs else o._value
+            for o in executable.execute(borrowed)]
+
+
+def _executable_for_jaxpr(jaxpr: ClosedJaxpr, name: str):
+    """Compile a staged jaxpr through the compile cache, keyed by the jaxpr's identity (the
+    key holds the jaxpr, so its id cannot be reused while the entry lives)."""
+    from kiln.compiler import pipeline
+    backend = pipeline.resolve_backend(None)
+    fc = cache.function_cache(("pjit", cache.Identity(jaxpr), backend), name, None)
+    entry = fc.entries.get(())
+    if entry is None or entry.executable is None:
+        def trace() -> cache.Traced:
+            out_tree = optree.tree_structure(tuple(range(len(jaxpr.out_avals))),
+                                             namespace=_NAMESPACE)
+            return cache.Traced(jaxpr, out_tree, tuple(jaxpr.in_avals), [], [], (), 0.0)
+
+        def compile_traced(traced: cache.Traced):
+            return pipeline.compile(pipeline.optimize(jaxpr, name), backend, name)
+
+        entry = cache.lookup_or_build(fc, (), trace, compile_traced)
+    else:
+        entry.stamp = next(_clock)
+        _stats.hits += 1
+    return entry.executable
+
+
+def _borrow(value: np.ndarray) -> Array:
+    """A kiln Array over `value` for the length of one call (executables never write their
+    inputs, and outputs that alias an input are copied by the caller)."""
+    return Array._wrap(value)
+
+
+@pjit_p.def_abstract_eval
+def _pjit_abstract_eval(*in_avals: ShapedArray, jaxpr: ClosedJaxpr, name: str):
+    expected = jaxpr.in_avals
+    if len(in_avals) != len(expected) or any(
+            a.shape != e.shape or a.dtype != e.dtype for a, e in zip(in_avals, expected)):
+        raise TypeError(f"pjit of {name}: called with arguments "
+                        f"({', '.join(a.str_short() for a in in_avals)}) but the jaxpr takes "
+                        f"({', '.join(e.str_short() for e in expected)})")
+    return [v.aval for v in jaxpr.jaxpr.outvars]
+
+
+@pjit_p.def_weak_type
+def _pjit_weak_type(in_weak, *, jaxpr: ClosedJaxpr, name: str):
+    return [v.aval.weak_type for v in jaxpr.jaxpr.outvars]
+
+
+rules.effects_rules[pjit_p] = lambda *, jaxpr, name: jaxpr_effects(jaxpr)
+
+
+def _pjit_dce_rule(used_outputs: list[bool], eqn: JaxprEqn):
+    """Drop unused outputs and unread inputs of a call; drop the call if nothing is left."""
+    from kiln.compiler.passes.dce import dce_jaxpr
+    closed = eqn.params["jaxpr"]
+    effects = jaxpr_effects(closed)
+    if not any(used_outputs) and not effects:
+        return [False] * len(eqn.invars), None
+    inner, used_inputs = dce_jaxpr(closed.jaxpr, used_outputs, prune_invars=True)
+    new_eqn = eqn.replace(
+        invars=[a for a, u in zip(eqn.invars, used_inputs) if u],
+        outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
+        params={**eqn.params, "jaxpr": ClosedJaxpr(inner, closed.consts)})
+    return used_inputs, new_eqn
+
+
+rules.dce_rules[pjit_p] = _pjit_dce_rule
+
+
+# --- argument signatures -----------------------------------------------------------------------
+
+_SCALAR_SIGNATURES = {
+    x64: {bool: ((), dtypes.bool_, False),
+          int: ((), dtypes.int64 if x64 else dtypes.int32, True),
+          float: ((), dtypes.float64 if x64 else dtypes.float32, True),
+          complex: ((), dtypes.complex128 if x64 else dtypes.complex64, True)}
+    for x64 in (False, True)}
+
+_VALID_LEAF = (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)
+
+
+def _leaf_signature(x: Any) -> tuple:
+    """(shape, dtype, weak_type) of a top-level argument leaf; anything that is not an array or
+    scalar gets a key no entry can have (the trace then raises the proper error)."""
+    if type(x) is Array:
+        v = x._value
+        return (v.shape, v.dtype, x.weak_type)
+    sig = _flat_signature(x)
+    if sig is None:
+        sig = (x.shape, x.dtype, False) if isinstance(x, np.ndarray) else (type(x),)
+    return sig
+
+
+# optree's C entry point skips a Python-level wrapper (a measurable part of a ~2 µs call).
+_c_flatten = getattr(getattr(optree, "_C", None), "flatten", None)
+
+
+def _flatten_args(args: tuple, kwargs: dict):
+    """Flatten call arguments; without keyword arguments just the tuple (it is faster)."""
+    tree = (args, kwargs) if kwargs else args
+    if _c_flatten is not None:
+        return _c_flatten(tree, None, False, _NAMESPACE)
+    return _tree_flatten(tree, namespace=_NAMESPACE)
+
+
+def _tree_key(treedef, nargs: int, has_kwargs: bool):
+    """The structure part of a cache key: the argument count when the arguments are a flat
+    tuple of leaves (so the hot path need not flatten), else the treedef."""
+    if not has_kwargs and treedef.num_leaves == nargs and treedef.num_nodes == nargs + 1:
+        return nargs
+    return treedef
+
+
+def _flat_signature(x):
+    """The signature of a scalar or NumPy argument, or None for anything that may be a pytree
+    node (those go through flattening)."""
+    sig = _SCALAR_SIGNATURES[_config.enable_x64].get(type(x))
+    if sig is not None:
+        return sig
+    if type(x) is np.ndarray or isinstance(x, np.generic):
+        return (x.shape, x.dtype, False)
+    return None
+
+
+def _aval_signature(aval: ShapedArray) -> tuple:
+    return (aval.shape, aval.dtype, aval.weak_type)
+
+
+def _to_array(x: Any, aval: ShapedArray) -> Array:
+    """A scalar or NumPy argument as a kiln Array of the executable's input type (a copy: the
+    caller may write its NumPy array later)."""
+    return Array._wrap(np.array(x, dtype=aval.dtype), aval.weak_type)
+
+
+def _convert_leaves(leaves: list, in_avals: Sequence[ShapedArray]) -> list:
+    return [x if type(x) is Array else _to_array(x, aval) for x, aval in zip(leaves, in_avals)]
+
+
+def _short(aval: ShapedArray) -> str:
+    return aval.str_short() + (" weak" if aval.weak_type else "")
+
+
+# --- jit ---------------------------------------------------------------------------------------
+
+def jit(fun: Callable | None = None, static_argnums: int | Sequence[int] | None = None,
+        static_argnames: str | Sequence[str] | None = None,
+        donate_argnums: int | Sequence[int] | None = None, backend: str | None = None,
+        on_stale_capture: str = "warn") -> "JitWrapped":
+    """Compile `fun`: trace it once per input signature, optimize, cache and run the result.
+
+    Args:
+      fun: the function; arguments are pytrees of arrays and scalars.
+      static_argnums / static_argnames: arguments passed as Python values (hashable); each
+        new value compiles again.
+      donate_argnums: accepted for compatibility; CPU buffers are never reused in place.
+      backend: "cpu" (the configured default), "native" or "interpreter".
+      on_stale_capture: what a cache hit does when a global or closure variable the function
+        read while tracing has been rebound since: "warn" (once, keeping the traced value, as
+        JAX does), "retrace", or "ignore".
+    Returns:
+      The wrapped function (also has .lower(), .clear_cache(), ._cache_size()).
+    """
+    options = dict(static_argnums=static_argnums, static_argnames=static_argnames,
+                   donate_argnums=donate_argnums, backend=backend,
+                   on_stale_capture=on_stale_capture)
+    if fun is None:
+        return functools.partial(jit, **options)
+    return JitWrapped(fun, **options)
+
+
+class JitWrapped:
+    """A jitted function. Calling it runs the cached executable for the arguments' signature,
+    tracing and compiling first on a miss."""
+
+    def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
+                 backend, on_stale_capture):
+        if not callable(fun):
+            raise TypeError(f"jit expected a callable, got {fun!r} of type {type(fun).__name__}")
+        if on_stale_capture not in ("warn", "retrace", "ignore"):
+            raise ValueError("on_stale_capture must be 'warn', 'retrace' or 'ignore', got "
+                             f"{on_stale_capture!r}")
+        functools.update_wrapper(self, fun)
+        if backend is not None:
+            from kiln.compiler import pipeline
+            pipeline.resolve_backend(backend)  # unknown names fail here, not at first call
+        self._fun = fun
+        self._name = function_name(fun)
+        self._source = function_source(fun)
+        if static_argnums is None and static_argnames is None:
+            self._static_argnums, self._static_argnames = (), ()  # no signature inspection
+        else:
+            self._static_argnums, self._static_argnames = api_util.normalize_argnums(
+                fun, static_argnums, static_argnames)
+            self._check_static_argnums()
+        if isinstance(donate_argnums, int):
+            donate_argnums = (donate_argnums,)
+        self._donate_argnums = tuple(donate_argnums or ())
+        self._backend = backend
+        self._on_stale = on_stale_capture
+        self._has_static = bool(self._static_argnums or self._static_argnames)
+        fc_key = (cache.function_key(fun), self._static_argnums, self._static_argnames,
+                  self._donate_argnums, backend, on_stale_capture)
+        self._fc = cache.function_cache(fc_key, self._name, self._source)
+        self._entries = self._fc.entries
+
+    # --- the call path -------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        # The hot path: no Python per leaf beyond reading its cached (shape, dtype, weak_type),
+        # one dict lookup, one call. Arguments that are all arrays/scalars skip flattening.
+        if self._has_static or _trace_state.trace is not None or _config.disable_jit:
+            return self._call_slow(args, kwargs)
+        sig = []
+        plain = True
+        leaves = None if kwargs else args
+        if leaves is not None:
+            for x in args:
+                if type(x) is Array:
+                    v = x._value
+                    sig.append((v.shape, v.dtype, x.weak_type))
+                else:
+                    s = _flat_signature(x)
+                    if s is None:  # a container (or an invalid leaf): flatten below
+                        leaves = None
+                        break
+                    plain = False
+                    sig.append(s)
+            tree = len(args)
+        if leaves is None:
+            leaves, treedef = _flatten_args(args, kwargs)
+            sig = []
+            plain = True
+            for x in leaves:
+                if type(x) is Array:
+                    v = x._value
+                    sig.append((v.shape, v.dtype, x.weak_type))
+                else:
+                    plain = False
+                    sig.append(_leaf_signature(x))
+            tree = _tree_key(treedef, len(args), bool(kwargs))
+        key = (tree, tuple(sig), _config.trace_context(), self._backend or _config.backend, ())
+        entry = self._entries.get(key)
+        if entry is not None and (entry.fast or (
+                entry.execute is not None and not self._must_retrace(entry))):
+            entry.stamp = next(_clock)
+            _stats.hits += 1
+            outs = entry.execute(leaves if plain else _convert_leaves(leaves, entry.in_avals))
+            if entry.single_output:
+                return outs[0]
+            return _tree_unflatten(entry.out_tree, outs)
+        return self._call_slow(args, kwargs)
+
+    def _call_slow(self, args: tuple, kwargs: dict):
+        if _config.disable_jit:
+            return self._fun(*args, **kwargs)
+        dyn_args, dyn_kwargs, static_key = self._split(args, kwargs)
+        leaves, in_tree = _flatten_args(dyn_args, dyn_kwargs)
+        if _trace_state.trace is not None:
+            return self._call_staged(args, kwargs, dyn_args, dyn_kwargs, static_key, leaves,
+                                     in_tree)
+        sig = tuple(_leaf_signature(x) for x in leaves)
+        key = self._key(in_tree, len(dyn_args), bool(dyn_kwargs), sig, static_key)
+        entry = self._entries.get(key)
+        if entry is None or entry.executable is None or (
+                entry.guards and self._must_retrace(entry)):
+            retrace = entry is not None and entry.executable is not None
+            entry = self._build(key, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves,
+                                in_tree, compile_it=True, retrace=retrace)
+        else:
+            entry.stamp = next(_clock)
+            _stats.hits += 1
+        outs = entry.execute(_convert_leaves(leaves, entry.in_avals))
+        return _tree_unflatten(entry.out_tree, outs)
+
+    def _key(self, in_tree, nargs: int, has_kwargs: bool, sig: tuple, static_key) -> tuple:
+        """The entry key (see kiln.runtime.cache); the hot path builds the same tuple."""
+        static = ()
+        if self._has_static:
+            static_args, static_kwargs = static_key
+            static = (tuple((i, type(v), v) for i, v in static_args),
+                      tuple((k, type(v), v) for k, v in static_kwargs))
+        key = (_tree_key(in_tree, nargs, has_kwargs), sig, _config.trace_context(),
+               self._backend or _config.backend, static)
+        try:
+            hash(key)
+        except TypeError:
+            raise self._unhashable_static_error(static_key) from None
+        return key
+
+    def _split(self, args: tuple, kwargs: dict):
+        if not self._has_static:
+            return args, kwargs, ((), ())
+        return api_util.split_static(args, kwargs, self._static_argnums, self._static_argnames)
+
+    def _call_staged(self, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves, in_tree):
+        """Under an outer trace: stage one pjit equation calling the traced jaxpr."""
+        names = self._leaf_names(args, kwargs, in_tree, leaves)
+        avals = self._abstractify(leaves, names)
+        key = self._key(in_tree, len(dyn_args), bool(dyn_kwargs),
+                        tuple(_aval_signature(a) for a in avals), static_key)
+        entry = self._entries.get(key)
+        if entry is not None and not (entry.guards and self._must_retrace(entry)):
+            traced = entry.traced
+        else:
+            traced = self._trace(avals, in_tree, bool(dyn_kwargs), static_key, names)
+            if not any(isinstance(c, Tracer) for c in traced.jaxpr.consts):
+                if entry is None:
+                    cache.add_traced(self._fc, key, traced)
+                else:
+                    cache.insert(self._fc, key, cache.Entry(key, self._fc, traced))
+        closed = traced.jaxpr
+        captured = [c for c in closed.consts if isinstance(c, Tracer)]
+        if captured:
+            closed = _hoist_tracer_consts(closed)
+        outs = pjit_p.bind(*captured, *leaves, jaxpr=closed, name=self._name)
+        return _tree_unflatten(traced.out_tree, outs)
+
+    # --- tracing and compiling ------------------------------------------------------------
+    def _build(self, key, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves, in_tree,
+               compile_it: bool, retrace: bool = False, allow_shape_structs: bool = False):
+        names_box: list = []
+
+        def names() -> list[str]:
+            if not names_box:
+                names_box.append(self._leaf_names(args, kwargs, in_tree, leaves))
+            return names_box[0]
+
+        def trace() -> cache.Traced:
+            avals = self._abstractify(leaves, names(), allow_shape_structs)
+            return self._trace(avals, in_tree, bool(dyn_kwargs), static_key, names())
+
+        def on_miss() -> None:
+            if _config.explain_cache_misses:
+                self._explain_miss(key, names(), static_key, retrace)
+
+        return cache.lookup_or_build(self._fc, key, trace,
+                                     self._compile if compile_it else None,
+                                     retrace=retrace, on_miss=on_miss)
+
+    def _trace(self, avals, in_tree, has_kwargs: bool, static_key, names) -> cache.Traced:
+        fun = self._fun
+        name = self._name
+        has_static = self._has_static
+
+        def flat_fun(*tracers):
+            tree = _tree_unflatten(in_tree, list(tracers))
+            call_args, call_kwargs = tree if has_kwargs else (tree, {})
+            if has_static:
+                call_args, call_kwargs = api_util.merge_static(call_args, call_kwargs,
+                                                               static_key)
+            out = fun(*call_args, **call_kwargs)
+            out_leaves, out_tree = _tree_flatten(out, namespace=_NAMESPACE)
+            for leaf in out_leaves:
+                if not isinstance(leaf, _VALID_LEAF):
+                    raise TypeError(f"jit({name}) returned a value of type "
+                                    f"{type(leaf).__name__}, which is not an array; jitted "
+                                    "functions return pytrees of arrays and scalars.")
+            return out_leaves, out_tree
+
+        start = time.perf_counter()
+        debug = DebugInfo(name, self._source, "jit", list(names))
+        closed, out_tree = trace_to_jaxpr(flat_fun, avals, debug)
+        guards = cache.record_captures(fun) if self._on_stale != "ignore" else ()
+        return cache.Traced(closed, out_tree, tuple(avals), list(names),
+                            self._static_names(static_key), guards,
+                            time.perf_counter() - start)
+
+    def _compile(self, traced: cache.Traced):
+        from kiln.compiler import pipeline
+        start = time.perf_counter()
+        optimized = pipeline.optimize(traced.jaxpr, self._name)
+        optimized_at = time.perf_counter()
+        executable = pipeline.compile(optimized, self._backend, self._name)
+        done = time.perf_counter()
+        if _config.log_compiles:
+            logger.warning(
+                "Compiling %s for signature %s: trace %.2f ms, optimize %.2f ms, "
+                "backend %s %.2f ms", self._name,
+                _format_signature(traced.arg_names, traced.in_avals, traced.static_names),
+                traced.trace_seconds * 1e3, (optimized_at - start) * 1e3,
+                executable.backend, (done - optimized_at) * 1e3)
+        fc = self._fc
+        if fc.compiles + 1 >= RECOMPILE_WARNING_THRESHOLD and not fc.warned_recompiles:
+            fc.warned_recompiles = True
+            warnings.warn(
+                f"kiln.jit has compiled `{self._name}` (defined at {self._source}) "
+                f"{fc.compiles + 1} times, once per new input signature (shapes, dtypes, weak "
+                "types, static argument values). If shapes vary, pad inputs to a few fixed "
+                "sizes; if a static argument takes many values, pass it as a traced argument "
+                "instead of through static_argnums/static_argnames.",
+                RecompilationWarning, stacklevel=_user_stacklevel())
+        return executable
+
+    # --- arguments: names, validation, statics ---------------------------------------------
+    def _positional_names(self) -> tuple[list[str], str | None]:
+        """The function's positional parameter names and its *args name (computed once)."""
+        names = self.__dict__.get("_positional")
+        if names is None:
+            try:
+                params = inspect.signature(self._fun).parameters.values()
+            except (TypeError, ValueError):
+                params = []
+            positional = [p.name for p in params
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            varargs = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+            names = self.__dict__["_positional"] = (positional, varargs)
+        return names
+
+    def _param_name(self, index: int, nargs: int) -> str:
+        positional, varargs = self._positional_names()
+        index = index % nargs if nargs and index < 0 else index
+        if index < len(positional):
+            return positional[index]
+        if varargs is not None:
+            return f"{varargs}[{index - len(positional)}]"
+        return f"args[{index}]"
+
+    def _leaf_names(self, args: tuple, kwargs: dict, in_tree, leaves) -> list[str]:
+        """A name per flattened leaf, as the user wrote it: `x`, `params[0]['W']`."""
+        dyn_args, dyn_kwargs, _ = self._split(args, kwargs)
+        static = set()
+        if self._has_static:
+            nargs = len(args)
+            static = {i % nargs for i in self._static_argnums if -nargs <= i < nargs}
+        positions = [i for i in range(len(args)) if i not in static]
+        paths, _, _ = optree.tree_flatten_with_path((dyn_args, dyn_kwargs), namespace=_NAMESPACE)
+        names = []
+        for path in paths:
+            if path[0] == 0:
+                base = self._param_name(positions[path[1]], len(args))
+            else:
+                base = str(path[1])
+            names.append(base + "".join(f"[{k!r}]" for k in path[2:]))
+        return names
+
+    def _abstractify(self, leaves: list, names: list[str],
+                     allow_shape_structs: bool = False) -> list[ShapedArray]:
+        avals = []
+        for x, name in zip(leaves, names):
+            if allow_shape_structs and isinstance(x, ShapeDtypeStruct):
+                avals.append(ShapedArray(x.shape, dtypes.canonicalize(x.dtype), x.weak_type))
+                continue
+            if not isinstance(x, _VALID_LEAF) or (
+                    isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind not in "biufc"
+                    and x.dtype != dtypes.bfloat16):
+                what = f"of type {type(x)}" if not isinstance(x, (np.ndarray, np.generic)) \
+                    else f"a NumPy value of dtype {x.dtype}"
+                raise TypeError(
+                    f"Error interpreting argument to jit({self._name}) as an abstract array. "
+                    f"The problematic value is {what} and was passed to the function at path "
+                    f"{name}.\nThis typically means that a jit-wrapped function was called "
+                    "with a non-array argument, and this argument was not marked as static "
+                    "using the static_argnums or static_argnames parameters of jit.")
+            if isinstance(x, Tracer) and _trace_state.trace is None:
+                raise leaked_tracer_error(x)
+            if isinstance(x, (np.ndarray, np.generic)):
+                # NumPy values are strongly typed, even np.float64 (a subclass of float).
+                avals.append(ShapedArray(x.shape, dtypes.canonicalize(x.dtype), False))
+            else:
+                avals.append(get_aval(x))
+        return avals
+
+    def _check_static_argnums(self) -> None:
+        positional, varargs = self._positional_names()
+        if varargs is not None or not positional:
+            return
+        for i in self._static_argnums:
+            if not -len(positional) <= i < len(positional):
+                raise ValueError(
+                    f"jitted function {self._name} has static_argnums={self._static_argnums}, "
+                    f"but only accepts {len(positional)} positional arguments.")
+
+    def _static_names(self, static_key) -> list[tuple[str, Any]]:
+        static_args, static_kwargs = static_key
+        nargs = max((i for i, _ in static_args), default=-1) + 1
+        return [(self._param_name(i, nargs), v) for i, v in static_args] + \
+            [(k, v) for k, v in static_kwargs]
+
+    def _unhashable_static_error(self, static_key) -> Exception:
+        for name, value in self._static_names(static_key):
+            try:
+                hash(value)
+            except TypeError as err:
+                return ValueError(
+                    f"Non-hashable static arguments are not supported: the static argument "
+                    f"`{name}` of jit({self._name}) is a value of type {type(value).__name__} "
+                    f"({err}). Static arguments must be hashable, since they are part of the "
+                    "compile-cache key: pass a tuple instead of a list, or pass the value as a "
+                    "regular (traced) argument.")
+        return TypeError(f"jit({self._name}): the arguments cannot be hashed.")
+
+    # --- captured globals ------------------------------------------------------------------
+    def _must_retrace(self, entry: cache.Entry) -> bool:
+        """Check the entry's captured globals; warn (once per variable) or ask for a retrace."""
+        stale = cache.stale_guards(entry)
+        if not stale:
+            return False
+        if self._on_stale == "retrace":
+            return True
+        fc = self._fc
+        for guard in stale:
+            warn_key = (guard.kind, id(guard.container), guard.name)
+            if warn_key not in fc.warned_stale:
+                fc.warned_stale.add(warn_key)
+                warnings.warn(
+                    f"kiln.jit: `{self._name}` (defined at {self._source}) was traced while the "
+                    f"{guard.kind} variable `{guard.name}` held "
+                    f"{cache.describe_value(guard.value)}; "
+                    f"`{guard.name}` has since been rebound, but the compiled code keeps using "
+                    "the value from trace time (as JAX does). Pass it as an argument, or use "
+                    "jit(..., on_stale_capture='retrace') to retrace when it changes "
+                    "('ignore' silences this warning).",
+                    StaleCaptureWarning, stacklevel=_user_stacklevel())
+        # Warned about: stop checking these, so the call path is fast again.
+        entry.guards = tuple(g for g in entry.guards if g not in stale)
+        entry.fast = entry.executable is not None and not entry.guards
+        return False
+
+    # --- cache-miss explanations ----------------------------------------------------------
+    def _explain_miss(self, key, names: list[str], static_key, retrace: bool) -> None:
+        where = f"`{self._name}` (defined at {self._source})"
+        if retrace:
+            reason = "a global or closure variable it captured was rebound (retracing)"
+        else:
+            previous = [k for k in self._fc.seen_keys if k != key]
+            reason = cache.explain_miss(key, previous, names, self._static_names(static_key)) \
+                if previous else "tracing for the first time (a new function)"
+        logger.warning("kiln.jit cache miss for %s: %s", where, reason)
+
+    # --- public helpers --------------------------------------------------------------------
+    def lower(self, *args, **kwargs) -> "Lowered":
+        """Trace for these arguments (arrays, scalars or ShapeDtypeStructs) without running."""
+        dyn_args, dyn_kwargs, static_key = self._split(args, kwargs)
+        leaves, in_tree = _flatten_args(dyn_args, dyn_kwargs)
+        sig = tuple(_aval_signature(ShapedArray(x.shape, dtypes.canonicalize(x.dtype),
+                                                x.weak_type))
+                    if isinstance(x, ShapeDtypeStruct) else _leaf_signature(x) for x in leaves)
+        key = self._key(in_tree, len(dyn_args), bool(dyn_kwargs), sig, static_key)
+        entry = self._build(key, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves,
+                            in_tree, compile_it=False, allow_shape_structs=True)
+        return Lowered(self, entry)
+
+    def clear_cache(self) -> None:
+        """Forget every compiled signature of this function."""
+        self._fc.clear()
+
+    def _cache_size(self) -> int:
+        """How many signatures of this function are cached."""
+        return len(self._fc.entries)
+
+    def cache_info(self) -> dict:
+        """Statistics of this function's cache (shared by jits of equal functions)."""
+        fc = self._fc
+        return {"size": len(fc.entries), "misses": fc.misses, "traces": fc.traces,
+                "compiles": fc.compiles}
+
+    def __get__(self, instance, owner=None):
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __repr__(self) -> str:
+        return f"<kiln.jit of {self._fun!r}>"
+
+
+def _hoist_tracer_consts(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """Tracers of an outer trace captured by closure become leading explicit inputs."""
+    jaxpr = closed.jaxpr
+    is_tracer = [isinstance(c, Tracer) for c in closed.consts]
+    hoisted = [v for v, t in zip(jaxpr.constvars, is_tracer) if t]
+    kept = [(v, c) for v, c, t in zip(jaxpr.constvars, closed.consts, is_tracer) if not t]
+    new = Jaxpr([v for v, _ in kept], hoisted + list(jaxpr.invars), jaxpr.outvars, jaxpr.eqns,
+                jaxpr.effects)
+    return ClosedJaxpr(new, [c for _, c in kept])
+
+
+def _format_signature(names: list[str], avals, static_names) -> str:
+    parts = [f"{n}: {_short(a)}" for n, a in zip(names, avals)]
+    parts += [f"{n}={v!r} (static)" for n, v in static_names]
+    return f"({', '.join(parts)})"
+
+
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_stacklevel() -> int:
+    """The warnings stacklevel of the first frame outside the kiln package."""
+    import sys
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_KILN_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+# --- lowering -----------------------------------------------------------------------------------
+
+class Lowered:
+    """A traced function for one signature (jit(f).lower(*args))."""
+
+    def __init__(self, wrapped: JitWrapped, entry: cache.Entry):
+        self._wrapped = wrapped
+        self._entry = entry
+
+    @property
+    def jaxpr(self) -> ClosedJaxpr:
+        """The staged jaxpr."""
+        return self._entry.traced.jaxpr
+
+    @property
+    def in_avals(self) -> tuple:
+        return self._entry.in_avals
+
+    @property
+    def out_avals(self) -> list:
+        return self._entry.traced.jaxpr.out_avals
+
+    def as_text(self) -> str:
+        """The staged jaxpr, as text."""
+        return self._entry.traced.jaxpr.pretty_print()
+
+    def compile(self) -> "Compiled":
+        """Optimize and compile (through the cache: a later call with this signature hits)."""
+        wrapped = self._wrapped
+        entry = self._entry
+        if entry.executable is None:
+            entry = cache.lookup_or_build(wrapped._fc, entry.key, lambda: entry.traced,
+                                          wrapped._compile)
+        return Compiled(wrapped, entry)
+
+
+class Compiled:
+    """A compiled function for one signature: call it with the dynamic (non-static) arguments."""
+
+    def __init__(self, wrapped: JitWrapped, entry: cache.Entry):
+        self._wrapped = wrapped
+        self._entry = entry
+
+    def as_text(self) -> str:
+        """A header naming the function and its signature, then the optimized program."""
+        executable = self._entry.executable
+        ins = ", ".join(a.str_short() for a in executable.in_avals)
+        outs = ", ".join(a.str_short() for a in executable.out_avals)
+        outs = outs if len(executable.out_avals) == 1 else f"({outs})"
+        header = (f"kiln module jit_{self._wrapped._name}, entry_signature=({ins}) -> {outs}, "
+                  f"backend={executable.backend}")
+        if executable.hidden_args:
+            header += f", hidden_args={len(executable.hidden_args)}"
+        return f"{header}\n{executable.as_text()}"
+
+    def __call__(self, *args, **kwargs):
+        entry = self._entry
+        leaves, in_tree = _flatten_args(args, kwargs)
+        sig = tuple(_leaf_signature(x) for x in leaves)
+        expected_tree, expected_sig = entry.key[0], entry.key[1]
+        same_tree = _tree_key(in_tree, len(args), bool(kwargs)) == expected_tree
+        if not same_tree or len(sig) != len(expected_sig) or any(
+                _canonical(s)[:2] != _canonical(e)[:2] for s, e in zip(sig, expected_sig)):
+            raise TypeError(
+                f"Compiled function jit({self._wrapped._name}) was compiled for arguments "
+                f"({', '.join(_short(a) for a in entry.in_avals)}) but called with "
+                f"({', '.join(_signature_str(s) for s in sig)}).")
+        outs = entry.execute(_convert_leaves(leaves, entry.in_avals))
+        return _tree_unflatten(entry.out_tree, outs)
+
+
+def _signature_str(sig: tuple) -> str:
+    if len(sig) != 3:
+        return sig[0].__name__
+    shape, dtype, weak = sig
+    return _short(ShapedArray(shape, dtypes.canonicalize(dtype), weak))
+
+
+def _canonical(sig: tuple) -> tuple:
+    if len(sig) != 3:
+        return sig
+    shape, dtype, weak = sig
+    return (shape, dtypes.canonicalize(dtype), weak)
