@@ -192,9 +192,10 @@ def _pp_param_value(value: Any, names: _Names) -> pp.Doc:
 
 
 def pp_eqn(eqn: JaxprEqn, names: _Names) -> pp.Doc:
-    lhs = _pp_binders(eqn.outvars, names)
     params = eqn.primitive.params_for_printing(eqn.params)
-    parts = [lhs, pp.text(" = "), pp.text(eqn.primitive.name)]
+    parts = [pp.text(eqn.primitive.name)]
+    if eqn.outvars:  # an effect-only equation (debug.print) binds nothing and shows no ` = `
+        parts[:0] = [_pp_binders(eqn.outvars, names), pp.text(" = ")]
     if params:
         pairs = [pp.text(f"{k}=") + _pp_param_value(v, names) for k, v in sorted(params.items())]
         parts.append(pp.group(pp.nest(2, pp.concat([pp.text("["), pp.brk(""),
