@@ -256,9 +256,6 @@ def test_reflected_operators_with_python_scalars():
     assert divmod(x, 2)[1].tolist() == [1, 0]
 
 
-@pytest.mark.xfail(reason="kiln.core.dtypes promotes all-weak operands through the weak lattice "
-                          "nodes (weak int8 * weak int8 -> int32); JAX joins their strong types "
-                          "and keeps the result weak (-> int8)", strict=False)
 @pytest.mark.parametrize("a,b", [(np.int8, np.int8), (np.int8, np.uint8),
                                  (np.float16, np.float16), (np.uint8, np.uint8)])
 def test_all_weak_operands_promote_like_jax(a, b):

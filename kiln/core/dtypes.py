@@ -209,6 +209,10 @@ def result_type_with_weak(*items: tuple[np.dtype, bool]) -> tuple[np.dtype, bool
 
 @functools.lru_cache(maxsize=4096)
 def _result_type_cached(items: tuple, x64: bool) -> tuple[np.dtype, bool]:
+    if all(w for _, w in items):
+        # All weak: promote the strong counterparts and stay weak, so two weak int8 values
+        # give a weak int8 rather than widening to the default integer type.
+        return canonicalize(_join(tuple(d for d, _ in items))), True
     node = _join(tuple(_lattice_node(d, w) for d, w in items))
     dtype, weak = _node_to_dtype(node)
     return canonicalize(dtype), weak

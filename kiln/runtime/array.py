@@ -174,7 +174,7 @@ class Array:
         return complex(self._value)
 
     def __index__(self) -> int:
-        if not dtypes.is_integer(self._value.dtype) and self._value.dtype != np.bool_:
+        if not dtypes.is_integer(self._value.dtype):
             raise TypeError(f"only integer arrays can be used as an index, not "
                             f"{self._value.dtype}")
         return int(self._value)
@@ -182,7 +182,10 @@ class Array:
     def __format__(self, spec: str) -> str:
         if self._value.ndim == 0:
             return format(self._value[()], spec)
-        return format(str(self), spec)
+        if spec:
+            raise TypeError(f"unsupported format string {spec!r} passed to Array.__format__ "
+                            f"for an array of shape {self._value.shape}")
+        return str(self)
 
     def __str__(self) -> str:
         return str(self._value)
