@@ -4,11 +4,17 @@ which skips promotion and tracing machinery entirely (it is what `x * y` costs).
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 
 from kiln.core.trace import Tracer, current_trace_state
 from kiln.runtime.array import Array
+
+# The eager fast path calls a NumPy ufunc directly; like XLA, kiln produces inf/nan silently,
+# so the floating-point warnings NumPy raises from that one call site are filtered (entering
+# np.errstate on every call would cost more than the multiply itself).
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"kiln\.numpy\.array_methods")
 
 _jnp_module = None
 
