@@ -81,10 +81,6 @@ def _result_avals(result_shape_dtypes: Any) -> tuple[tuple, Any]:
     return tuple(avals), tree
 
 
-def _callback_weak_type(in_weak, *, result_avals, **params) -> list[bool]:
-    return [a.weak_type for a in result_avals]
-
-
 # --- pure_callback ----------------------------------------------------------------------------
 pure_callback_p = Primitive("pure_callback", multiple_results=True)
 pure_callback_p.foldable = False  # the host function runs when the program runs, not before
@@ -98,9 +94,6 @@ def _pure_callback_impl(*values, callback: _HostFunction, result_avals: tuple, v
 @pure_callback_p.def_abstract_eval
 def _pure_callback_abstract_eval(*avals, callback, result_avals: tuple, vmap_method):
     return list(result_avals)
-
-
-pure_callback_p.def_weak_type(_callback_weak_type)
 
 
 def pure_callback(callback: Callable, result_shape_dtypes: Any, *args,
@@ -132,7 +125,6 @@ def _io_callback_abstract_eval(*avals, callback, result_avals: tuple, ordered: b
     return list(result_avals)
 
 
-io_callback_p.def_weak_type(_callback_weak_type)
 rules.effects_rules[io_callback_p] = lambda *, callback, result_avals, ordered: frozenset(
     {"OrderedIO" if ordered else "IO"})
 

@@ -29,10 +29,6 @@ class Primitive:
         rules.abstract_eval_rules[self] = fn
         return fn
 
-    def def_weak_type(self, fn):
-        rules.weak_type_rules[self] = fn
-        return fn
-
     def params_for_printing(self, params: dict) -> dict:
         """The params as the jaxpr printer shows them (a primitive may hide or reformat some)."""
         return params

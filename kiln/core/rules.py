@@ -6,7 +6,6 @@ from typing import Callable
 
 impl_rules: dict = {}            # prim -> f(*numpy_values, **params) -> value | list
 abstract_eval_rules: dict = {}   # prim -> f(*avals, **params) -> aval | list[aval]
-weak_type_rules: dict = {}       # prim -> f(in_weak: list[bool], **params) -> bool | list
 jvp_rules: dict = {}             # prim -> f(primals, tangents, **params) -> (outs, out_tangents)
 transpose_rules: dict = {}       # prim -> f(cotangents, *args, **params) -> list
 batching_rules: dict = {}        # prim -> f(args, batch_dims, **params) -> (outs, out_dims)

@@ -62,14 +62,6 @@ def check_same_dtypes(name: str, *avals: ShapedArray) -> None:
                         "lax.convert_element_type, or use kiln.numpy, which promotes.)")
 
 
-def _all_weak(in_weak, **params) -> bool:
-    return bool(in_weak) and all(in_weak)
-
-
-def _never_weak(in_weak, **params) -> bool:
-    return False
-
-
 def standard_unop(name: str, impl: Callable, allowed=ANY, result_dtype=None,
                   weak: bool = True) -> Primitive:
     """An elementwise op of one operand; `result_dtype(dtype)` for ops that change dtype."""
@@ -82,8 +74,6 @@ def standard_unop(name: str, impl: Callable, allowed=ANY, result_dtype=None,
 
     prim.def_impl(impl)
     prim.def_abstract_eval(abstract_eval)
-    if not weak or result_dtype is not None:
-        prim.def_weak_type(_never_weak)
     return prim
 
 
@@ -104,8 +94,6 @@ def standard_binop(name: str, impl: Callable, allowed=ANY, result_dtype=None,
 
     prim.def_impl(impl)
     prim.def_abstract_eval(abstract_eval)
-    if result_dtype is not None:
-        prim.def_weak_type(_never_weak)
     return prim
 
 
@@ -126,7 +114,6 @@ def ignore_fp_errors(fn: Callable) -> Callable:
             return fn(*args, **params)
     wrapped.__name__ = getattr(fn, "__name__", "impl")
     return wrapped
-
 
 
 def scalar_to_array(value, dtype: np.dtype, weak: bool = True):

@@ -428,11 +428,6 @@ def _select_n_abstract_eval(which: ShapedArray, *cases: ShapedArray) -> ShapedAr
     return ShapedArray(first.shape, first.dtype, builtins.all(c.weak_type for c in cases))
 
 
-@select_n_p.def_weak_type
-def _select_n_weak_type(in_weak, **params) -> bool:
-    return builtins.all(in_weak[1:])
-
-
 def select_n(which, *cases):
     """cases[which] elementwise; a boolean `which` picks cases[1] where True."""
     return select_n_p.bind(which, *lax_operands(*cases))
@@ -508,11 +503,6 @@ def _convert_element_type_abstract_eval(x: ShapedArray, *, new_dtype, weak_type)
     return ShapedArray(x.shape, new_dtype, weak_type)
 
 
-@convert_element_type_p.def_weak_type
-def _convert_element_type_weak_type(in_weak, *, new_dtype, weak_type) -> bool:
-    return weak_type
-
-
 def convert_element_type(operand, new_dtype, weak_type: bool = False):
     """Convert to `new_dtype` (canonicalized). Python scalars convert on the host."""
     new_dtype = dtypes.canonicalize(new_dtype)
@@ -548,11 +538,6 @@ def _bitcast_convert_type_abstract_eval(x: ShapedArray, *, new_dtype) -> ShapedA
         raise TypeError("bitcast_convert_type does not convert to or from bool; use "
                         "convert_element_type.")
     return ShapedArray(x.shape, new_dtype, False)
-
-
-@bitcast_convert_type_p.def_weak_type
-def _bitcast_convert_type_weak_type(in_weak, *, new_dtype) -> bool:
-    return False
 
 
 def bitcast_convert_type(operand, new_dtype):

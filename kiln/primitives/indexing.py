@@ -74,11 +74,6 @@ def _dynamic_slice_abstract_eval(operand: ShapedArray, *starts: ShapedArray,
     return ShapedArray(tuple(slice_sizes), operand.dtype, operand.weak_type)
 
 
-@dynamic_slice_p.def_weak_type
-def _dynamic_slice_weak_type(in_weak, **params) -> bool:
-    return in_weak[0]  # the indices' types never reach the result
-
-
 # --- dynamic_update_slice --------------------------------------------------------------------
 dynamic_update_slice_p = Primitive("dynamic_update_slice")
 
@@ -109,22 +104,7 @@ def _dynamic_update_slice_abstract_eval(operand: ShapedArray, update: ShapedArra
     return ShapedArray(operand.shape, operand.dtype, operand.weak_type)
 
 
-@dynamic_update_slice_p.def_weak_type
-def _dynamic_update_slice_weak_type(in_weak, **params) -> bool:
-    return in_weak[0]
-
-
 # --- wrappers (the lax API) ------------------------------------------------------------------
-
-def check_eagerly(prim: Primitive, args: Sequence[Any], params: dict) -> None:
-    """Run `prim`'s abstract evaluation on concrete arguments too, so eager calls reject bad
-    shapes and dtypes with the same errors as traced ones (a trace checks them on bind)."""
-    from kiln.core.avals import get_aval
-    from kiln.core.rules import abstract_eval_rules
-    from kiln.core.trace import current_trace
-    if current_trace() is None:
-        abstract_eval_rules[prim](*(get_aval(a) for a in args), **params)
-
 
 def _is_static_index(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
@@ -206,7 +186,6 @@ def dynamic_slice(operand, start_indices, slice_sizes, *,
     slice_sizes = canonicalize_shape(slice_sizes, context="dynamic_slice slice_sizes: ")
     starts = dynamic_slice_indices(shape, start_indices, allow_negative_indices,
                                    "dynamic_slice")
-    check_eagerly(dynamic_slice_p, (operand, *starts), {"slice_sizes": slice_sizes})
     return dynamic_slice_p.bind(operand, *starts, slice_sizes=slice_sizes)
 
 
@@ -218,7 +197,6 @@ def dynamic_update_slice(operand, update, start_indices, *,
     shape = operand_shape(operand)
     starts = dynamic_slice_indices(shape, start_indices, allow_negative_indices,
                                    "dynamic_update_slice")
-    check_eagerly(dynamic_update_slice_p, (operand, update, *starts), {})
     return dynamic_update_slice_p.bind(operand, update, *starts)
 
 

@@ -19,7 +19,6 @@ from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.core.shapes import canonicalize_shape
 from kiln.primitives.base import ANY, NUMBER, check_dtype, lax_operands
-from kiln.primitives.indexing import check_eagerly
 
 __all__ = [
     "GatherScatterMode", "GatherDimensionNumbers", "ScatterDimensionNumbers", "gather",
@@ -304,11 +303,6 @@ def _gather_impl(operand: np.ndarray, indices: np.ndarray, *, dimension_numbers,
     return out if out.flags.c_contiguous else out.copy(order="C")
 
 
-@gather_p.def_weak_type
-def _gather_weak_type(in_weak, **params) -> bool:
-    return in_weak[0]
-
-
 def gather(operand, start_indices, dimension_numbers: GatherDimensionNumbers, slice_sizes, *,
            unique_indices: bool = False, indices_are_sorted: bool = False,
            mode: "str | GatherScatterMode | None" = None, fill_value=None):
@@ -329,7 +323,6 @@ def gather(operand, start_indices, dimension_numbers: GatherDimensionNumbers, sl
     params = dict(dimension_numbers=dn, slice_sizes=slice_sizes,
                   indices_are_sorted=bool(indices_are_sorted),
                   unique_indices=bool(unique_indices), mode=parsed, fill_value=fill_value)
-    check_eagerly(gather_p, (operand, start_indices), params)
     return gather_p.bind(operand, start_indices, **params)
 
 
@@ -447,7 +440,6 @@ def _define_scatter(name: str, combine, allowed) -> Primitive:
     prim = _ScatterPrimitive(name)
     prim.def_impl(_scatter_impl_for(combine))
     prim.def_abstract_eval(_scatter_abstract_eval_for(name, allowed))
-    prim.def_weak_type(lambda in_weak, **params: in_weak[0])
     return prim
 
 
@@ -468,7 +460,6 @@ def _scatter_wrapper(prim: Primitive, doc: str):
         params = dict(dimension_numbers=dn, indices_are_sorted=bool(indices_are_sorted),
                       unique_indices=bool(unique_indices),
                       mode=GatherScatterMode.from_any(mode))
-        check_eagerly(prim, (operand, scatter_indices, updates), params)
         return prim.bind(operand, scatter_indices, updates, **params)
     wrapper.__name__ = prim.name.replace("-", "_")
     wrapper.__doc__ = (

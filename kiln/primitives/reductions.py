@@ -209,7 +209,6 @@ def _make_arg_reduction(name: str, np_fn) -> Primitive:
 
     prim.def_impl(_arg_extremum_impl(np_fn))
     prim.def_abstract_eval(abstract_eval)
-    prim.def_weak_type(lambda in_weak, **params: False)
     return prim
 
 

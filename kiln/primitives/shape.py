@@ -73,20 +73,6 @@ def index_tuple(values: Any, what: str) -> tuple[int, ...]:
                         f"{values!r}.") from None
 
 
-def validate_eagerly(*prims: Primitive) -> None:
-    """Make each primitive's eager impl run its abstract eval first, so bad params raise the
-    same clear TypeError/ValueError eagerly as under tracing (not a NumPy error from the
-    impl). Call once, after the impl and abstract eval are registered."""
-    for prim in prims:
-        impl, abstract_eval = rules.impl_rules[prim], rules.abstract_eval_rules[prim]
-
-        def checked(*args, _impl=impl, _abstract_eval=abstract_eval, **params):
-            _abstract_eval(*[ShapedArray(a.shape, a.dtype) for a in args], **params)
-            return _impl(*args, **params)
-        checked.__name__ = getattr(impl, "__name__", "impl")
-        rules.impl_rules[prim] = checked
-
-
 def canonicalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
     """A non-negative axis for an array of rank `ndim`; ValueError when out of bounds."""
     axis = operator.index(axis)
@@ -363,6 +349,3 @@ def _copy_abstract_eval(x: ShapedArray) -> ShapedArray:
 def copy(operand):
     """A copy of `operand` (staged as the `copy` primitive, which jnp.copy uses)."""
     return copy_p.bind(operand)
-
-
-validate_eagerly(broadcast_in_dim_p, reshape_p, squeeze_p, transpose_p, rev_p, copy_p)

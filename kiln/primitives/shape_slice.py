@@ -14,7 +14,7 @@ from kiln.core.primitive import Primitive
 from kiln.core.shapes import canonicalize_shape
 from kiln.primitives.base import check_dtype, FLOAT, INT, COMPLEX, lax_operands
 from kiln.primitives.shape import (canonicalize_axis, index_tuple, is_kiln_value,
-                                   operand_shape, result_from_view, squeeze, validate_eagerly)
+                                   operand_shape, result_from_view, squeeze)
 
 __all__ = [
     "slice", "slice_in_dim", "index_in_dim", "pad", "concatenate", "iota",
@@ -243,6 +243,3 @@ def broadcasted_iota(dtype, shape, dimension: int):
 def iota(dtype, size: int):
     """0, 1, ..., size - 1 as a vector of `dtype`."""
     return broadcasted_iota(dtype, (size,), 0)
-
-
-validate_eagerly(slice_p, pad_p, concatenate_p, iota_p)

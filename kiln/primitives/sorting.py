@@ -64,11 +64,6 @@ def _sort_abstract_eval(*operands: ShapedArray, dimension, is_stable, num_keys):
     return [ShapedArray(op.shape, op.dtype, op.weak_type) for op in operands]
 
 
-@sort_p.def_weak_type
-def _sort_weak_type(in_weak, **params) -> list:
-    return list(in_weak)
-
-
 def sort(operand, dimension: int = -1, is_stable: bool = True, num_keys: int = 1):
     """Sort along `dimension`. `operand` is an array or a sequence of same-shape arrays; with a
     sequence, all are permuted by the lexicographic order of the first `num_keys`, and the
@@ -131,11 +126,6 @@ def _top_k_abstract_eval(operand: ShapedArray, *, k):
     shape = operand.shape[:-1] + (k,)
     return [ShapedArray(shape, operand.dtype, operand.weak_type),
             ShapedArray(shape, dtypes.int32, False)]
-
-
-@top_k_p.def_weak_type
-def _top_k_weak_type(in_weak, **params) -> list:
-    return [in_weak[0], False]
 
 
 def top_k(operand, k: int):

@@ -133,11 +133,6 @@ def _pjit_abstract_eval(*in_avals: ShapedArray, jaxpr: ClosedJaxpr, name: str):
     return [v.aval for v in jaxpr.jaxpr.outvars]
 
 
-@pjit_p.def_weak_type
-def _pjit_weak_type(in_weak, *, jaxpr: ClosedJaxpr, name: str):
-    return [v.aval.weak_type for v in jaxpr.jaxpr.outvars]
-
-
 rules.effects_rules[pjit_p] = lambda *, jaxpr, name: jaxpr_effects(jaxpr)
 
 
