@@ -25,7 +25,6 @@ The plan for a program, in three steps:
 """
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -214,7 +213,7 @@ def _segment_inputs(eqns, producers, scalars) -> list:
     return list(found)
 
 
-class _Names:
+class _BufferNames:
     """Unique buffer names, after the jaxpr's variable names where there are some."""
 
     def __init__(self, names: Callable):
@@ -258,7 +257,7 @@ class _RowLocalBuilder(ExprBuilder):
 
 def _build(eqns, producers, order, outputs, materialized, row_local, name, scalars,
            names) -> SegmentPlan:
-    naming = _Names(names)
+    naming = _BufferNames(names)
     inputs = _segment_inputs(eqns, producers, scalars)
     buffers: dict = {v: Buffer(naming(v), v.aval.dtype, v.aval.shape) for v in inputs}
     output_set = set(outputs)

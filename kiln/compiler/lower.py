@@ -162,7 +162,7 @@ class ExprBuilder:
         if node is None:
             buffer = self.loaded.get(atom)
             if buffer is not None:
-                node = Load(buffer, kir.flat_index(aval.shape, index))
+                node = Load(buffer, flat_index(aval.shape, index))
             else:
                 node = self.lower(atom, index)
             self.memo[key] = node
@@ -198,6 +198,38 @@ class ExprBuilder:
                            f"value for a {var.aval.dtype} result")
         self.nodes_of.setdefault(var, set()).add(node)
         return node
+
+
+def flat_index(shape: Sequence[int], index: Sequence[Expr]) -> Expr:
+    """kir.flat_index, except that runs of components that are exactly the unravelling of one
+    flat index over those dimensions (what a reshape reads) fold back into it: a flatten
+    followed by a load reads x[f], not x[f / 4 * 4 + f % 4]."""
+    index = list(index)
+    terms, d = [], 0
+    strides = kir.row_major_strides(shape)
+    while d < len(shape):
+        folded = _unravelled_run(shape, index, d)
+        if folded is None:
+            terms.append((index[d], strides[d]))
+            d += 1
+        else:
+            flat, end = folded
+            terms.append((flat, strides[end - 1]))
+            d = end
+    return kir.affine(terms)
+
+
+def _unravelled_run(shape, index, start):
+    """(f, end) when index[start:end] (end - start >= 2) is kir.unravel(f, shape[start:end])."""
+    head = index[start]
+    if not (isinstance(head, Op) and head.op is kir.ScalarOp.DIV and head.dtype == kir.INDEX):
+        return None
+    flat = head.args[0]
+    for end in range(len(shape), start + 1, -1):
+        expected = kir.unravel(flat, shape[start:end])
+        if all(e is c for e, c in zip(expected, index[start:end])):
+            return flat, end
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

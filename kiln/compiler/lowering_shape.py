@@ -12,7 +12,7 @@ from typing import Sequence
 
 from kiln.compiler import kir
 from kiln.compiler.kir import Expr, ScalarOp
-from kiln.compiler.lower import register_lowering
+from kiln.compiler.lower import NotLowerable, register_lowering
 from kiln.primitives import shape as shape_prims
 from kiln.primitives import shape_slice
 
@@ -137,8 +137,15 @@ def _pad_lowering_rule(ctx, index, x, padding_value, *, padding_config):
     return kir.select(condition, value, padding_value.read(()))
 
 
+#: A concatenation of more operands than this runs through its impl: the select chain reads
+#: every operand at every output element, so its cost grows with the square of the count.
+MAX_CONCATENATE_OPERANDS = 16
+
+
 @register_lowering(shape_slice.concatenate_p)
 def _concatenate_lowering_rule(ctx, index, *operands, dimension):
+    if len(operands) > MAX_CONCATENATE_OPERANDS:
+        raise NotLowerable(f"concatenate of {len(operands)} operands")
     offsets, start = [], 0
     for x in operands:
         offsets.append(start)

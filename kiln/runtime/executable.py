@@ -1,7 +1,7 @@
 """Executables: what `kiln.jit` runs on a cache hit, plus host <-> device transfer helpers.
 
 An `Executable` is one compiled program for one input signature. The contract every backend
-implements (the interpreter here; the native LLVM backend in kiln/runtime/engine.py):
+implements (the interpreter here; the native LLVM backend, the default, in kiln/runtime/native.py):
 
 * The backend is built from a *program*: a ClosedJaxpr whose invars are the hidden arguments
   followed by the user's flattened arguments, and whose consts are small constants the backend

@@ -13,7 +13,8 @@ one per core, compiled as separate entries and run on a small persistent thread 
 from __future__ import annotations
 
 import ctypes
-import math
+import itertools
+import logging
 import os
 import queue
 import re
@@ -23,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kiln.compiler import fusion, kir, kir_rewrite, lower
+from kiln.compiler import fusion, kir, kir_rewrite, kir_schedule, lower
 from kiln.config import config
 from kiln.core import rules
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Literal, _Names, pp_eqn, pp_jaxpr
@@ -33,11 +34,21 @@ from kiln.runtime.executable import Executable
 
 __all__ = ["NativeExecutable", "PARALLEL_MIN_WORK", "num_threads"]
 
+logger = logging.getLogger("kiln")
+
+#: Raise backend errors instead of falling back to the interpreter (tests set it;
+#: $KILN_NATIVE_STRICT=1 too).
+STRICT = os.environ.get("KILN_NATIVE_STRICT", "") == "1"
+
 #: Kernels with at least this much work (fusion.kernel_work: iterations, with transcendental
 #: ops weighted) run on several threads; below it the thread handoff is not worth it.
 PARALLEL_MIN_WORK = 1_000_000
 #: A rank-1 chunk boundary falls on a multiple of this many elements (whole cache lines).
 CHUNK_ALIGN = 64
+#: A large kernel is cut into up to this many chunks per thread, each of at least
+#: MIN_CHUNK_WORK, so that a thread slowed by other work leaves its share to the others.
+CHUNKS_PER_THREAD = 4
+MIN_CHUNK_WORK = 1 << 17
 
 
 def num_threads() -> int:
@@ -81,7 +92,7 @@ def data_address(array: np.ndarray) -> int:
 
 
 def _usable(array: np.ndarray, dtype: np.dtype) -> bool:
-    return (array.flags.c_contiguous and array.dtype == dtype
+    return (type(array) is np.ndarray and array.flags.c_contiguous and array.dtype == dtype
             and data_address(array) % max(dtype.itemsize, 1) == 0)
 
 
@@ -91,7 +102,7 @@ def array_address(arr: Array, keep: list) -> int:
     value = arr._value
     if _usable(value, value.dtype):
         return arr.buffer_address()
-    copy = np.ascontiguousarray(value)
+    copy = np.array(value, order="C")  # (also turns a NumPy scalar into an array)
     keep.append(copy)
     return data_address(copy)
 
@@ -109,11 +120,15 @@ def host_buffer(value: Any, dtype: np.dtype) -> np.ndarray:
 # --- a small persistent thread pool --------------------------------------------------------------
 
 class _Pool:
-    """Worker threads that run native entries (ctypes calls release the GIL, so they run in
-    parallel with the calling thread, which takes the first chunk itself)."""
+    """Worker threads that help run a kernel's chunks (ctypes calls release the GIL, so native
+    chunks run in parallel with the calling thread).
+
+    Chunks are claimed from a shared counter by whoever is free, the calling thread included:
+    when the other cores are busy, the caller simply runs every chunk itself and pays no more
+    than the handoff; when they are free, the work spreads evenly."""
 
     def __init__(self, workers: int):
-        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.threads = [threading.Thread(target=self._work, name=f"kiln-native-{n}",
                                          daemon=True) for n in range(workers)]
         for thread in self.threads:
@@ -121,18 +136,32 @@ class _Pool:
 
     def _work(self) -> None:
         while True:
-            entry, table, done = self.tasks.get()
-            try:
-                entry(table)
-            finally:
-                done.put(None)
+            tasks, counter, done = self.jobs.get()
+            while True:
+                claimed = next(counter)  # itertools.count: atomic under the GIL
+                if claimed >= len(tasks):
+                    break
+                entry, table = tasks[claimed]
+                try:
+                    entry(table)
+                finally:
+                    done.put(None)
 
-    def run(self, entries: Sequence, table: int) -> None:
+    def run(self, tasks: Sequence) -> None:
+        """Run every (entry, table address) task; returns when all have finished."""
+        counter = itertools.count()
         done: queue.SimpleQueue = queue.SimpleQueue()
-        for entry in entries[1:]:
-            self.tasks.put((entry, table, done))
-        entries[0](table)
-        for _ in entries[1:]:
+        for _ in range(min(len(self.threads), len(tasks) - 1)):
+            self.jobs.put((tasks, counter, done))
+        mine = 0
+        while True:
+            claimed = next(counter)
+            if claimed >= len(tasks):
+                break
+            entry, table = tasks[claimed]
+            entry(table)
+            mine += 1
+        for _ in range(len(tasks) - mine):
             done.get()
 
 
@@ -164,9 +193,43 @@ def _compile(program: kir.Program):
     return native
 
 
+class _Step:
+    """One kernel of a parallel segment: its entries and the buffers its table holds.
+
+    Split kernels come in two forms. Usually one entry reads its chunk's loop bounds from a
+    small int64 buffer (the first table slot), so a kernel compiles once however it is split.
+    A kernel whose split loop kir_schedule rewrites (a column reduction, which needs constant
+    bounds) compiles one entry per chunk instead."""
+
+    def __init__(self, entries: list, buffers: list, bounds: np.ndarray | None = None):
+        self.entries = entries
+        self.buffers = buffers
+        self.bounds = bounds
+        if bounds is not None:
+            self.bound_addresses = data_address(bounds) + np.arange(len(bounds)) * 16
+
+    @property
+    def chunks(self) -> int:
+        return len(self.bounds) if self.bounds is not None else len(self.entries)
+
+    def tasks(self, addresses: dict, keep: list) -> list:
+        values = [addresses[b] for b in self.buffers]
+        if self.bounds is None:
+            table = np.array(values or [0], dtype=np.int64)
+            keep.append(table)
+            return [(entry, data_address(table)) for entry in self.entries]
+        table = np.empty((len(self.bounds), 1 + len(values)), dtype=np.int64)
+        table[:, 0] = self.bound_addresses
+        table[:, 1:] = values
+        keep.append(table)
+        base, stride = data_address(table), table.strides[0]
+        return [(self.entries[0], base + c * stride) for c in range(len(self.bounds))]
+
+
 class NativeSegment:
     """A lowered native stage: one entry for the whole program, or (for large kernels) one
-    entry per kernel chunk run on the thread pool with the temps passed in from here."""
+    entry per kernel, the large ones split into chunks run on the thread pool, with the temps
+    passed in from here."""
 
     def __init__(self, plan: fusion.SegmentPlan, threads: int):
         self.plan = plan
@@ -186,64 +249,83 @@ class NativeSegment:
         else:
             self._build_parallel()
 
-    # The parallel form: every kernel is its own program (the temps become its arguments), and
-    # a large one is compiled once per chunk of its outermost non-trivial loop.
+    # The parallel form: every kernel is its own program (the temps become its arguments).
     def _build_parallel(self) -> None:
         plan = self.plan
-        self.steps = []
+        self.steps: list[_Step] = []
         self.temp_buffers = [plan.buffers[v] for v in plan.temps]
         self._temp_cache: list | None = None
         self._temp_lock = threading.Lock()
         for group, work in zip(plan.kernels, self.work):
-            chunks = self._chunks(group, work)
             stored = set(kir.stored_buffers(group.kernel.body))
             local = set(group.local_buffers)
             params = [b for b in group.kernel.params if b not in local]
-            # Kernel-local buffers (row buffers) stay temps: each chunk's entry allocates its
-            # own, so threads never share one.
+            # Kernel-local buffers (row buffers) stay temps: each call of an entry allocates
+            # its own, so threads never share one.
             renamed = {b: kir.Buffer(b.name, b.dtype, b.shape,
                                      "output" if b in stored else "input") for b in params}
             arguments = [renamed[b] for b in params if b not in stored] + \
                         [renamed[b] for b in params if b in stored]
-            originals = {renamed[b]: b for b in params}
+            originals = [{v: k for k, v in renamed.items()}[b] for b in arguments]
+            temps = list(group.local_buffers)
+            name = f"{self.program.name}_{group.kernel.name}"
+            split = self._split(group, work)
+            if split is None:
+                kernel = _with_buffers(group.kernel, renamed)
+                entry = _compile(kir.Program(name, arguments + temps, [kernel])).entry
+                self.steps.append(_Step([entry], originals))
+                continue
+            dim, edges = split
+            extent = group.shape[dim]
+            bounds = kir.Buffer(f"{group.kernel.name}_bounds", np.int64, (2,))
+            runtime = {dim: (kir.clamp(kir.Load(bounds, kir.as_index(0)), 0, extent),
+                             kir.clamp(kir.Load(bounds, kir.as_index(1)), 0, extent))}
+            kernel = _with_buffers(fusion.chunked_kernel(plan, group, runtime), renamed)
+            whole = _with_buffers(group.kernel, renamed)
+            if len(group.shape) > 1 or kir_schedule.schedule_kernel(whole) is whole:
+                program = kir.Program(name, [bounds] + arguments + temps, [kernel])
+                table = np.array(list(zip(edges, edges[1:])), dtype=np.int64)
+                self.steps.append(_Step([_compile(program).entry], originals, table))
+                continue
+            # a column reduction: its rewrite needs constant bounds, so one entry per chunk
             entries = []
-            for c, bounds in enumerate(chunks):
-                name = f"{self.program.name}_{group.kernel.name}" + (f"_part{c}" if bounds
-                                                                     else "")
-                kernel = group.kernel if not bounds else fusion.chunked_kernel(plan, group,
-                                                                               bounds)
-                kernel = _with_buffers(kernel, renamed)
-                program = kir.Program(name, arguments + list(group.local_buffers), [kernel])
+            for c, (lo, hi) in enumerate(zip(edges, edges[1:])):
+                chunk = _with_buffers(fusion.chunked_kernel(plan, group, {dim: (lo, hi)}),
+                                      renamed)
+                program = kir.Program(f"{name}_part{c}", arguments + temps, [chunk])
                 entries.append(_compile(program).entry)
-            self.steps.append((entries, [originals[b] for b in arguments]))
+            self.steps.append(_Step(entries, originals))
 
-    def _chunks(self, group: fusion.KernelPlan, work: int) -> list[dict]:
+    def _split(self, group: fusion.KernelPlan, work: int):
+        """(dimension, chunk edges) for a large kernel, None for one that runs whole."""
         if work < PARALLEL_MIN_WORK:
-            return [{}]
+            return None
         shape = group.shape
         if len(group.parts) > 1 or group.local_buffers:
             dim = 0 if shape and shape[0] > 1 else None  # merged kernels split their rows
         else:
             dim = next((d for d, n in enumerate(shape) if n > 1), None)
         if dim is None:
-            return [{}]
+            return None
         extent = shape[dim]
-        count = min(self.threads, extent)
+        count = min(self.threads * CHUNKS_PER_THREAD, extent,
+                    max(work // MIN_CHUNK_WORK, self.threads))
         align = CHUNK_ALIGN if dim == len(shape) - 1 else 1
         edges = [0]
         for c in range(1, count):
             edge = -(-extent * c // count // align) * align
             edges.append(min(max(edge, edges[-1]), extent))
         edges.append(extent)
-        bounds = [{dim: (lo, hi)} for lo, hi in zip(edges, edges[1:]) if hi > lo]
-        return bounds if len(bounds) > 1 else [{}]
+        edges = sorted(set(edges))
+        return (dim, edges) if len(edges) > 2 else None
 
     def run_parallel(self, input_addresses: Sequence[int], outputs: Sequence[np.ndarray]) -> None:
-        """Run every kernel in order; each large one on the pool, one chunk per thread."""
+        """Run every kernel in order; each large one on the pool, chunk by chunk."""
         addresses = dict(zip([self.plan.buffers[v] for v in self.inputs], input_addresses))
         for var, array in zip(self.outputs, outputs):
             addresses[self.plan.buffers[var]] = data_address(array)
         reuse = self._temp_lock.acquire(False)
+        keep: list = []
         try:
             temps = self._temp_cache if reuse else None
             if temps is None:
@@ -252,13 +334,13 @@ class NativeSegment:
                     self._temp_cache = temps
             for buffer, array in zip(self.temp_buffers, temps):
                 addresses[buffer] = data_address(array)
-            pool = _pool(self.threads) if any(len(e) > 1 for e, _ in self.steps) else None
-            for entries, buffers in self.steps:
-                table = np.array([addresses[b] for b in buffers] or [0], dtype=np.int64)
-                if len(entries) == 1:
-                    entries[0](data_address(table))
+            for step in self.steps:
+                tasks = step.tasks(addresses, keep)
+                if len(tasks) == 1:
+                    entry, table = tasks[0]
+                    entry(table)
                 else:
-                    pool.run(entries, data_address(table))
+                    _pool(self.threads).run(tasks)
         finally:
             if reuse:
                 self._temp_lock.release()
@@ -269,10 +351,9 @@ class NativeSegment:
         parts = [f"{kernels} kernel{'s' * (kernels != 1)}",
                  f"{len(program.temps)} temp{'s' * (len(program.temps) != 1)}"]
         if self.parallel:
-            split = [f"{group.kernel.name} x{len(entries)}"
-                     for group, (entries, _) in zip(self.plan.kernels, self.steps)
-                     if len(entries) > 1]
-            parts.append("threads: " + ", ".join(split))
+            split = [f"{group.kernel.name} in {step.chunks} chunks"
+                     for group, step in zip(self.plan.kernels, self.steps) if step.chunks > 1]
+            parts.append(f"{self.threads} threads: " + ", ".join(split))
         return ", ".join(parts)
 
 
@@ -316,6 +397,18 @@ class NativeExecutable(Executable):
 
     def __init__(self, program: ClosedJaxpr, hidden_args: Sequence[Array], name: str):
         super().__init__(program, hidden_args, name)
+        try:
+            self._build(program, name)
+        except NotImplementedError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a backend bug must not break kiln.jit
+            if STRICT:
+                raise
+            logger.warning("kiln: the native backend failed on %s (%s: %s); running it "
+                           "through the interpreter", name, type(err).__name__, err)
+            raise NotImplementedError(str(err)) from err
+
+    def _build(self, program: ClosedJaxpr, name: str) -> None:
         jaxpr = program.jaxpr
         self._names = _Names()
         pp_jaxpr(jaxpr, self._names)  # name variables as the printed jaxpr does
@@ -337,6 +430,10 @@ class NativeExecutable(Executable):
                 continue
             produced = [v for e in stage.eqns for v in e.outvars
                         if not isinstance(v, DropVar) and needed.get(id(v), set()) - {number}]
+            if not produced:  # nothing leaves the stage: dead code the passes left
+                stage.native, stage.eqns = False, []
+                self.segments.append(None)
+                continue
             plan = fusion.plan_segment(stage.eqns, produced, f"{base}_{number}", scalars,
                                        self._names)
             self.segments.append(NativeSegment(plan, threads))
@@ -471,7 +568,8 @@ class NativeExecutable(Executable):
             for var, local in zip(segment.outputs, outs):
                 slot = segment.slots[segment.plan.buffers[var]]
                 if fast:
-                    body.append(f"{table}[{slot}] = from_address(id({local}) + OFFSET).value")
+                    body.append(f"{table}[{slot}] = from_address(id({local}) + OFFSET).value"
+                                + (" or 0" if 0 in var.aval.shape else ""))
                 else:
                     body.append(f"{table}[{slot}] = data_address({local})")
             body.append(f"{entry}({table_address})")

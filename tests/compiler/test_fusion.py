@@ -1,0 +1,290 @@
+"""Fusion decisions: how many kernels and temps a program becomes, what is materialized and
+why, how a mixed program is split into native and interpreted stages, and the parallel split.
+Results are checked against NumPy here too, so a plan that looks right but computes the wrong
+thing fails."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln.compiler import fusion, kir, lower
+from kiln.runtime import native
+
+
+@pytest.fixture(autouse=True)
+def strict_native(monkeypatch):
+    monkeypatch.setattr(native, "STRICT", True)
+
+
+def compile_native(fn, *args):
+    """(executable, compiled) of fn jitted natively for args."""
+    compiled = kiln.jit(fn, backend="native").lower(*args).compile()
+    return compiled._entry.executable, compiled
+
+
+def segments(executable):
+    return [s for s in executable.segments if s is not None]
+
+
+def counts(executable):
+    """(kernels, full-size temps, kernel-local buffers) over every native segment."""
+    plans = [s.plan for s in segments(executable)]
+    kernels = sum(len(p.kernels) for p in plans)
+    temps = sum(len(p.temps) for p in plans)
+    local = sum(len(g.local_buffers) for p in plans for g in p.kernels)
+    return kernels, temps, local
+
+
+def f32(*shape, seed=0):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+
+
+def test_elementwise_chain_is_one_kernel_without_temps():
+    def chain(x, y):
+        z = x * 2.0 + 1.0
+        z = jnp.tanh(z) * y - jnp.exp(-z)
+        return jnp.maximum(z, 0.0) / (1.0 + jnp.abs(y))
+    x, y = f32(8, 16), f32(8, 16, seed=1)
+    executable, compiled = compile_native(chain, x, y)
+    assert counts(executable) == (1, 0, 0)
+    # The intermediates never touch memory: the only buffers are the inputs and the output.
+    program = segments(executable)[0].program
+    assert [b.role for b in program.buffers] == ["input", "input", "output"]
+    xn, yn = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    z = xn * 2 + 1
+    z = np.tanh(z) * yn - np.exp(-z)
+    np.testing.assert_allclose(np.asarray(compiled(x, y)), np.maximum(z, 0) / (1 + np.abs(yn)),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_is_at_most_two_kernels():
+    x = f32(6, 40)
+    executable, compiled = compile_native(lambda x: kiln.nn.softmax(x, axis=-1), x)
+    kernels, temps, _ = counts(executable)
+    assert kernels <= 2 and temps == 0
+    text = compiled.as_text()
+    assert text.count("kernel fusion_") == kernels
+    xn = np.asarray(x, np.float64)
+    e = np.exp(xn - xn.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(compiled(x)), e / e.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_softmax_exp_is_computed_once_per_element():
+    x = f32(4, 32)
+    executable, _ = compile_native(lambda x: kiln.nn.softmax(x, axis=-1), x)
+    (kernel,) = [g.kernel for s in segments(executable) for g in s.plan.kernels]
+    runs = fusion.evaluation_counts(kernel)
+    exps = [n for n in runs if isinstance(n, kir.Op) and n.op is kir.ScalarOp.EXP]
+    assert sum(runs[n] for n in exps) == x.size
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: kiln.nn.logsumexp(x, axis=1),
+    lambda x: (x - x.mean(axis=1, keepdims=True)) / (x.std(axis=1, keepdims=True) + 1e-5),
+], ids=["logsumexp", "layernorm"])
+def test_row_reductions_fuse_with_producers_and_consumers(fn):
+    x = f32(5, 64)
+    executable, compiled = compile_native(fn, x)
+    assert counts(executable) == (1, 0, 0)
+    expected = kiln.jit(fn, backend="interpret")(x)
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_reduction_consumer_uses_the_reduce_expression():
+    x = f32(7, 9)
+    executable, compiled = compile_native(lambda x: x - jnp.max(x, axis=-1, keepdims=True), x)
+    assert counts(executable) == (1, 0, 0)
+    (kernel,) = segments(executable)[0].program.kernels
+    runs = fusion.evaluation_counts(kernel)
+    reductions = [n for n in runs if isinstance(n, kir.Reduce)]
+    assert len(reductions) == 1 and runs[reductions[0]] == 7  # once per row
+    xn = np.asarray(x)
+    np.testing.assert_array_equal(np.asarray(compiled(x)), xn - xn.max(-1, keepdims=True))
+
+
+def test_column_reduction_read_per_row_is_materialized():
+    x = f32(6, 5)
+    executable, compiled = compile_native(lambda x: x - x.mean(axis=0), x)
+    kernels, temps, _ = counts(executable)
+    assert (kernels, temps) == (2, 1)
+    xn = np.asarray(x)
+    np.testing.assert_allclose(np.asarray(compiled(x)), xn - xn.mean(0), rtol=1e-5, atol=1e-6)
+
+
+def test_expensive_producer_read_twice_is_materialized_cheap_one_is_not():
+    x = f32(10)
+    # exp read at i and at i+1 (two different elements per output): computed once into a temp.
+    expensive, compiled = compile_native(lambda x: jnp.exp(x)[1:] + jnp.exp(x)[:-1], x)
+    assert counts(expensive)[:2] == (2, 1)
+    xn = np.exp(np.asarray(x, np.float64))
+    np.testing.assert_allclose(np.asarray(compiled(x)), xn[1:] + xn[:-1], rtol=1e-6)
+    # the same with a cheap producer is recomputed in place: one kernel.
+    cheap, _ = compile_native(lambda x: (x * 2)[1:] + (x * 2)[:-1], x)
+    assert counts(cheap) == (1, 0, 0)
+
+
+def test_broadcast_of_expensive_row_value_stays_fused():
+    x = f32(4, 6)
+    # exp of a per-row value, broadcast along the row: runs once per row, no temp needed.
+    executable, _ = compile_native(lambda x: x * jnp.exp(x.sum(axis=1, keepdims=True)), x)
+    assert counts(executable) == (1, 0, 0)
+
+
+def test_multi_output_fusion_shares_one_loop_nest():
+    x = f32(3, 4)
+
+    def outputs(x):
+        y = jnp.exp(x)
+        return y, y * 2, jnp.sin(x) + y
+    executable, compiled = compile_native(outputs, x)
+    assert counts(executable) == (1, 0, 0)
+    (kernel,) = segments(executable)[0].program.kernels
+    runs = fusion.evaluation_counts(kernel)
+    assert sum(c for n, c in runs.items()
+               if isinstance(n, kir.Op) and n.op is kir.ScalarOp.EXP) == x.size
+    y, y2, z = compiled(x)
+    np.testing.assert_allclose(np.asarray(y2), 2 * np.exp(np.asarray(x)), rtol=1e-6)
+
+
+def test_outputs_of_different_shapes_get_their_own_kernels():
+    x = f32(3, 4)
+    executable, _ = compile_native(lambda x: (x + 1, x.sum(axis=1), x.sum()), x)
+    assert counts(executable)[:2] == (3, 0)
+
+
+def test_mixed_program_runs_impls_between_native_kernels():
+    x, w, b = f32(4, 6), f32(6, 3, seed=1), f32(3, seed=2)
+
+    def mlp(x, w, b):
+        h = jnp.tanh(x * 0.5)           # native
+        y = h @ w                        # dot_general: interpreted
+        return jnp.maximum(y + b, 0.0)  # native, after the matmul
+    executable, compiled = compile_native(mlp, x, w, b)
+    kinds = [s.native for s in executable.stages]
+    assert kinds == [True, False, True]
+    text = compiled.as_text()
+    assert len(re.findall(r"native segment \d", text)) == 2
+    assert "interpreted (reference impl):" in text and "dot_general" in text
+    xn, wn, bn = (np.asarray(a, np.float64) for a in (x, w, b))
+    np.testing.assert_allclose(np.asarray(compiled(x, w, b)),
+                               np.maximum(np.tanh(xn * 0.5) @ wn + bn, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_partition_delays_native_work_to_its_consumer():
+    x, w = f32(4, 4), f32(4, 4, seed=1)
+    # exp(x) is only needed after the matmul: it moves to the second native stage and fuses
+    # with the add there instead of being stored at the boundary.
+    executable, _ = compile_native(lambda x, w: (x @ w) + jnp.exp(x), x, w)
+    assert [s.native for s in executable.stages] == [False, True]
+    assert counts(executable) == (1, 0, 0)
+
+
+def test_interpreted_equations_keep_program_order():
+    x = f32(3)
+    order = []
+
+    def f(x):
+        kiln.debug.callback(lambda v: order.append("first"), x)
+        y = jnp.sort(x * 2)
+        kiln.debug.callback(lambda v: order.append("second"), y)
+        return y + 1
+    if not hasattr(kiln.debug, "callback"):
+        pytest.skip("kiln.debug.callback is not available")
+    kiln.jit(f, backend="native")(x)
+    assert order[-2:] == ["first", "second"]
+
+
+def test_long_chains_are_cut_so_lowering_stays_within_the_stack():
+    def long_chain(x):
+        for _ in range(3 * fusion.MAX_FUSION_DEPTH):
+            x = x * 1.0001 + 0.0001
+        return x
+    x = f32(4)
+    executable, compiled = compile_native(long_chain, x)
+    assert counts(executable)[0] >= 3
+    expected = kiln.jit(long_chain, backend="interpret")(x)
+    # (600 multiply-adds contract to FMAs natively, one rounding each instead of two.)
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-4)
+
+
+def test_kernel_work_weighs_transcendentals():
+    x = f32(100)
+    cheap, _ = compile_native(lambda x: x + 1, x)
+    costly, _ = compile_native(lambda x: jnp.exp(x) + 1, x)
+    (k1,), (k2,) = (segments(e)[0].program.kernels for e in (cheap, costly))
+    assert fusion.kernel_work(k1) == 100 and fusion.kernel_work(k2) == 500
+
+
+def test_large_kernels_split_their_outer_loop(monkeypatch):
+    monkeypatch.setattr(native, "num_threads", lambda: 2)
+    monkeypatch.setattr(native, "PARALLEL_MIN_WORK", 1000)
+    monkeypatch.setattr(native, "MIN_CHUNK_WORK", 1000)
+    x = f32(64, 50)
+    fn = lambda x: kiln.nn.softmax(jnp.sin(x), axis=-1)  # noqa: E731
+    executable, compiled = compile_native(fn, x)
+    (segment,) = segments(executable)
+    # one entry, whose chunk bounds come from a buffer: 8 chunks (4 per thread) of 8 rows
+    assert segment.parallel and [(len(s.entries), s.chunks) for s in segment.steps] == [(1, 8)]
+    assert "2 threads: fusion_0 in 8 chunks" in compiled.as_text()
+    expected = kiln.jit(fn, backend="interpret")(x)
+    for _ in range(3):  # the temp buffers are reused across calls
+        np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-5)
+
+
+def test_rank1_chunks_are_cache_line_aligned(monkeypatch):
+    monkeypatch.setattr(native, "num_threads", lambda: 2)
+    monkeypatch.setattr(native, "PARALLEL_MIN_WORK", 1000)
+    monkeypatch.setattr(native, "CHUNKS_PER_THREAD", 1)
+    x = f32(1000)
+    executable, compiled = compile_native(lambda x: x * 3 - 1, x)
+    (segment,) = segments(executable)
+    assert segment._split(segment.plan.kernels[0], 10**9) == (0, [0, 512, 1000])
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(x) * 3 - 1, atol=1e-6)
+
+
+def test_split_column_reduction_keeps_constant_bounds(monkeypatch):
+    monkeypatch.setattr(native, "num_threads", lambda: 2)
+    monkeypatch.setattr(native, "PARALLEL_MIN_WORK", 1000)
+    monkeypatch.setattr(native, "MIN_CHUNK_WORK", 1000)
+    x = f32(40, 300)
+    executable, compiled = compile_native(lambda x: x.sum(axis=0), x)
+    (segment,) = segments(executable)
+    (step,) = segment.steps
+    assert step.bounds is None and len(step.entries) == step.chunks > 1
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(x).sum(0), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_pool_runs_every_chunk_once():
+    pool = native._pool(2)
+    seen = []
+    tasks = [(lambda table, n=n: seen.append(n), 0) for n in range(10)]
+    pool.run(tasks)
+    assert sorted(seen) == list(range(10))
+
+
+def test_stage_partition_of_a_handmade_jaxpr():
+    def f(x, w):
+        a = jnp.exp(x)          # native, needed by the matmul: stage 0
+        b = a @ w               # interpreted: stage 1
+        c = jnp.sort(b, axis=0)  # interpreted, same stage
+        return c * 2 + a        # native: stage 2
+    closed = kiln.make_jaxpr(f)(f32(3, 3), f32(3, 3))
+    stages = fusion.partition(closed.jaxpr.eqns, closed.jaxpr.outvars, lower.lowerable)
+    names = [[str(e.primitive) for e in s.eqns] for s in stages]
+    assert [s.native for s in stages] == [True, False, True]
+    assert names[1] == ["dot_general", "sort"]
+
+
+def test_wide_concatenate_runs_its_impl_between_native_segments():
+    x = f32(40)
+    fn = lambda x: jnp.concatenate([jnp.exp(x[i:i + 1]) for i in range(20)]) * 2  # noqa: E731
+    executable, compiled = compile_native(fn, x)
+    assert [s.native for s in executable.stages] == [True, False, True]
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.exp(np.asarray(x)[:20]) * 2,
+                               rtol=1e-6)
