@@ -20,7 +20,7 @@ from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives.base import (ANY, BOOL, COMPLEX, FLOAT, INT, INTEGRAL, NUMBER,
                                   SINT, broadcast_scalar_shapes, check_dtype, check_same_dtypes,
-                                  lax_operands, real_dtype, to_bool)
+                                  ignore_fp_errors, lax_operands, real_dtype, to_bool)
 
 __all__ = [
     "add", "sub", "mul", "div", "rem", "neg", "max", "min", "integer_pow", "abs", "sign",
@@ -279,7 +279,7 @@ def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001 (lax'
 
 is_finite_p = unop("is_finite", np.isfinite, FLOAT, result_dtype=to_bool)
 # np.nextafter has native float16 and bfloat16 (ml_dtypes) loops, which must not go via f32.
-nextafter_p = naryop("nextafter", np.nextafter, FLOAT)
+nextafter_p = naryop("nextafter", ignore_fp_errors(np.nextafter), FLOAT)
 
 # --- comparisons -----------------------------------------------------------------------------
 
