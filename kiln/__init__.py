@@ -14,3 +14,4 @@ from kiln.callbacks import pure_callback, effects_barrier  # noqa: E402
 from kiln.runtime.executable import (block_until_ready, default_backend, device_put,  # noqa: E402
                                      devices)
 from kiln.runtime.cache import cache_stats as jit_cache_stats  # noqa: E402
+from kiln import random  # noqa: E402

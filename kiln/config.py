@@ -25,6 +25,7 @@ class Config:
         "jax_log_compiles": "log_compiles",
         "jax_explain_cache_misses": "explain_cache_misses",
         "jax_disable_jit": "disable_jit",
+        "jax_threefry_partitionable": "threefry_partitionable",
     }
 
     def __init__(self) -> None:
@@ -33,6 +34,9 @@ class Config:
         self.log_compiles = _env_bool("KILN_LOG_COMPILES")
         self.explain_cache_misses = _env_bool("KILN_EXPLAIN_CACHE_MISSES")
         self.disable_jit = _env_bool("KILN_DISABLE_JIT")
+        # kiln.random's counter layout. Off by default: the layout of the JAX releases the
+        # seed documents were written with (JAX 0.10.2 itself defaults to on).
+        self.threefry_partitionable = _env_bool("KILN_THREEFRY_PARTITIONABLE")
         self.backend = os.environ.get("KILN_BACKEND", "native")
         self.dump = frozenset(
             part.strip() for part in os.environ.get("KILN_DUMP", "").split(",") if part.strip())
@@ -59,7 +63,7 @@ class Config:
 
     def trace_context(self) -> tuple:
         """The flags that change tracing; they form part of every compile-cache key."""
-        return (self.enable_x64,)
+        return (self.enable_x64, self.threefry_partitionable)
 
     def __repr__(self) -> str:
         return (f"Config(enable_x64={self.enable_x64}, log_compiles={self.log_compiles}, "
