@@ -223,6 +223,20 @@ def _():
     print((jnp.dot(x1, x2), jnp.outer(x1, x2)))
 
 
+@section("stateless randomness: keys are split, never reused", needs=("random",))
+def _():
+    seed = 0x123456789  # some integer seed. In hexadecimal just to be fancy
+    key = jax.random.PRNGKey(seed)
+    key, subkey = jax.random.split(key)
+    random_jnp = jax.random.uniform(subkey, (5,))
+    print(repr(random_jnp))
+    print((jax.random.normal(key, (2,)), jax.random.normal(key, (2,))))
+    # The document's notebook ran the next cell twice before printing; so does the tour.
+    for _ in range(2):
+        key, *subkeys = jax.random.split(key, 5)
+    print([jax.random.normal(s, (2, 2)) for s in subkeys])
+
+
 @section("arrays are immutable; .at updates; out-of-bounds indexing")
 def _():
     x1 = jnp.array([0, 1, 2, 3], dtype=jnp.int32) * 2
@@ -387,15 +401,26 @@ def _():
     print(jax.make_jaxpr(fn)(W, x))
 
 
-@section("pytrees", needs=())
+@section("pytrees: an MLP's parameters as a list of dicts", needs=("random", "jit"))
 def _():
+    key = jax.random.PRNGKey(0)
     dims = [784, 64, 10]
+    key, *subkeys = jax.random.split(key, len(dims))
     params = [
-        {'W': jnp.zeros((out_dim, in_dim)), 'b': jnp.zeros((out_dim,))}
-        for in_dim, out_dim in zip(dims[:-1], dims[1:])
+        {'W': jax.random.normal(w_key, (out_dim, in_dim)), 'b': jnp.zeros((out_dim,))}
+        for w_key, in_dim, out_dim in zip(subkeys, dims[:-1], dims[1:])
     ]
     print((jax.tree_util.tree_structure(params),
            jax.tree_util.tree_map(lambda l: str(l.shape), params)))
+
+    @jax.jit
+    def feed_forward(params, x):
+        for p in params:
+            x = jax.nn.tanh(p['W'] @ x + p['b'])
+        return x
+
+    key, x_key = jax.random.split(key)
+    print(repr(feed_forward(params, jax.random.normal(x_key, (dims[0],)))))
 
 
 def main() -> int:
