@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from kiln import api_util
 from kiln.core.jaxpr import ClosedJaxpr
@@ -32,7 +32,6 @@ def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
 
         closed, (out_tree, _) = trace_to_jaxpr(flat_fun, avals, debug)
         if return_shape:
-            from kiln.core.avals import ShapedArray
             shapes = [ShapeDtypeStruct(a.shape, a.dtype) for a in closed.out_avals]
             return closed, api_util.unflatten(out_tree, shapes)
         return closed

@@ -5,6 +5,7 @@ from kiln.core import dtypes as _dtypes
 from kiln.numpy import array_methods as _array_methods  # noqa: F401 (installs operators)
 from kiln.numpy.creation import *  # noqa: F401,F403
 from kiln.numpy.ufuncs import *  # noqa: F401,F403
+from kiln.numpy.ufuncs_float import *  # noqa: F401,F403
 from kiln.numpy.manipulation import *  # noqa: F401,F403
 from kiln.numpy.reductions import *  # noqa: F401,F403
 from kiln.numpy.sorting import *  # noqa: F401,F403

@@ -83,7 +83,6 @@ def promote_dtypes_numeric(*args: Any) -> list:
 
 def broadcast_arrays_for_lax(*args: Any) -> list:
     """NumPy broadcasting, leaving rank-0 operands as they are (lax broadcasts those)."""
-    from kiln.primitives.shape import broadcast_in_dim
     shapes = [shape(a) for a in args]
     nonscalar = [s for s in shapes if s != ()]
     if len(set(nonscalar)) <= 1:

@@ -6,7 +6,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from kiln.core import dtypes, rules
+from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 

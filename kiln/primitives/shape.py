@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kiln.core import dtypes, rules
+from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.core.shapes import canonicalize_shape
