@@ -8,3 +8,4 @@ from kiln.primitives.linalg import *  # noqa: F401,F403
 from kiln.primitives.indexing import *  # noqa: F401,F403
 from kiln.primitives.indexing_gather import *  # noqa: F401,F403
 from kiln.primitives.elementwise_math import *  # noqa: F401,F403
+from kiln.primitives.control_flow import *  # noqa: F401,F403

@@ -5,8 +5,9 @@ kept. A primitive with sub-jaxprs may register a rule in `kiln.core.rules.dce_ru
 
     rule(used_outputs: list[bool], eqn) -> (used_inputs: list[bool], new_eqn | None)
 
-It returns which of the equation's inputs are still read and the rewritten equation (None to
-delete it); the rule, not this pass, is then responsible for keeping effects.
+It returns which of the equation's inputs are still read (one flag per input of the original
+equation) and the rewritten equation (None to delete it); every input of the rewritten equation
+is live. The rule, not this pass, is then responsible for keeping effects.
 """
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ def dce_jaxpr(jaxpr: Jaxpr, used_outputs: list[bool] | None = None,
             used_inputs, new_eqn = rule(used, eqn)
             if new_eqn is None:
                 continue
-            live.update(a for a, u in zip(new_eqn.invars, used_inputs)
-                        if u and type(a) is not Literal)
+            # Everything the rewritten equation reads is live. (`used_inputs` is aligned
+            # with the original equation's inputs, which a rule may have pruned.)
+            live.update(a for a in new_eqn.invars if type(a) is not Literal)
             kept.append(new_eqn)
             continue
         if not any(used) and not is_effectful(eqn):
