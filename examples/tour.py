@@ -401,6 +401,50 @@ def _():
     print(jax.make_jaxpr(fn)(W, x))
 
 
+@section("loops as primitives: fori_loop becomes scan, and dead loops compile away",
+         needs=("jit", "lax.fori_loop"))
+def _():
+    def less_stupid_fn(x):
+        y = jnp.copy(x)
+        x = jax.lax.fori_loop(start=0, stop=1000, body_fun=lambda i, x: x * x, init_val=x)
+        return y
+
+    print(jax.make_jaxpr(less_stupid_fn)(jnp.array([1.1, -1.1])))
+    x = jnp.array([1.1, -1.1])
+    print(jax.jit(less_stupid_fn).lower(x).compile().as_text())
+
+    def less_stupid_while(x):
+        y = jnp.copy(x)
+        x = jax.lax.while_loop(
+            cond_fun=lambda ix: ix[0] < 1000,
+            body_fun=lambda ix: (ix[0] + 1, ix[1] * ix[1]),
+            init_val=(0, x)
+        )
+        return y
+
+    print(jax.make_jaxpr(less_stupid_while)(jnp.array([1.1, -1.1])))
+
+
+@section("lax.cond and lax.switch under jit", needs=("jit", "lax.cond"))
+def _():
+    @jax.jit
+    def cond_fn(x):
+        pred = jnp.abs(x.max() - x.min()) <= 1.0
+        return jax.lax.cond(pred, lambda x: x, lambda x: x / 2, x)
+
+    print(cond_fn(jnp.array([0.1, 0.2])))
+    print(cond_fn(jnp.array([-0.5, 0.5])))
+    print(cond_fn(jnp.array([1.0, -1.0])))
+    print(jax.make_jaxpr(cond_fn)(jnp.array([1.0, -1.0])))
+
+    @jax.jit
+    def is_even_fast(x):
+        return jax.lax.switch(x, [(lambda: True) if i % 2 == 0 else (lambda: False)
+                                  for i in range(1001)])
+
+    print(repr(is_even_fast(123512)))
+
+
 @section("pytrees: an MLP's parameters as a list of dicts", needs=("random", "jit"))
 def _():
     key = jax.random.PRNGKey(0)
@@ -421,6 +465,17 @@ def _():
 
     key, x_key = jax.random.split(key)
     print(repr(feed_forward(params, jax.random.normal(x_key, (dims[0],)))))
+
+
+@section("grad and value_and_grad", needs=("grad", "value_and_grad"))
+def _():
+    def fn(x):
+        return 2 * x ** 3
+
+    x = 1.0
+    grad_fn = jax.grad(fn)
+    grad_grad_fn = jax.grad(grad_fn)
+    print(f"d0x: {fn(x)}, d1x: {grad_fn(x)}, d2x: {grad_grad_fn(x)}")
 
 
 def main() -> int:
