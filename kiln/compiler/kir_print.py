@@ -137,23 +137,37 @@ def _is_plain_index(node: Reduce) -> bool:
 
 
 class _StmtPrinter:
-    def __init__(self, uses: Counter, reserved: frozenset[str]):
+    def __init__(self, uses: Counter, reserved: frozenset[str], written: frozenset = frozenset()):
         self.uses = uses
         self.namer = _Namer(reserved)
         self.lines: list[str] = []
         self.bound: set[Var] = set()
         self.free: dict[Expr, frozenset] = {}
+        self.written = written  # buffers the statements store to (e.g. a row buffer)
+        self.stable: dict[Expr, bool] = {}
 
     def free_vars(self, node: Expr) -> frozenset:
         return kir_rewrite.free_vars(node, self.free)
 
+    def is_stable(self, node: Expr) -> bool:
+        """Whether node reads no buffer these statements write (the emitter's rule too)."""
+        for item in kir.toposort([node], skip=self.stable):
+            reads_written = isinstance(item, Load) and item.buffer in self.written
+            self.stable[item] = not reads_written and all(
+                self.stable[child] for child in item.children())
+        return self.stable[node]
+
     def bind_invariant_reductions(self, stmts: Sequence[Stmt], indent: str):
         """Name, before a loop, the reductions inside it that do not depend on its variable:
-        the emitter computes them there, once, and the text should say so."""
+        the emitter computes them there, once, and the text should say so.
+
+        A reduction that reads a buffer the kernel writes (a row buffer filled inside the outer
+        loop) is not hoisted by the emitter: it is computed where a statement uses it, after the
+        stores before that statement, so it is printed there (by bind_shared) as well."""
         roots = [e for s in kir.walk_stmts(stmts) for e in kir.stmt_exprs(s)]
         for node in kir.toposort(roots):
             if (isinstance(node, Reduce) and self.namer.lookup(node) is None
-                    and self.free_vars(node) <= self.bound):
+                    and self.free_vars(node) <= self.bound and self.is_stable(node)):
                 self.bind_shared([node], indent)
 
     def bind_shared(self, roots: Sequence[Expr], indent: str):
@@ -175,7 +189,13 @@ class _StmtPrinter:
 
     def body(self, stmts: Sequence[Stmt], indent: str):
         for stmt in stmts:
+            before = dict(self.namer.scopes[-1])
             self.bind_shared(kir.stmt_exprs(stmt), indent)
+            # The emitter keeps only stable values from one statement to the next; a value
+            # that reads a written buffer is recomputed by each statement using it, so its
+            # name is good for this statement only.
+            transient = [node for node in self.namer.scopes[-1]
+                         if node not in before and not self.is_stable(node)]
             if isinstance(stmt, Store):
                 index = format_expr(stmt.index, self.namer)
                 value = format_expr(stmt.value, self.namer)
@@ -191,6 +211,8 @@ class _StmtPrinter:
             elif isinstance(stmt, If):
                 self.lines.append(f"{indent}if {format_expr(stmt.cond, self.namer)}:")
                 self.nested(stmt.body, indent)
+            for node in transient:
+                del self.namer.scopes[-1][node]
 
     def nested(self, stmts: Sequence[Stmt], indent: str):
         self.namer.scopes.append({})
@@ -213,7 +235,8 @@ def format_stmts(stmts: Sequence[Stmt], indent: str = "") -> list[str]:
     roots = [e for s in kir.walk_stmts(stmts) for e in kir.stmt_exprs(s)]
     reserved = frozenset(n.name for n in kir.toposort(roots) if isinstance(n, Var)) | {
         s.var.name for s in kir.walk_stmts(stmts) if isinstance(s, Loop)}
-    printer = _StmtPrinter(_use_counts(stmts), reserved)
+    written = frozenset(kir.stored_buffers(stmts))
+    printer = _StmtPrinter(_use_counts(stmts), reserved, written)
     printer.body(stmts, indent)
     return printer.lines
 

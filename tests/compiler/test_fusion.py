@@ -82,6 +82,46 @@ def test_softmax_exp_is_computed_once_per_element():
     assert sum(runs[n] for n in exps) == x.size
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def test_printed_row_buffer_reductions_sit_where_they_are_computed():
+    """A reduction over a row buffer the kernel itself fills prints inside the outer loop,
+    after the loop that writes the row (where the emitter computes it), not hoisted above."""
+    def layernorm_softmax(x, g, b):
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
+        y = (x - mean) * kiln.lax.rsqrt(var + 1e-5) * g + b
+        return kiln.nn.softmax(y, axis=-1)
+
+    x, g, b = f32(8, 16), f32(16, seed=1), f32(16, seed=2)
+    _, compiled = compile_native(layernorm_softmax, x, g, b)
+    lines = compiled.as_text().splitlines()
+    row_buffers = {m.group(1) for line in lines
+                   if (m := re.fullmatch(r"\s*temp (\w+): f32\[16\]", line))}
+    assert row_buffers, "expected a row buffer temp in:\n" + "\n".join(lines)
+    checked = 0
+    for name in row_buffers:
+        stores = [i for i, line in enumerate(lines) if re.match(rf"\s*{name}\[\w+\] = ", line)]
+        readers = [i for i, line in enumerate(lines)
+                   if re.match(r"\s*r\d+: f32 = \w+\(", line) and f"{name}[k" in line]
+        for i in readers:
+            loops_above = [j for j in range(i) if lines[j].lstrip().startswith("for i0 ")]
+            assert loops_above, f"{lines[i].strip()!r} printed above the outer loop"
+            outer = loops_above[-1]
+            assert _indent(lines[i]) > _indent(lines[outer]), lines[i]
+            assert any(outer < j < i for j in stores), (lines[i], stores)
+            checked += 1
+    assert checked, "no reduction over a row buffer printed:\n" + "\n".join(lines)
+    xn, gn, bn = (np.asarray(a, np.float64) for a in (x, g, b))
+    mean = xn.mean(-1, keepdims=True)
+    y = (xn - mean) / np.sqrt(((xn - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * gn + bn
+    e = np.exp(y - y.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(compiled(x, g, b)), e / e.sum(-1, keepdims=True),
+                               rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: kiln.nn.logsumexp(x, axis=1),
     lambda x: (x - x.mean(axis=1, keepdims=True)) / (x.std(axis=1, keepdims=True) + 1e-5),

@@ -40,6 +40,7 @@ class Emitter:
         self.exp_bias = 1023 if self.is_f64 else 127
         self.ity = self._shaped(ir.IntType(self.bits))
         self.bool_ty = self._shaped(ir.IntType(1))
+        self.native_ldexp = native_ldexp()
 
     def _shaped(self, scalar: ir.Type) -> ir.Type:
         return ir.VectorType(scalar, self.lanes) if self.lanes else scalar
@@ -185,6 +186,15 @@ class Emitter:
     def lnot(self, a):
         return self.b.not_(a)
 
+    def clamp_nan_high(self, x, low: float, high: float):
+        """Clamp to [low, high] with NaN mapped to high, in two instructions (vminps, vmaxps).
+
+        Comparing x first (`x < high ? x : high`) is the operand order x86's min/max implement
+        directly, NaN giving the second operand; callers must mask NaN lanes afterwards.
+        """
+        x = self.select(self.lt(x, self.c(high)), x, self.c(high))
+        return self.select(self.gt(x, self.c(low)), x, self.c(low))
+
     def clamp(self, x, low: float, high: float):
         """Clamp to [low, high]; NaN becomes 0 so integer conversions never see it."""
         x = self.select(self.gt(x, self.c(high)), self.c(high), x)
@@ -219,10 +229,27 @@ class Emitter:
         return self.as_float(self.b.shl(biased, self.ic(self.mant_bits)))
 
     def scale(self, x, n):
-        """x * 2**n in two steps, so results may round into denormals or overflow correctly."""
+        """x * 2**n, rounding once into denormals and overflowing to inf where the product does.
+
+        On AVX-512 hosts llvm.ldexp becomes one vscalef; elsewhere it would be a libm call per
+        element, so the product is formed in two steps by 2**(n//2) and 2**(n - n//2), each a
+        power of two built from exponent bits (n must lie within twice the normal range).
+        """
+        if self.native_ldexp:
+            return self.ldexp(x, n)
         half = self.b.ashr(n, self.ic(1))
         rest = self.b.sub(n, half)
         return self.mul(self.mul(x, self.pow2(half)), self.pow2(rest))
+
+    def ldexp(self, x, n):
+        """llvm.ldexp(x, n): x * 2**n correctly rounded, n an integer of this width."""
+        suffix = f"v{self.lanes}" if self.lanes else ""
+        name = f"llvm.ldexp.{suffix}f{self.bits}.{suffix}i{self.bits}"
+        module = self.b.module
+        fn = module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(module, ir.FunctionType(self.ty, [self.ty, self.ity]), name)
+        return self.b.call(fn, [x, n])
 
     # ---- double-word helpers ---------------------------------------------------------------
     def two_sum(self, a, b):
@@ -241,6 +268,15 @@ class Emitter:
         """(p, e) with a * b = p + e exactly (barring underflow)."""
         p = self.mul(a, b)
         return p, self.fma(a, b, self.neg(p))
+
+
+def native_ldexp() -> bool:
+    """Whether llvm.ldexp compiles to a single instruction on the host (AVX-512's vscalef).
+
+    Looked up at each Emitter's creation, so tests can patch it to exercise the portable path.
+    """
+    from .target import host_target  # here, not at import: vmath is usable without a target
+    return host_target().has_avx512
 
 
 # ---- exact constants ---------------------------------------------------------------------------

@@ -89,21 +89,30 @@ def _ln2_for_exp(em: Emitter):
 
 
 def exp_kernel(em: Emitter, x, lo=None, shift: int = 0, factor=None):
-    """exp(x + lo) * 2**shift (* factor), lo a small correction; NaN inputs give garbage.
+    """exp(x + lo) * 2**shift (* factor), lo a small correction; NaN in, NaN out.
 
     A factor is applied before the scaling by 2**n, in one fused step, so exp(x) * factor
     rounds once less and underflows only where the product does.
     """
     low, high = _EXP_RANGE[em.dtype]
-    xc = em.clamp(x, low, high)
+    # Only the low end of x is clamped (NaN passes): below it the result rounds to 0. The high
+    # end is capped on n instead, where NaN also becomes the cap so the integer conversion never
+    # sees it. Above the cap r = x - n*ln2 grows, but every term of 1 + r + r**2 P(r) is then
+    # positive, so the result still overflows to inf (r = inf gives inf), and a NaN x reaches
+    # the result through r. So no selects for the special values are needed at all.
+    xc = em.select(em.lt(x, em.c(low)), em.c(low), x)
     n = em.roundeven(em.mul(xc, em.c(float(base.LOG2_E))))
+    n_cap = em.c(float(round(high * 1.4426950408889634)))
+    n = em.select(em.lt(n, n_cap), n, n_cap)
     ln2_hi, ln2_lo = _ln2_for_exp(em)
     r = em.fma(em.neg(n), em.c(ln2_hi), xc)
     r = em.fma(em.neg(n), em.c(ln2_lo), r)
     if lo is not None:
         r = em.add(r, lo)
     q = em.fma(em.mul(r, r), em.poly(r, em.table(_EXP_P)), r)
-    k = em.b.add(em.to_int(n), em.ic(shift))
+    k = em.to_int(n)
+    if shift:
+        k = em.b.add(k, em.ic(shift))
     mantissa = em.add(em.c(1.0), q) if factor is None else em.fma(q, factor, factor)
     return em.scale(mantissa, k)
 
@@ -111,7 +120,7 @@ def exp_kernel(em: Emitter, x, lo=None, shift: int = 0, factor=None):
 def exp2_kernel(em: Emitter, x, lo=None, coefficients=None):
     """2**(x + lo) with overflow to inf and gradual underflow; NaN gives garbage."""
     low, high = _EXP2_RANGE[em.dtype]
-    xc = em.clamp(x, low, high)
+    xc = em.clamp_nan_high(x, low, high)  # callers mask NaN lanes
     n = em.roundeven(xc)
     r = em.sub(xc, n)
     if lo is not None:
@@ -122,7 +131,7 @@ def exp2_kernel(em: Emitter, x, lo=None, coefficients=None):
 
 def expm1_kernel(em: Emitter, x):
     """expm1(x) for non-NaN x (NaN gives garbage); -0 comes out as +0."""
-    xc = em.clamp(x, _EXPM1_LOW[em.dtype], _EXP_RANGE[em.dtype][1])
+    xc = em.clamp_nan_high(x, _EXPM1_LOW[em.dtype], _EXP_RANGE[em.dtype][1])
     n = em.roundeven(em.mul(xc, em.c(float(base.LOG2_E))))
     ln2_hi, ln2_lo = _ln2_for_exp(em)
     r = em.fma(em.neg(n), em.c(ln2_hi), xc)
@@ -138,7 +147,7 @@ def expm1_kernel(em: Emitter, x):
 
 
 def exp(em: Emitter, x):
-    return em.where_nan(x, exp_kernel(em, x))
+    return exp_kernel(em, x)
 
 
 def exp2(em: Emitter, x):
