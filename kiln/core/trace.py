@@ -168,8 +168,7 @@ def leaked_tracer_error(tracer: Tracer) -> errors.UnexpectedTracerError:
 
 def to_numpy_and_weak(x: Any) -> tuple[np.ndarray, bool]:
     """Unwrap an eager operand: kiln.Array, NumPy value or Python scalar."""
-    from kiln.runtime.array import Array
-    if type(x) is Array:
+    if type(x) is (_Array or _array_class()):
         return x._value, x.weak_type
     if isinstance(x, Tracer):
         raise leaked_tracer_error(x)
@@ -205,17 +204,26 @@ def _eager_out_avals(primitive, values, weak, params):
     return out
 
 
-def _wrap_output(value, aval):
+_Array = None  # kiln.runtime.array.Array, bound on first use (that module imports this one)
+
+
+def _array_class():
+    global _Array
     from kiln.runtime.array import Array
+    _Array = Array
+    return Array
+
+
+def _wrap_output(value, aval):
     value = np.asarray(value)
     if value.dtype != aval.dtype:
         value = value.astype(aval.dtype)
-    return Array._wrap(value, aval.weak_type)
+    return (_Array or _array_class())._wrap(value, aval.weak_type)
 
 
 def eval_primitive(primitive, args, params):
     """Run a primitive eagerly on concrete values through its NumPy impl."""
-    from kiln.runtime.array import Array
+    Array = _Array or _array_class()
     values, weak = [], []
     for a in args:
         if type(a) is Array:

@@ -38,24 +38,35 @@ def _forward(name: str, reverse: bool = False):
     return op
 
 
-def _fast_binop(ufunc, name: str):
-    """Eager fast path: same dtype and shape needs no promotion or broadcasting (0-d arrays
-    take the general path, since NumPy returns scalars for them)."""
-    slow = _forward(name)
+def _fast_binop(ufunc, name: str, reverse: bool = False):
+    """Eager fast paths that need no promotion or broadcasting: two arrays of the same dtype
+    and shape, or a float array and a Python float (which, being weakly typed, takes the
+    array's dtype). 0-d arrays take the general path, since NumPy returns scalars for them."""
+    slow = _forward(name, reverse)
     new_array = functools.partial(object.__new__, Array)
 
     def op(self, other):
-        if type(other) is Array and current_trace_state.trace is None:
+        if current_trace_state.trace is None:
             a = self._value
-            b = other._value
-            if a.dtype is b.dtype and a.shape == b.shape and a.shape and a.dtype.kind in "fiu":
-                result = new_array()
-                result._value = ufunc(a, b)
-                result.weak_type = self.weak_type and other.weak_type
-                result._aval = None
-                result._address = None
-                result._readonly = None
-                return result
+            kind = type(other)
+            if kind is Array:
+                b = other._value
+                if not (a.dtype is b.dtype and a.shape == b.shape and a.shape
+                        and a.dtype.kind in "fiu"):
+                    return slow(self, other)
+                weak = self.weak_type and other.weak_type
+            elif kind is float and a.dtype.kind == "f" and a.shape:
+                b = a.dtype.type(other)
+                weak = self.weak_type
+            else:
+                return slow(self, other)
+            result = new_array()
+            result._value = ufunc(b, a) if reverse else ufunc(a, b)
+            result.weak_type = weak
+            result._aval = None
+            result._address = None
+            result._readonly = None
+            return result
         return slow(self, other)
     op.__name__ = name
     return op
@@ -132,9 +143,10 @@ def install(cls, fast: bool) -> None:
     for short, fname in _BINARY.items():
         if fast and short in fast_ufuncs:
             setattr(cls, f"__{short}__", _fast_binop(fast_ufuncs[short], fname))
+            setattr(cls, f"__r{short}__", _fast_binop(fast_ufuncs[short], fname, reverse=True))
         else:
             setattr(cls, f"__{short}__", _forward(fname))
-        setattr(cls, f"__r{short}__", _forward(fname, reverse=True))
+            setattr(cls, f"__r{short}__", _forward(fname, reverse=True))
     for short, fname in _COMPARE.items():
         setattr(cls, f"__{short}__", _forward(fname))
     for short, fname in _UNARY.items():

@@ -97,9 +97,17 @@ def _to_bool(x):
     return lax.ne(x, _const(x, 0, weak=True))
 
 
+# The dtype kinds each promotion leaves unchanged, so a kiln Array of such a kind goes
+# straight to lax (the common eager case, which then skips promotion entirely).
+_UNCHANGED_KINDS = {_args: "biufc", _args_inexact: "fc", _args_numeric: "iufc"}
+
+
 def _unary(name: str, lax_fn: Callable, promote: Callable = _args_inexact, doc: str = ""):
+    unchanged = _UNCHANGED_KINDS.get(promote, "")
+
     def ufunc(x, /):
-        (x,) = promote(name, x)
+        if type(x) is not Array or x._value.dtype.kind not in unchanged:
+            (x,) = promote(name, x)
         return lax_fn(x)
     ufunc.__name__ = ufunc.__qualname__ = name
     ufunc.__doc__ = doc or f"Elementwise {name} (NumPy's `{name}`, JAX's dtype rules)."
