@@ -263,3 +263,19 @@ def test_all_weak_operands_promote_like_jax(a, b):
     expected = (jnp.promote_types(a, b), True)
     assert ((x * y).dtype, (x * y).weak_type) == expected
     assert (jnp.multiply(x, y).dtype, jnp.multiply(x, y).weak_type) == expected
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, jnp.bfloat16, np.int32, np.uint8])
+@pytest.mark.parametrize("weak", [False, True])
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+def test_python_float_fast_path_matches_general_path(dtype, weak, op):
+    """`x * 2.5` (and 2.5 * x, x - 2.5, ...) on the eager fast path gives exactly what
+    kiln.numpy gives: the weak Python float takes the array's dtype."""
+    x = kiln.lax.convert_element_type(jnp.array([1, 2, 3]), dtype, weak_type=weak)
+    fn = {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply}[op]
+    for left, right in ((x, 2.5), (2.5, x)):
+        expected = fn(left, right)
+        actual = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
+                  "mul": lambda a, b: a * b}[op](left, right)
+        assert actual.dtype == expected.dtype and actual.weak_type == expected.weak_type
+        np.testing.assert_array_equal(np.asarray(actual), np.asarray(expected))

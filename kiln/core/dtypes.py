@@ -210,9 +210,13 @@ def result_type_with_weak(*items: tuple[np.dtype, bool]) -> tuple[np.dtype, bool
 @functools.lru_cache(maxsize=4096)
 def _result_type_cached(items: tuple, x64: bool) -> tuple[np.dtype, bool]:
     if all(w for _, w in items):
-        # All weak: promote the strong counterparts and stay weak, so two weak int8 values
-        # give a weak int8 rather than widening to the default integer type.
-        return canonicalize(_join(tuple(d for d, _ in items))), True
+        # All weak: values of a non-default type (a weak int8 array) promote as their strong
+        # type, so two of them stay int8 instead of widening to the default integer; values of
+        # the default type (Python scalars) stay the weak kinds, so a weak float16 array times
+        # 2.5 stays float16. The result is weak either way.
+        defaults = (default_int(), default_float(), default_complex())
+        node = _join(tuple(_lattice_node(d, d in defaults) for d, _ in items))
+        return canonicalize(_node_to_dtype(node)[0]), True
     node = _join(tuple(_lattice_node(d, w) for d, w in items))
     dtype, weak = _node_to_dtype(node)
     return canonicalize(dtype), weak
