@@ -99,37 +99,47 @@ def _python_source(program: ClosedJaxpr, hidden_args: tuple) -> tuple[str, dict]
         for i, var in enumerate(user_vars):
             names[var] = f"v{len(names)}"
             lines.append(f"    {names[var]} = a{i}._value")
-    for index, eqn in enumerate(jaxpr.eqns):
-        impl = rules.impl_rules.get(eqn.primitive)
-        if impl is None:
-            raise NotImplementedError(f"the interpreter cannot run `{eqn.primitive}`: the "
-                                      "primitive has no impl rule")
-        call_args = [atom(a) for a in eqn.invars]
-        fn_name = bind_global("f", impl)
-        for key, value in eqn.params.items():
-            call_args.append(f"{key}={bind_global('p', value)}")
-        call = f"{fn_name}({', '.join(call_args)})"
-        outs = []
-        for var in eqn.outvars:
-            if isinstance(var, DropVar):
-                outs.append("_")
-            else:
-                names[var] = f"v{len(names)}"
-                outs.append(names[var])
-        if not eqn.primitive.multiple_results:
-            # NumPy ufuncs return NumPy scalars for 0-d operands; impls expect arrays.
-            if eqn.outvars[0].aval.shape == ():
-                call = f"asarray({call})"
-            lines.append(f"    {outs[0]} = {call}")
-        elif outs:
-            lines.append(f"    {', '.join(outs)}, = {call}")
-            lines.extend(f"    {o} = asarray({o})" for o, v in zip(outs, eqn.outvars)
-                         if o != "_" and v.aval.shape == ())
-        else:
-            lines.append(f"    {call}")
+    def new_local() -> str:
+        return f"v{len(names)}"
+
+    for eqn in jaxpr.eqns:
+        lines.extend("    " + line
+                     for line in impl_call_lines(eqn, atom, bind_global, new_local, names))
     results = [f"wrap({atom(v)}, {v.aval.weak_type})" for v in jaxpr.outvars]
     lines.append(f"    return [{', '.join(results)}]")
     return "\n".join(lines) + "\n", namespace
+
+
+def impl_call_lines(eqn, atom, bind_global, new_local, names: dict) -> list[str]:
+    """Python statements that run one equation through its primitive's NumPy impl, binding
+    its outputs to fresh local names (recorded in `names`). Shared by the interpreter and the
+    native backend's reference stages."""
+    impl = rules.impl_rules.get(eqn.primitive)
+    if impl is None:
+        raise NotImplementedError(f"`{eqn.primitive}` has no impl rule, so it cannot run "
+                                  "through the reference evaluator")
+    call_args = [atom(a) for a in eqn.invars]
+    fn_name = bind_global("f", impl)
+    for key, value in eqn.params.items():
+        call_args.append(f"{key}={bind_global('p', value)}")
+    call = f"{fn_name}({', '.join(call_args)})"
+    outs = []
+    for var in eqn.outvars:
+        if isinstance(var, DropVar):
+            outs.append("_")
+        else:
+            names[var] = new_local()
+            outs.append(names[var])
+    if not eqn.primitive.multiple_results:
+        # NumPy ufuncs return NumPy scalars for 0-d operands; impls expect arrays.
+        if eqn.outvars[0].aval.shape == ():
+            call = f"asarray({call})"
+        return [f"{outs[0]} = {call}"]
+    if outs:
+        return [f"{', '.join(outs)}, = {call}"] + [
+            f"{o} = asarray({o})" for o, v in zip(outs, eqn.outvars)
+            if o != "_" and v.aval.shape == ()]
+    return [call]
 
 
 def _host_value(value: Any) -> np.ndarray:

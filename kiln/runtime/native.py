@@ -26,11 +26,10 @@ import numpy as np
 
 from kiln.compiler import fusion, kir, kir_rewrite, kir_schedule, lower
 from kiln.config import config
-from kiln.core import rules
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Literal, _Names, pp_eqn, pp_jaxpr
 from kiln.runtime import engine
 from kiln.runtime.array import Array
-from kiln.runtime.executable import Executable
+from kiln.runtime.executable import Executable, impl_call_lines
 
 __all__ = ["NativeExecutable", "PARALLEL_MIN_WORK", "num_threads"]
 
@@ -532,7 +531,7 @@ class NativeExecutable(Executable):
         for number, (stage, segment) in enumerate(zip(self.stages, self.segments)):
             if segment is None:
                 for eqn in stage.eqns:
-                    self._emit_impl_call(eqn, body, atom, bind_global, new_local, names)
+                    body.extend(impl_call_lines(eqn, atom, bind_global, new_local, names))
                 continue
             outs = []
             for var in segment.outputs:
@@ -615,34 +614,6 @@ class NativeExecutable(Executable):
                     fresh.append(data_address(fresh[-1]))
             return namespace["run"](args, *fresh)
         return contended
-
-    def _emit_impl_call(self, eqn, body, atom, bind_global, new_local, names) -> None:
-        impl = rules.impl_rules.get(eqn.primitive)
-        if impl is None:
-            raise NotImplementedError(f"`{eqn.primitive}` has neither a lowering rule nor an "
-                                      "impl rule")
-        call_args = [atom(a) for a in eqn.invars]
-        fn = bind_global("f", impl)
-        for key, value in eqn.params.items():
-            call_args.append(f"{key}={bind_global('p', value)}")
-        call = f"{fn}({', '.join(call_args)})"
-        outs = []
-        for var in eqn.outvars:
-            if isinstance(var, DropVar):
-                outs.append("_")
-            else:
-                names[var] = new_local()
-                outs.append(names[var])
-        if not eqn.primitive.multiple_results:
-            if eqn.outvars[0].aval.shape == ():
-                call = f"asarray({call})"
-            body.append(f"{outs[0]} = {call}")
-        elif outs:
-            body.append(f"{', '.join(outs)}, = {call}")
-            body.extend(f"{o} = asarray({o})" for o, v in zip(outs, eqn.outvars)
-                        if o != "_" and v.aval.shape == ())
-        else:
-            body.append(call)
 
     # --- text --------------------------------------------------------------------------------
     def as_text(self) -> str:
