@@ -414,17 +414,24 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims: bool = False, *,
     return lax.convert_element_type(result, result_dtype)
 
 
-def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims: bool = False, *,
-        where=None, correction=None):
-    """Standard deviation: the square root of `var`."""
-    _no_out("std", out)
-    check_arraylike("std", a)
-    correction = _correction(ddof, correction)
-    a = to_kiln(a)
-    computation_dtype, result_dtype = _var_dtypes(a.dtype, dtype)
-    variance = var(a, axis, dtype=computation_dtype, keepdims=keepdims, where=where,
-                   correction=correction)
-    return lax.convert_element_type(lax.sqrt(variance), result_dtype)
+def _standard_deviation(variance_fn, name: str, doc: str):
+    """std-like reductions: the square root of a variance, computed in the variance's dtype."""
+    def std_fn(a, axis=None, dtype=None, out=None, ddof=0, keepdims: bool = False, *,
+               where=None, correction=None):
+        _no_out(name, out)
+        check_arraylike(name, a)
+        correction = _correction(ddof, correction)
+        a = to_kiln(a)
+        computation_dtype, result_dtype = _var_dtypes(a.dtype, dtype)
+        variance = variance_fn(a, axis, dtype=computation_dtype, keepdims=keepdims,
+                               where=where, correction=correction)
+        return lax.convert_element_type(lax.sqrt(variance), result_dtype)
+    std_fn.__name__ = std_fn.__qualname__ = name
+    std_fn.__doc__ = doc
+    return std_fn
+
+
+std = _standard_deviation(var, "std", "Standard deviation: the square root of `var`.")
 
 
 # --- argmax / argmin -------------------------------------------------------------------------
@@ -549,17 +556,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims: bool = False, *
     return lax.convert_element_type(result, result_dtype)
 
 
-def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims: bool = False, *,
-           where=None, correction=None):
-    """std of the non-NaN elements."""
-    _no_out("nanstd", out)
-    check_arraylike("nanstd", a)
-    correction = _correction(ddof, correction)
-    a = to_kiln(a)
-    computation_dtype, result_dtype = _var_dtypes(a.dtype, dtype)
-    variance = nanvar(a, axis, dtype=computation_dtype, keepdims=keepdims, where=where,
-                      correction=correction)
-    return lax.convert_element_type(lax.sqrt(variance), result_dtype)
+nanstd = _standard_deviation(nanvar, "nanstd", "std of the non-NaN elements.")
 
 
 def _nan_arg_reduction(name: str, arg_fn, fill, a, axis, keepdims):
