@@ -41,6 +41,12 @@ class Config:
         self.dump = frozenset(
             part.strip() for part in os.environ.get("KILN_DUMP", "").split(",") if part.strip())
         self.compile_cache_size = int(os.environ.get("KILN_COMPILE_CACHE_SIZE", "4096"))
+        # The CPU native code is generated for: "host", or an LLVM CPU name such as
+        # "x86-64-v3"; cpu_features adds +/- LLVM features after the CPU's own.
+        self.cpu = os.environ.get("KILN_CPU", "host").strip() or "host"
+        self.cpu_features = os.environ.get("KILN_CPU_FEATURES", "").strip()
+        # The persistent object cache's directory (None: no disk cache).
+        self.cache_dir = os.environ.get("KILN_CACHE_DIR") or None
 
     def _canonical_name(self, name: str) -> str:
         name = self._aliases.get(name, name)

@@ -157,3 +157,52 @@ def check_record_jit(record: OpRecord, shapes, dtype) -> None:
     for e, c in zip(flat_e, flat_c):
         assert np.asarray(c).dtype == np.asarray(e).dtype
         assert_close(c, np.asarray(e), record.tol, err_msg=f"{record.name} (jit)")
+
+
+# --- code generation targets -------------------------------------------------------------------
+
+#: The targets the codegen tests run for: the host, and baselines every machine of the fleet
+#: may be (AVX2 without AVX-512; AVX-512 without FP16), where this host can run their code.
+CODEGEN_TARGETS = ("host", "x86-64-v3", "x86-64-v4")
+
+
+def use_codegen_target(name: str):
+    """Context manager: compile for the named target ("host" or a baseline) inside the block;
+    skips the test when this machine cannot run that target's code."""
+    import contextlib
+
+    import pytest
+
+    from kiln.codegen.llvm import target
+
+    @contextlib.contextmanager
+    def pinned():
+        if name != "host" and not target.host_can_run(name):
+            pytest.skip(f"this CPU cannot run {name} code")
+        cpu, features = ("host", "") if name == "host" else target.BASELINES[name][:2]
+        saved = kiln.config.cpu, kiln.config.cpu_features
+        kiln.config.update("kiln_cpu", cpu)
+        kiln.config.update("kiln_cpu_features", features)
+        try:
+            yield target.current_target()
+        finally:
+            kiln.config.update("kiln_cpu", saved[0])
+            kiln.config.update("kiln_cpu_features", saved[1])
+    return pinned()
+
+
+def per_target_cache(function):
+    """functools.cache keyed on the current code generation target as well as the arguments,
+    for test data compiled once per target."""
+    import functools
+
+    from kiln.codegen.llvm import target
+
+    @functools.cache
+    def cached(target_, *args):
+        return function(*args)
+
+    @functools.wraps(function)
+    def wrapper(*args):
+        return cached(target.current_target(), *args)
+    return wrapper

@@ -1,51 +1,93 @@
-"""The process-wide JIT engine and the native programs it compiles.
+"""Compiling kernel IR programs to native code and loading it into the process.
 
-One MCJIT engine owns the host TargetMachine and every compiled module for the life of the
-process (freeing it would invalidate the machine). compile_program turns a kernel IR Program
-into a NativeProgram: one native entry, called through ctypes (which releases the GIL) with one
-packed array of buffer addresses. Objects can persist on disk under $KILN_CACHE_DIR.
+One Engine per target (the host, or the CPU that KILN_CPU names) emits a program, optimizes it,
+turns it into an object file and links that object into a small MCJIT instance of its own, so
+the machine code is freed when the last NativeProgram using it is. Before linking, every
+external symbol the object needs must resolve (libm, libc, kiln's own builtins): a missing one
+raises UnresolvedSymbolError naming it instead of binding it to address 0. Objects can persist
+on disk (kiln.runtime.disk_cache) when KILN_CACHE_DIR is set.
 """
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import hashlib
-import os
+import logging
 import sys
 import threading
-from pathlib import Path
+import weakref
+
 import llvmlite.binding as llvm
 import numpy as np
 
-from kiln.codegen.llvm import emit, target
+from kiln.codegen.llvm import emit, objects, support, target
 from kiln.compiler import kir
+from kiln.config import config
+from kiln.runtime import disk_cache
+
+logger = logging.getLogger("kiln")
 
 #: The native entry's C signature: void entry(void **buffers).
 ENTRY_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
+class UnresolvedSymbolError(RuntimeError):
+    """Generated code needs a symbol that nothing in the process provides."""
+
+
+class _Library:
+    """One MCJIT instance holding one program's machine code; freed with this object."""
+
+    def __init__(self, object_bytes: bytes, target_: target.Target):
+        empty = llvm.parse_assembly(f'target triple = "{target_.triple}"\n'
+                                    f'target datalayout = "{target_.data_layout}"\n')
+        # MCJIT owns (and frees) the machine it is given: each instance gets a fresh one.
+        self.jit = llvm.create_mcjit_compiler(empty, target_.create_machine())
+        self.object_file = llvm.ObjectFileRef.from_data(object_bytes)
+        self.jit.add_object_file(self.object_file)
+        self.jit.finalize_object()
+
+    def address(self, symbol: str) -> int:
+        return self.jit.get_function_address(symbol)
+
+    def close(self) -> None:
+        # The engine first: it owns the code the object file's buffers were moved into.
+        self.__dict__.pop("jit", None)
+        self.__dict__.pop("object_file", None)
+
+    def __del__(self):
+        self.close()
+
+
 class NativeProgram:
     """A compiled Program: call run(addresses) with one address per input then output buffer.
 
-    llvm_ir is the optimized module text (None when loaded from the object cache),
-    unoptimized_ir what kiln emitted; asm is printed on first access.
+    llvm_ir is the optimized module text (None when the disk cache had none),
+    unoptimized_ir what kiln emitted; asm is printed on first access. The machine code lives
+    as long as this object or its `entry` (which refers back to it).
     """
 
-    def __init__(self, program: kir.Program, symbol: str, address: int,
+    def __init__(self, program: kir.Program, symbol: str, library: _Library,
                  unoptimized_ir: str, llvm_ir: str | None, engine: "Engine"):
         self.program = program
         self.symbol = symbol
-        self.address = address
+        self._library = library
+        self.address = library.address(symbol)
+        if not self.address:
+            raise UnresolvedSymbolError(f"kiln: the compiled object of {program.name} does "
+                                        f"not define its entry {symbol}")
         self.unoptimized_ir = unoptimized_ir
         self.llvm_ir = llvm_ir
         self.arguments: tuple[kir.Buffer, ...] = program.arguments
         #: The raw ctypes entry: entry(address_of_pointer_array) -- the fastest way in.
-        self.entry = ENTRY_SIGNATURE(address)
+        self.entry = ENTRY_SIGNATURE(self.address)
+        self.entry.native_program = self  # whoever keeps the entry keeps the code
         self._engine = engine
         self._asm: str | None = None
 
     @property
     def asm(self) -> str:
-        """Host assembly of the optimized module (generated lazily, then kept)."""
+        """Assembly of the optimized module for its target (generated lazily, then kept)."""
         if self._asm is None:
             self._asm = self._engine.assembly(self.llvm_ir or self.unoptimized_ir)
         return self._asm
@@ -93,47 +135,96 @@ def _as_buffer(value, buffer: kir.Buffer) -> np.ndarray:
     return array
 
 
-class Engine:
-    """One MCJIT engine: compiles programs (serialized by a lock) and keeps them loaded."""
+# --- the process's symbols ---------------------------------------------------------------------
 
-    def __init__(self, cache_dir: str | os.PathLike | None = None):
-        self._lock = threading.RLock()
-        self._host = target.host_target()
-        empty = llvm.parse_assembly(
-            f'target triple = "{self._host.triple}"\n'
-            f'target datalayout = "{self._host.data_layout}"\n')
-        # MCJIT owns this machine and frees it with the engine: it is never shared, and
-        # optimizing and printing assembly go through it while the engine lives.
-        self._machine = self._host.create_machine()
-        self._engine = llvm.create_mcjit_compiler(empty, self._machine)
-        self._engine.set_object_cache(self._on_object_compiled, lambda module: None)
-        self._programs: dict[str, NativeProgram] = {}
-        self._object_paths: dict[str, Path] = {}
-        self._loaded_objects: list[llvm.ObjectFileRef] = []
-        self._cache_dir = Path(cache_dir) if cache_dir else None
+_SYMBOLS_LOCK = threading.Lock()
+_symbols_ready = False
+_support_library: _Library | None = None
+
+
+def _load_process_symbols() -> None:
+    """Make libm/libc and kiln's builtins visible to the linker (once per process)."""
+    global _symbols_ready, _support_library
+    with _SYMBOLS_LOCK:
+        if _symbols_ready:
+            return
         if sys.platform.startswith("linux"):
-            # Scalar libm fallbacks (expm1f, lgamma, ...) resolve from here.
-            try:
-                llvm.load_library_permanently("libm.so.6")
-            except RuntimeError:
-                pass
+            for name in ("m", "c"):
+                path = ctypes.util.find_library(name) or f"lib{name}.so.6"
+                try:
+                    llvm.load_library_permanently(path)
+                except RuntimeError:
+                    pass
+        baseline = target.make_target(support.SUPPORT_CPU)
+        module = llvm.parse_assembly(str(support.support_module(baseline.triple,
+                                                               baseline.data_layout)))
+        module.verify()
+        machine = baseline.create_machine()
+        target.optimize(module, machine)
+        object_bytes = machine.emit_object(module)
+        needed = objects.undefined_symbols(object_bytes)
+        if needed:
+            raise UnresolvedSymbolError(f"kiln's builtins themselves need {needed}")
+        _support_library = _Library(object_bytes, baseline)  # (needs nothing: checked above)
+        for name in support.BUILTINS:
+            llvm.add_symbol(name, _support_library.address(name))
+        _symbols_ready = True
+
+
+def unresolved_symbols(object_bytes: bytes) -> list[str]:
+    """The external symbols of an object that nothing in the process provides."""
+    _load_process_symbols()
+    return [name for name in objects.undefined_symbols(object_bytes)
+            if not llvm.address_of_symbol(name)]
+
+
+def load_object(object_bytes: bytes, target_: target.Target, what: str = "an object"):
+    """Link an object file into the process after checking that every symbol it needs
+    resolves; the result's .address(name) finds its functions, valid while it lives."""
+    missing = unresolved_symbols(object_bytes)
+    if missing:
+        raise UnresolvedSymbolError(
+            f"kiln: the native code of {what} (target {target_.describe()}) calls "
+            f"{', '.join(missing)}, which nothing in this process provides; running it would "
+            "jump to address 0. This is a bug in kiln's code generation: please report it; "
+            "jit(..., backend='interpret') avoids native code meanwhile.")
+    return _Library(object_bytes, target_)
+
+
+# --- the engine --------------------------------------------------------------------------------
+
+class Engine:
+    """Compiles programs for one target; identical programs share one NativeProgram while it
+    lives. Compilation is serialized by a lock (the optimizing machine is shared)."""
+
+    def __init__(self, target_: target.Target, cache: disk_cache.DiskCache | None = None):
+        _load_process_symbols()
+        self.target = target_
+        self._lock = threading.RLock()
+        # Used for optimizing, emitting objects and printing assembly; never given to a JIT.
+        self._machine = target_.create_machine()
+        self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = \
+            weakref.WeakValueDictionary()
+        self.disk_cache = cache
 
     def compile(self, program: kir.Program, verify: bool = True) -> NativeProgram:
         """Verify, emit, optimize and load a program; identical programs share one result."""
         if verify:
             kir.verify_program(program)
-        unoptimized = str(emit.emit_program(program))
-        key = hashlib.sha256((unoptimized + self._host.cache_tag).encode()).hexdigest()
+        with target.compiling_for(self.target):
+            unoptimized = str(emit.emit_program(program))
+        key = hashlib.sha256((unoptimized + self.target.cache_tag).encode()).hexdigest()
         symbol = f"kiln_{program.name}_{key[:20]}"
         with self._lock:
-            cached = self._programs.get(key)
-            if cached is None:
-                cached = (self._load_cached_object(program, key, symbol, unoptimized)
-                          or self._compile_ir(program, key, symbol, unoptimized))
-                self._programs[key] = cached
-            return cached
+            native = self._programs.get(key)
+            if native is None:
+                native = self._load_cached(program, key, symbol, unoptimized)
+                if native is None:
+                    native = self._compile_fresh(program, key, symbol, unoptimized)
+                self._programs[key] = native
+            return native
 
-    def _compile_ir(self, program, key, symbol, unoptimized) -> NativeProgram:
+    def _compile_fresh(self, program, key, symbol, unoptimized) -> NativeProgram:
         module = llvm.parse_assembly(unoptimized)
         module.name = key
         for function in module.functions:
@@ -142,72 +233,104 @@ class Engine:
             elif not function.is_declaration:
                 function.linkage = "internal"  # helpers never clash across modules
         for variable in module.global_variables:
-            if not variable.is_declaration:
+            # (llvm.* globals such as llvm.compiler.used have fixed linkage)
+            if not variable.is_declaration and not variable.name.startswith("llvm."):
                 variable.linkage = "internal"
         module.verify()
         target.optimize(module, self._machine)
         optimized = str(module)
-        if self._cache_dir is not None:
-            self._object_paths[key] = self._cache_dir / f"{key}.o"
-        self._engine.add_module(module)
-        self._engine.finalize_object()
-        address = self._engine.get_function_address(symbol)
-        self._object_paths.pop(key, None)
-        if self._cache_dir is not None:
-            (self._cache_dir / f"{key}.ll").write_text(optimized)
-        return NativeProgram(program, symbol, address, unoptimized, optimized, self)
+        object_bytes = self._machine.emit_object(module)
+        native = self._link(program, symbol, object_bytes, unoptimized, optimized)
+        if self.disk_cache is not None:
+            self.disk_cache.store(key, object_bytes, optimized)
+        return native
 
-    def _on_object_compiled(self, module: llvm.ModuleRef, data: bytes) -> None:
-        path = self._object_paths.get(module.name)
-        if path is None:
-            return
+    def _load_cached(self, program, key, symbol, unoptimized) -> NativeProgram | None:
+        if self.disk_cache is None:
+            return None
+        entry = self.disk_cache.load(key)
+        if entry is None:
+            return None
+        object_bytes, optimized = entry
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_bytes(data)
-            temporary.replace(path)  # atomic, so readers never see half an object
-        except OSError:
-            pass  # the cache is an optimization; compiling still succeeded
+            return self._link(program, symbol, object_bytes, unoptimized, optimized)
+        except (UnresolvedSymbolError, objects.ObjectFormatError) as err:
+            logger.warning("kiln: the disk cache entry for %s did not load (%s); recompiling",
+                           program.name, err)
+            return None
 
-    def _load_cached_object(self, program, key, symbol, unoptimized) -> NativeProgram | None:
-        if self._cache_dir is None:
-            return None
-        path = self._cache_dir / f"{key}.o"
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return None
-        object_file = llvm.ObjectFileRef.from_data(data)
-        self._engine.add_object_file(object_file)
-        self._loaded_objects.append(object_file)  # whatever MCJIT took, nothing is freed early
-        self._engine.finalize_object()
-        address = self._engine.get_function_address(symbol)
-        if not address:
-            return None
-        ir_path = path.with_suffix(".ll")
-        optimized = ir_path.read_text() if ir_path.exists() else None
-        return NativeProgram(program, symbol, address, unoptimized, optimized, self)
+    def _link(self, program, symbol, object_bytes, unoptimized, optimized) -> NativeProgram:
+        library = load_object(object_bytes, self.target, program.name)
+        return NativeProgram(program, symbol, library, unoptimized, optimized, self)
 
     def assembly(self, llvm_ir: str) -> str:
-        """Host assembly for a module's text."""
+        """Assembly of a module's text for this engine's target."""
         with self._lock:
             return self._machine.emit_assembly(llvm.parse_assembly(llvm_ir))
 
+    def live_programs(self) -> int:
+        """How many compiled programs are loaded now."""
+        return len(self._programs)
 
-_ENGINE: Engine | None = None
+    def clear(self) -> None:
+        """Forget the sharing table (programs still referenced elsewhere stay loaded)."""
+        with self._lock:
+            self._programs.clear()
+
+
+_ENGINES: dict[tuple, Engine] = {}
 _ENGINE_LOCK = threading.Lock()
+_disk_caches: dict[tuple, disk_cache.DiskCache | None] = {}
+
+
+def _disk_cache_for(target_: target.Target) -> disk_cache.DiskCache | None:
+    path = config.cache_dir
+    if not path:
+        return None
+    key = (str(path), target_)
+    if key not in _disk_caches:
+        directory = disk_cache.usable_directory(path)
+        _disk_caches[key] = (disk_cache.DiskCache(directory, disk_cache.identity(target_))
+                             if directory is not None else None)
+    return _disk_caches[key]
 
 
 def engine() -> Engine:
-    """The process-wide engine, created on first use ($KILN_CACHE_DIR enables the disk cache)."""
-    global _ENGINE
+    """The engine for the current target (KILN_CPU / KILN_CPU_FEATURES, else the host), with
+    the disk cache of KILN_CACHE_DIR when that is set and usable."""
+    target_ = target.current_target()
     with _ENGINE_LOCK:
-        if _ENGINE is None:
-            _ENGINE = Engine(os.environ.get("KILN_CACHE_DIR") or None)
-        return _ENGINE
+        cache = _disk_cache_for(target_)
+        key = (target_, id(cache) if cache is not None else None)
+        found = _ENGINES.get(key)
+        if found is None:
+            found = _ENGINES[key] = Engine(target_, cache)
+        return found
 
 
 def compile_program(program: kir.Program, verify: bool = True) -> NativeProgram:
-    """Compile a kernel IR program to native code in the process-wide engine."""
+    """Compile a kernel IR program to native code for the current target."""
     return engine().compile(program, verify=verify)
 
+
+def disk_cache_stats() -> dict:
+    """Counters of every disk cache used in this process (summed)."""
+    total: dict = {}
+    for cache in _disk_caches.values():
+        if cache is None:
+            continue
+        for name, value in cache.stats.as_dict().items():
+            if isinstance(value, dict):
+                merged = total.setdefault(name, {})
+                for reason, count in value.items():
+                    merged[reason] = merged.get(reason, 0) + count
+            else:
+                total[name] = total.get(name, 0) + value
+    return total
+
+
+def clear() -> None:
+    """Drop every engine's sharing table (see kiln.clear_caches)."""
+    with _ENGINE_LOCK:
+        for found in _ENGINES.values():
+            found.clear()

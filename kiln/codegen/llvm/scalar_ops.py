@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 from llvmlite import ir
 
+from kiln.codegen.llvm import half_float, target
 from kiln.codegen.llvm import types as T
 from kiln.compiler.kir import BFLOAT16, OpGroup, ScalarOp, dtype_family
 
@@ -65,7 +66,9 @@ def widen_from_memory(builder: ir.IRBuilder, value: ir.Value, dtype: np.dtype) -
     if dtype == np.dtype(np.bool_):
         return builder.icmp_unsigned("!=", value, ir.Constant(T.I8, 0))
     if dtype == _F16:
-        return builder.fpext(value, T.FLOAT)
+        if target.current_target().has_f16c:
+            return builder.fpext(value, T.FLOAT)
+        return half_float.half_bits_to_float(builder, builder.bitcast(value, T.I16))
     if dtype == BFLOAT16:
         wide = builder.shl(builder.zext(value, T.I32), ir.Constant(T.I32, 16))
         return builder.bitcast(wide, T.FLOAT)
@@ -77,7 +80,9 @@ def narrow_to_memory(builder: ir.IRBuilder, value: ir.Value, dtype: np.dtype) ->
     if dtype == np.dtype(np.bool_):
         return builder.zext(value, T.I8)
     if dtype == _F16:
-        return builder.fptrunc(value, T.HALF)
+        if target.current_target().has_f16c:
+            return builder.fptrunc(value, T.HALF)
+        return builder.bitcast(half_float.float_to_half_bits(builder, value), T.HALF)
     if dtype == BFLOAT16:
         bits = builder.lshr(builder.bitcast(value, T.I32), ir.Constant(T.I32, 16))
         return builder.trunc(bits, T.I16)
@@ -100,7 +105,7 @@ def _round_bfloat16(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
 def round_to_dtype(builder: ir.IRBuilder, value: ir.Value, dtype: np.dtype) -> ir.Value:
     """Round a float32 value to dtype's value set if dtype is a narrow float; else identity."""
     if dtype == _F16:
-        return builder.fpext(builder.fptrunc(value, T.HALF), T.FLOAT)
+        return widen_from_memory(builder, narrow_to_memory(builder, value, dtype), dtype)
     if dtype == BFLOAT16:
         return _round_bfloat16(builder, value)
     return value
@@ -500,7 +505,12 @@ def emit_cast(builder: ir.IRBuilder, value: ir.Value, src: np.dtype, dst: np.dty
     if dst in T.NARROW_FLOATS:
         if src == _F64 and dst == _F16:
             # Straight to half: going through float32 would round twice (NumPy rounds once).
-            return builder.fpext(builder.fptrunc(value, T.HALF), T.FLOAT)
+            # Only AVX512-FP16 does this in hardware; elsewhere LLVM would call a compiler-rt
+            # builtin, so the rounding is emitted as integer code.
+            if target.current_target().has_avx512fp16:
+                return widen_from_memory(builder, builder.fptrunc(value, T.HALF), dst)
+            bits = half_float.double_to_half_bits(builder, value)
+            return widen_from_memory(builder, builder.bitcast(bits, T.HALF), dst)
         return round_to_dtype(builder, emit_cast(builder, value, src, _F32), dst)
     return _CASTS[(dtype_family(src), dtype_family(dst))](builder, value, src, dst)
 

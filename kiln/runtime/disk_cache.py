@@ -1,0 +1,202 @@
+"""The persistent object cache ($KILN_CACHE_DIR): compiled programs that survive the process.
+
+Machine code read from disk runs without further checks, so an entry is loaded only if it
+verifies completely. Each entry is one file, `<key>.kiln`:
+
+    magic (8 bytes) | header length (4 bytes, little-endian) | header (JSON) | payload
+
+The header names the format version, kiln's, llvmlite's and LLVM's versions, the target
+(triple, CPU, features), the entry's key, the sizes of the payload's parts (the object file,
+then the optimized LLVM IR) and the payload's SHA-256. An entry that is truncated, corrupted,
+written by another version or for another CPU is ignored, counted and logged; the caller
+compiles afresh and the new entry replaces it. Entries are written to a temporary file in the
+same directory and renamed into place, so concurrent processes only ever see whole entries.
+The directory is created user-only, and one that others may write to is not trusted.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import stat
+import struct
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as llvm
+
+logger = logging.getLogger("kiln")
+
+MAGIC = b"KILNOBJ\x00"
+FORMAT_VERSION = 1
+_LENGTH = struct.Struct("<I")
+#: Headers are small; anything claiming more is corrupt.
+_MAX_HEADER = 1 << 16
+
+
+def _kiln_version() -> str:
+    from kiln import __version__  # the package is initialized by the time anything compiles
+    return __version__
+
+
+@dataclass
+class CacheStats:
+    """What the disk cache did in this process."""
+    hits: int = 0
+    misses: int = 0
+    rejected: int = 0
+    writes: int = 0
+    write_errors: int = 0
+    reasons: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"hits": self.hits, "misses": self.misses, "rejected": self.rejected,
+                "writes": self.writes, "write_errors": self.write_errors,
+                "rejected_by_reason": dict(self.reasons)}
+
+
+class CorruptEntry(Exception):
+    """An entry that does not verify; the message says which check failed."""
+
+
+class DiskCache:
+    """Verified, atomically written cache entries in one user-only directory."""
+
+    def __init__(self, directory: Path, identity: dict):
+        self.directory = directory
+        self.identity = dict(identity)
+        self.stats = CacheStats()
+        self._lock = threading.Lock()
+
+    # --- reading ---------------------------------------------------------------------------
+    def load(self, key: str) -> tuple[bytes, str | None] | None:
+        """(object bytes, optimized IR) for key, or None if absent or not verifiable."""
+        path = self._path(key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            self._count("misses")
+            return None
+        except OSError as err:
+            self._reject(path, f"unreadable: {err.strerror or err}")
+            return None
+        try:
+            return self._verify(data, key)
+        except CorruptEntry as err:
+            self._reject(path, str(err))
+            return None
+
+    def _verify(self, data: bytes, key: str) -> tuple[bytes, str | None]:
+        if len(data) < len(MAGIC) + _LENGTH.size or not data.startswith(MAGIC):
+            raise CorruptEntry("bad magic")
+        (header_length,) = _LENGTH.unpack_from(data, len(MAGIC))
+        start = len(MAGIC) + _LENGTH.size
+        if header_length > _MAX_HEADER or start + header_length > len(data):
+            raise CorruptEntry("bad header length")
+        try:
+            header = json.loads(data[start:start + header_length].decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise CorruptEntry("unreadable header") from None
+        if not isinstance(header, dict):
+            raise CorruptEntry("unreadable header")
+        for name, expected in self.identity.items():
+            if header.get(name) != expected:
+                raise CorruptEntry(f"written for another {name}")
+        if header.get("key") != key:
+            raise CorruptEntry("key mismatch")
+        sizes = header.get("sizes")
+        payload = data[start + header_length:]
+        if (not isinstance(sizes, list) or len(sizes) != 2
+                or not all(isinstance(s, int) and s >= 0 for s in sizes)
+                or sum(sizes) != len(payload)):
+            raise CorruptEntry("payload length mismatch")
+        if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+            raise CorruptEntry("checksum mismatch")
+        object_bytes = payload[:sizes[0]]
+        ir_text = payload[sizes[0]:].decode("utf-8", "replace") if sizes[1] else None
+        self._count("hits")
+        return object_bytes, ir_text
+
+    # --- writing ---------------------------------------------------------------------------
+    def store(self, key: str, object_bytes: bytes, llvm_ir: str | None) -> None:
+        """Write an entry atomically (temporary file + rename); failures are only counted."""
+        ir_bytes = (llvm_ir or "").encode("utf-8")
+        payload = object_bytes + ir_bytes
+        header = dict(self.identity, key=key, sizes=[len(object_bytes), len(ir_bytes)],
+                      sha256=hashlib.sha256(payload).hexdigest())
+        header_bytes = json.dumps(header, sort_keys=True).encode("utf-8")
+        path = self._path(key)
+        try:
+            descriptor, temporary = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp",
+                                                     dir=self.directory)
+            try:
+                with os.fdopen(descriptor, "wb") as out:
+                    out.write(MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + payload)
+                os.replace(temporary, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+        except OSError as err:
+            self._count("write_errors")
+            logger.warning("kiln: could not write the disk cache entry %s (%s)", path, err)
+            return
+        self._count("writes")
+
+    # --- bookkeeping -----------------------------------------------------------------------
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.kiln"
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            setattr(self.stats, name, getattr(self.stats, name) + 1)
+
+    def _reject(self, path: Path, reason: str) -> None:
+        with self._lock:
+            self.stats.rejected += 1
+            self.stats.reasons[reason] = self.stats.reasons.get(reason, 0) + 1
+        logger.warning("kiln: ignoring the disk cache entry %s (%s); recompiling and "
+                       "rewriting it", path, reason)
+
+
+def identity(target) -> dict:
+    """What an entry must have been written for: versions and the target."""
+    return {"format": FORMAT_VERSION, "kiln": _kiln_version(),
+            "llvmlite": llvmlite.__version__,
+            "llvm": ".".join(map(str, llvm.llvm_version_info)),
+            "triple": target.triple, "cpu": target.cpu_name, "features": target.features}
+
+
+_warned_paths: set[str] = set()
+
+
+def usable_directory(path: str | os.PathLike) -> Path | None:
+    """The cache directory, created user-only if missing; None (after one warning per path)
+    if it cannot serve as one: not a directory, not writable, or writable by other users."""
+    directory = Path(path).expanduser()
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = directory.stat()
+        if not stat.S_ISDIR(info.st_mode):
+            raise NotADirectoryError("not a directory")
+        if hasattr(os, "getuid") and info.st_uid != os.getuid():
+            raise PermissionError("owned by another user")
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise PermissionError("writable by other users (chmod 700 it to use it)")
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
+    except OSError as err:
+        reason = err.strerror or str(err)
+        if str(directory) not in _warned_paths:
+            _warned_paths.add(str(directory))
+            warnings.warn(f"kiln: the disk cache directory {str(directory)!r} (KILN_CACHE_DIR) "
+                          f"cannot be used ({reason}); compiling without the disk cache.",
+                          RuntimeWarning, stacklevel=3)
+        return None
+    return directory
