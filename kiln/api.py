@@ -69,3 +69,21 @@ class ShapeDtypeStruct:
 
     def __repr__(self) -> str:
         return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
+
+
+def clear_caches() -> None:
+    """Forget every compiled program and memoized trace result of this process.
+
+    Compiled native code is freed as soon as nothing else (a Compiled object, a running call)
+    refers to it; the next call of any jitted function traces and compiles afresh.
+    """
+    import gc
+
+    from kiln.compiler import lower
+    from kiln.core import trace
+    from kiln.runtime import cache, engine
+    cache.clear_all()
+    engine.clear()
+    lower._lowerable_cache.clear()
+    trace._eager_avals.clear()
+    gc.collect()

@@ -40,11 +40,17 @@ class Config:
         self.backend = os.environ.get("KILN_BACKEND", "native")
         self.dump = frozenset(
             part.strip() for part in os.environ.get("KILN_DUMP", "").split(",") if part.strip())
-        self.compile_cache_size = int(os.environ.get("KILN_COMPILE_CACHE_SIZE", "4096"))
+        # Compiled signatures kept (all jitted functions together, least recently used out
+        # first); each holds its native code, on the order of 100 KB.
+        self.compile_cache_size = int(os.environ.get("KILN_COMPILE_CACHE_SIZE", "1024"))
         # The CPU native code is generated for: "host", or an LLVM CPU name such as
         # "x86-64-v3"; cpu_features adds +/- LLVM features after the CPU's own.
         self.cpu = os.environ.get("KILN_CPU", "host").strip() or "host"
         self.cpu_features = os.environ.get("KILN_CPU_FEATURES", "").strip()
+        # Modules optimized inside this process before the rest go to a worker process
+        # (LLVM's pipeline leaks a little per module; see codegen/llvm/llvm_worker.py).
+        self.llvm_in_process_compiles = int(
+            os.environ.get("KILN_LLVM_IN_PROCESS_COMPILES", "256"))
         # The persistent object cache's directory (None: no disk cache).
         self.cache_dir = os.environ.get("KILN_CACHE_DIR") or None
 

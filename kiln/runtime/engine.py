@@ -9,10 +9,13 @@ on disk (kiln.runtime.disk_cache) when KILN_CACHE_DIR is set.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import ctypes.util
 import hashlib
 import logging
+import subprocess
 import sys
 import threading
 import weakref
@@ -20,7 +23,7 @@ import weakref
 import llvmlite.binding as llvm
 import numpy as np
 
-from kiln.codegen.llvm import emit, objects, support, target
+from kiln.codegen.llvm import emit, llvm_pipeline, llvm_worker, objects, support, target
 from kiln.compiler import kir
 from kiln.config import config
 from kiln.runtime import disk_cache
@@ -191,6 +194,76 @@ def load_object(object_bytes: bytes, target_: target.Target, what: str = "an obj
     return _Library(object_bytes, target_)
 
 
+# --- where modules are optimized ---------------------------------------------------------------
+
+class _Optimizer:
+    """Runs LLVM's pipeline on a module's text and emits its object file: in this process for
+    the first config.llvm_in_process_compiles modules (no start-up cost for the usual
+    program), then in a worker process that is replaced every WORKER_JOBS modules, because
+    each run of the pipeline leaks a little memory that only the end of a process returns."""
+
+    WORKER_JOBS = 512
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.in_process = 0
+        self.in_worker = 0
+        self.workers_started = 0
+        self._worker: subprocess.Popen | None = None
+        self._worker_jobs = 0
+
+    def optimize(self, ir_text: str, target_: target.Target,
+                 machine: llvm.TargetMachine) -> tuple[str, bytes]:
+        with self._lock:
+            if self.in_process < config.llvm_in_process_compiles:
+                self.in_process += 1
+                return llvm_pipeline.optimize_to_object(ir_text, machine)
+            self.in_worker += 1
+            return self._in_worker(ir_text, target_)
+
+    def _in_worker(self, ir_text: str, target_: target.Target) -> tuple[str, bytes]:
+        if self._worker is None or self._worker_jobs >= self.WORKER_JOBS:
+            self._stop_worker()
+            self._worker = subprocess.Popen(
+                [sys.executable, llvm_worker.__file__], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE)
+            self._worker_jobs = 0
+            self.workers_started += 1
+        worker = self._worker
+        self._worker_jobs += 1
+        try:
+            llvm_worker.write_frame(worker.stdin, (target_.triple, target_.cpu_name,
+                                                   target_.features, ir_text))
+            reply = llvm_worker.read_frame(worker.stdout)
+        except OSError:
+            reply = None
+        if reply is None:
+            self._stop_worker()
+            raise RuntimeError("kiln: the LLVM worker process exited while optimizing a module")
+        if reply[0] != "ok":
+            raise RuntimeError(f"kiln: LLVM could not compile a module: {reply[1]}")
+        return reply[1], reply[2]
+
+    def _stop_worker(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        with contextlib.suppress(OSError):
+            worker.stdin.close()
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop_worker()
+
+
+_optimizer = _Optimizer()
+atexit.register(_optimizer.close)
+
+
 # --- the engine --------------------------------------------------------------------------------
 
 class Engine:
@@ -236,10 +309,7 @@ class Engine:
             # (llvm.* globals such as llvm.compiler.used have fixed linkage)
             if not variable.is_declaration and not variable.name.startswith("llvm."):
                 variable.linkage = "internal"
-        module.verify()
-        target.optimize(module, self._machine)
-        optimized = str(module)
-        object_bytes = self._machine.emit_object(module)
+        optimized, object_bytes = _optimizer.optimize(str(module), self.target, self._machine)
         native = self._link(program, symbol, object_bytes, unoptimized, optimized)
         if self.disk_cache is not None:
             self.disk_cache.store(key, object_bytes, optimized)

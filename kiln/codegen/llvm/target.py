@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import llvmlite
 import llvmlite.binding as llvm
 
+from kiln.codegen.llvm import llvm_pipeline
 from kiln.config import config
 
 #: Bump when emission or the pipeline changes in a way that changes generated code for the same
@@ -89,9 +90,7 @@ class Target:
 
     def create_machine(self) -> llvm.TargetMachine:
         """A new TargetMachine for this target (opt level 3, JIT code model)."""
-        target = llvm.Target.from_triple(self.triple)
-        return target.create_target_machine(cpu=self.cpu_name, features=self.features, opt=3,
-                                            codemodel="jitdefault", jit=True)
+        return llvm_pipeline.create_machine(self.triple, self.cpu_name, self.features)
 
     def describe(self) -> str:
         return f"{self.cpu_name}" + (f" ({self.features})" if not self.is_host else " (host)")
@@ -206,19 +205,5 @@ def function_attributes() -> dict[str, str]:
 
 
 def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
-    """Run the new pass manager's O3 pipeline (loop and SLP vectorization, unrolling) in place.
-
-    Callers serialize calls that share a machine (the engine's lock).
-    """
-    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    tuning.loop_unrolling = True
-    tuning.loop_interleaving = True
-    pass_builder = llvm.create_pass_builder(machine, tuning)
-    pass_builder.getModulePassManager().run(module, pass_builder)
-    # vmath's vector variants (alwaysinline) stay out of line until the loop vectorizer calls
-    # them; inlining them now puts their rarely taken branch in the loop instead of a call.
-    late = llvm.create_new_module_pass_manager()
-    late.add_always_inliner_pass()
-    late.run(module, pass_builder)
+    """Run kiln's O3 pipeline on a module in place (see llvm_pipeline)."""
+    llvm_pipeline.optimize(module, machine)

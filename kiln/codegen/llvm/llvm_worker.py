@@ -1,0 +1,72 @@
+"""A worker process that optimizes LLVM modules and returns their object files.
+
+Each run of LLVM's pass pipeline through llvmlite leaks its pass-instrumentation callbacks
+(tens of kilobytes per module, never freed). A process that compiles thousands of programs
+hands that work to this worker after a while, and the worker is replaced every so often, so the
+leak is bounded. Run by path (`python llvm_worker.py`): it imports llvmlite and the sibling
+llvm_pipeline.py only, never the kiln package.
+
+Protocol on stdin/stdout: frames of a 4-byte little-endian length and a pickle. A request is
+(triple, cpu, features, ir_text); the reply is ("ok", optimized_ir, object_bytes) or
+("error", message).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import struct
+import sys
+
+_LENGTH = struct.Struct("<I")
+
+
+def read_frame(stream):
+    """One frame's object, or None at end of stream."""
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (length,) = _LENGTH.unpack(head)
+    body = stream.read(length)
+    if len(body) < length:
+        return None
+    return pickle.loads(body)
+
+
+def write_frame(stream, value) -> None:
+    body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LENGTH.pack(len(body)) + body)
+    stream.flush()
+
+
+def _load_pipeline():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llvm_pipeline.py")
+    spec = importlib.util.spec_from_file_location("kiln_llvm_pipeline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def serve(requests, replies) -> None:
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    pipeline = _load_pipeline()
+    machines = {}
+    while True:
+        request = read_frame(requests)
+        if request is None:
+            return
+        triple, cpu, features, ir_text = request
+        try:
+            key = (triple, cpu, features)
+            if key not in machines:
+                machines[key] = pipeline.create_machine(triple, cpu, features)
+            optimized, object_bytes = pipeline.optimize_to_object(ir_text, machines[key])
+            write_frame(replies, ("ok", optimized, object_bytes))
+        except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it
+            write_frame(replies, ("error", f"{type(err).__name__}: {err}"))
+
+
+if __name__ == "__main__":
+    serve(sys.stdin.buffer, sys.stdout.buffer)
