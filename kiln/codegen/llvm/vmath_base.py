@@ -271,12 +271,12 @@ class Emitter:
 
 
 def native_ldexp() -> bool:
-    """Whether llvm.ldexp compiles to a single instruction on the host (AVX-512's vscalef).
+    """Whether llvm.ldexp compiles to a single instruction on the target (AVX-512's vscalef).
 
     Looked up at each Emitter's creation, so tests can patch it to exercise the portable path.
     """
-    from .target import host_target  # here, not at import: vmath is usable without a target
-    return host_target().has_avx512
+    from .target import current_target  # here, not at import: vmath is usable without one
+    return current_target().has_avx512
 
 
 # ---- exact constants ---------------------------------------------------------------------------
