@@ -11,13 +11,23 @@ The plan for a program, in three steps:
 
 2. **Materialization.** Within a native stage (a *segment*), a value is stored to memory only
    when it must be: it leaves the segment (a program output, or the input of an interpreted
-   equation), or fusing it would compute an expensive node more often than the value has
-   elements. Every other value is inlined into its consumers' expressions (lower.py). The cost
-   rule is measured on the built kernels: each node runs once per iteration of the loops down
-   to the deepest loop variable it depends on (the emitter hoists reductions, LLVM hoists the
-   rest), so `exp(x - max(x))` read by both a row sum and the final division counts twice the
-   elements of the value, and the exp is materialized in a temp; `max(x)` read inside the row
-   loop counts once per row, and stays fused.
+   equation), fusing it would copy its expression too many times, or fusing it would compute
+   an expensive node more often than the value has elements. Every other value is inlined
+   into its consumers' expressions (lower.py).
+
+   Copies first: a value read at r distinct indices (a roll reads its operand at two) is
+   built r times, and its producers at up to r times as many indices each, so a chain of
+   such reads grows exponentially. A pass from the outputs back (`ReadAnalysis`)
+   collects the indices each value is read at before its producers are looked at, and stores
+   a value once r exceeds MAX_READS or (r - 1) copies of its fused expression exceed
+   DUPLICATION_BUDGET equations. Every fused value is then built at most MAX_READS times,
+   so lowering is linear in the program's size.
+
+   Then expensive nodes, measured on the built kernels: each node runs once per iteration of
+   the loops down to the deepest loop variable it depends on (the emitter hoists reductions,
+   LLVM hoists the rest), so `exp(x - max(x))` read by both a row sum and the final division
+   counts twice the elements of the value, and the exp is materialized in a temp; `max(x)`
+   read inside the row loop counts once per row, and stays fused.
 
 3. **Kernels.** Stored values of equal shape share one loop nest (multi-output fusion: one
    pass over the inputs feeds several outputs, and shared subexpressions are computed once);
@@ -25,18 +35,33 @@ The plan for a program, in three steps:
 """
 from __future__ import annotations
 
-import sys
+import bisect
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from kiln.compiler import kir, kir_rewrite
+from kiln.compiler import kir, kir_rewrite, lower
 from kiln.compiler.kir import Buffer, Const, Kernel, Loop, Program, Reduce, Store, Var
 from kiln.compiler.lower import ExprBuilder, is_expensive
 from kiln.core.jaxpr import DropVar, JaxprEqn, Literal
 
-#: A fused chain deeper than this is cut by storing a value, which keeps the (recursive)
-#: expression builder within Python's stack.
-MAX_FUSION_DEPTH = 200
+#: A value read at more distinct indices than this is stored, however cheap: it bounds how
+#: many copies of any fused expression a segment's kernels hold.
+MAX_READS = 8
+#: Below that, a value read at r distinct indices is recomputed at each of them while the
+#: r - 1 extra copies of its fused expression come to at most this many equations.
+DUPLICATION_BUDGET = 64
+#: The most work one native segment may hold, in equations (one with a transcendental op
+#: counts TRANSCENDENTAL_WEIGHT: LLVM spends about that much longer on its inline
+#: polynomial). LLVM's time grows faster than linearly with the size of a function, so a
+#: heavier native stage is cut into several segments, each compiled in about the same time.
+MAX_SEGMENT_WEIGHT = 500
+TRANSCENDENTAL_WEIGHT = 10
+#: A cut is only made where at most this many values cross it: each one is a store stream
+#: before the cut and a load stream after it, and LLVM's dependence checks grow with the
+#: product of a loop's stores and accesses (a kernel storing 250 values and loading 500 takes
+#: seconds). A stage with no such cut (a DAG whose values are read all over) stays whole.
+MAX_CROSSING = 32
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,8 +75,12 @@ class Stage:
 
 
 def partition(eqns: Sequence[JaxprEqn], outvars: Sequence,
-              is_native: Callable[[JaxprEqn], bool]) -> list[Stage]:
-    """Split a jaxpr's equations into alternating native (even) and interpreted (odd) stages."""
+              is_native: Callable[[JaxprEqn], bool],
+              weight: Callable[[JaxprEqn], int] | None = None) -> list[Stage]:
+    """Split a jaxpr's equations into native and interpreted stages: they alternate, except
+    that a native stage heavier than MAX_SEGMENT_WEIGHT (by `weight`, default
+    equation_weight) becomes several native stages in a row."""
+    weight = weight or equation_weight
     native = [is_native(e) for e in eqns]
     producer: dict = {}
     for position, eqn in enumerate(eqns):
@@ -94,7 +123,65 @@ def partition(eqns: Sequence[JaxprEqn], outvars: Sequence,
     stages: dict[int, Stage] = {}
     for position, eqn in enumerate(eqns):
         stages.setdefault(stage[position], Stage(native[position])).eqns.append(eqn)
-    return [stages[s] for s in sorted(stages)]
+    return [run for s in sorted(stages) for run in _split_heavy(stages[s], weight, outvars)]
+
+
+def equation_weight(eqn: JaxprEqn) -> int:
+    """A native equation's share of a segment's work (see MAX_SEGMENT_WEIGHT)."""
+    return 1 + (TRANSCENDENTAL_WEIGHT - 1) * lower.transcendental_count(eqn)
+
+
+def _split_heavy(stage: Stage, weight: Callable[[JaxprEqn], int],
+                 outvars: Sequence = ()) -> list[Stage]:
+    """A native stage as consecutive runs (in program order, so values only flow from a run to
+    later ones, which read them from memory) of about MAX_SEGMENT_WEIGHT each.
+
+    A cut lies where at most MAX_CROSSING values cross it (a value made before the cut and
+    read after it is stored, and loaded again after it): the latest such place within the
+    weight, or failing that the first one past it."""
+    eqns = stage.eqns
+    if not stage.native or len(eqns) <= 1:
+        return [stage]
+    costs = [weight(eqn) for eqn in eqns]
+    if sum(costs) <= MAX_SEGMENT_WEIGHT:
+        return [stage]
+    position_of = {v: p for p, eqn in enumerate(eqns) for v in eqn.outvars}
+    last_use = {}
+    for p, eqn in enumerate(eqns):
+        for atom in eqn.invars:
+            if type(atom) is not Literal and atom in position_of:
+                last_use[atom] = p
+    # crossing[p]: values made before equation p and read at or after it (values the stage
+    # exports are stored anyway and do not count).
+    exported = {id(v) for v in outvars}
+    delta = [0] * (len(eqns) + 1)
+    for var, last in last_use.items():
+        if id(var) not in exported:
+            delta[position_of[var] + 1] += 1
+            delta[last + 1] -= 1
+    crossing, running = [], 0
+    for change in delta:
+        running += change
+        crossing.append(running)
+    cuts, start = [], 0
+    while sum(costs[start:]) > MAX_SEGMENT_WEIGHT:
+        best, total = None, 0
+        for p in range(start, len(eqns) - 1):
+            total += costs[p]
+            if total < MAX_SEGMENT_WEIGHT // 2 or crossing[p + 1] > MAX_CROSSING:
+                continue
+            if total > MAX_SEGMENT_WEIGHT and best is not None:
+                break
+            if best is None or total <= MAX_SEGMENT_WEIGHT:
+                best = p + 1
+            if total > MAX_SEGMENT_WEIGHT:
+                break
+        if best is None:
+            break
+        cuts.append(best)
+        start = best
+    bounds = [0] + cuts + [len(eqns)]
+    return [Stage(True, list(eqns[a:b])) for a, b in zip(bounds, bounds[1:])]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,29 +242,26 @@ def plan_segment(eqns: Sequence[JaxprEqn], outputs: Sequence, name: str,
     outputs = list(dict.fromkeys(outputs))
     names = names or _default_namer()
     scalars = scalars or {}
-    materialized: set = set(_too_deep(eqns, producers))
-    old_limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old_limit, 12 * MAX_FUSION_DEPTH + 2000))
-    try:
-        while True:
-            plan = _build(eqns, producers, order, outputs, materialized, set(), name,
+    reads = ReadAnalysis(eqns, producers, outputs, scalars)
+    materialized = set(reads.materialized)
+    while True:
+        plan = _build(eqns, producers, order, outputs, materialized, set(), name,
+                      scalars, names)
+        extra = _over_budget(plan, eqns, producers, materialized)
+        if not extra:
+            break
+        materialized |= extra
+    # Row-local fusion: a temp read only by one later kernel, and there only along the row
+    # that kernel's outermost loop is on, moves into that loop as a one-row buffer.
+    row_local = {v for v in plan.temps
+                 if len(v.aval.shape) >= 2 and reads.read_along_rows(v)}
+    while row_local:
+        try:
+            return _build(eqns, producers, order, outputs, materialized, row_local, name,
                           scalars, names)
-            extra = _over_budget(plan, order, materialized)
-            if extra is None:
-                break
-            materialized.add(extra)
-        # Row-local fusion: a temp read only by one later kernel, and there only along the
-        # row that kernel's outermost loop is on, moves into that loop as a one-row buffer.
-        row_local = {v for v in plan.temps if len(v.aval.shape) >= 2}
-        while row_local:
-            try:
-                return _build(eqns, producers, order, outputs, materialized, row_local, name,
-                              scalars, names)
-            except _NotRowLocal as failed:
-                row_local.discard(failed.var)
-        return plan
-    finally:
-        sys.setrecursionlimit(old_limit)
+        except _NotRowLocal as failed:
+            row_local.discard(failed.var)
+    return plan
 
 
 def _default_namer():
@@ -190,18 +274,89 @@ def _default_namer():
     return name
 
 
-def _too_deep(eqns, producers) -> list:
-    """Values at every MAX_FUSION_DEPTH-th level of a long fused chain."""
-    depth: dict = {}
-    cut = []
+class ReadAnalysis:
+    """Which values fusing would copy too often (see the module docstring, step 2).
+
+    One pass over the equations from last to first. When a value is reached, every consumer
+    has already been expanded, so the distinct indices it is read at are all known; it is
+    either stored (its consumers then load it, and its own expression is needed once, at the
+    index of its own loop nest) or fused (its rule is expanded at each of those indices,
+    which names the indices its operands are read at). Rules are expanded through a builder
+    whose reads hand out placeholder nodes, so nothing is built and nothing recurses.
+
+    materialized: the values to store; reads[v]: the distinct indices v is read at.
+    """
+
+    def __init__(self, eqns: Sequence[JaxprEqn], producers: dict, outputs: Sequence,
+                 scalars: dict):
+        self.materialized: set = set()
+        self.reads: dict = {}
+        recorder = _ReadRecorder(producers, scalars, self.reads)
+        sizes = _fused_sizes(eqns, producers, scalars)
+        output_set = set(outputs)
+        for eqn in reversed(eqns):
+            var = eqn.outvars[0]
+            if var not in producers or 0 in var.aval.shape:
+                continue
+            indices = self.reads.setdefault(var, {})
+            own = tuple(Var(f"i{d}") for d in range(len(var.aval.shape)))
+            if var in output_set:
+                indices.setdefault(own)
+            count = len(indices)
+            if count > 1 and (count > MAX_READS
+                              or (count - 1) * sizes[var] > DUPLICATION_BUDGET):
+                self.materialized.add(var)
+                expand = [own]
+            else:
+                expand = list(indices)
+            for index in expand:
+                recorder.lower(var, index)
+
+    def read_along_rows(self, var) -> bool:
+        """Whether every read of var is at the row of the outermost loop (i0, ...)."""
+        outer = Var("i0")
+        return all(index[0] is outer for index in self.reads.get(var, ()))
+
+
+class _ReadRecorder(ExprBuilder):
+    """An ExprBuilder that builds nothing: a read notes the index and returns a placeholder."""
+
+    def __init__(self, producers: dict, scalars: dict, reads: dict):
+        super().__init__(producers, {}, scalars)
+        self.reads = reads
+        self.placeholders: dict = {}
+
+    def read(self, atom, index):
+        constant = self.constant_read(atom, index)
+        if constant is not None:
+            return constant
+        index = tuple(kir.as_index(i) for i in index)
+        node = self.placeholders.get((atom, index))
+        if node is None:
+            if atom in self.producers:
+                self.reads.setdefault(atom, {})[index] = None
+            stand_in = Buffer("pending", atom.aval.dtype, (1 << 62,))
+            node = kir.Load(stand_in, Const(len(self.placeholders), kir.INDEX))
+            self.placeholders[(atom, index)] = node
+        return node
+
+
+#: Sizes are capped: a fused tree's size can grow exponentially with depth.
+_SIZE_CAP = 1 << 30
+
+
+def _fused_sizes(eqns, producers, scalars) -> dict:
+    """For each value, the equations in its expression with every producer fused (a tree
+    count, so an upper bound where the expression shares subexpressions), loads counting one."""
+    sizes: dict = {}
     for eqn in eqns:
-        d = 1 + max((depth.get(a, 0) for a in eqn.invars if type(a) is not Literal), default=0)
-        if d > MAX_FUSION_DEPTH:
-            cut.extend(v for v in eqn.outvars if v in producers)
-            d = 0
-        for v in eqn.outvars:
-            depth[v] = d
-    return cut
+        total = 1
+        for atom in eqn.invars:
+            if type(atom) is not Literal and atom not in scalars:
+                total += sizes.get(atom, 1)
+        for var in eqn.outvars:
+            sizes[var] = min(total, _SIZE_CAP)
+    return sizes
 
 
 def _segment_inputs(eqns, producers, scalars) -> list:
@@ -363,13 +518,17 @@ def _group(stored, producers, order, materialized, row_local=frozenset()) -> lis
     deps = _buffer_dependencies(stored, producers, materialized)
     groups: list[KernelPlan] = []
     group_of: dict = {}
+    of_shape: dict = {}  # shape -> the positions of the groups of that shape, ascending
     for var in sorted(stored, key=order.__getitem__):
         earliest = max((group_of[d] + 1 for d in deps[var] if d in group_of), default=0)
-        chosen = next((g for g in range(earliest, len(groups))
-                       if groups[g].shape == var.aval.shape), None)
-        if chosen is None:
+        positions = of_shape.setdefault(var.aval.shape, [])
+        first = bisect.bisect_left(positions, earliest)
+        if first < len(positions):
+            chosen = positions[first]
+        else:
             groups.append(KernelPlan(var.aval.shape, [[]]))
             chosen = len(groups) - 1
+            positions.append(chosen)
         groups[chosen].parts[0].append(var)
         group_of[var] = chosen
     for var in sorted(row_local, key=order.__getitem__):
@@ -461,22 +620,28 @@ def _static_extent(start, stop) -> int:
     return 1
 
 
-def _over_budget(plan: SegmentPlan, order, materialized):
-    """The latest value (in program order) that is expensive and, fused, runs more times than
-    it has elements; None when every fused value is within budget."""
-    runs: dict = {}
-    nodes_of = plan.builder.nodes_of
+def _over_budget(plan: SegmentPlan, eqns, producers, materialized) -> set:
+    """Expensive values that, fused, run more times than they have elements, and that no
+    other such value reads fused (storing that one first may be enough: its reads were what
+    multiplied theirs); empty when every fused value is within budget."""
+    runs: Counter = Counter()
     for group in plan.kernels:
-        counts = evaluation_counts(group.kernel)
-        for var, nodes in nodes_of.items():
-            runs[var] = runs.get(var, 0) + sum(counts.get(n, 0) for n in nodes)
-    worst = None
-    for var, nodes in nodes_of.items():
+        runs.update(evaluation_counts(group.kernel))
+    over = set()
+    for var, nodes in plan.builder.nodes_of.items():
         if var in materialized or not any(is_expensive(n) for n in nodes):
             continue
-        if runs.get(var, 0) > var.aval.size and (worst is None or order[var] > order[worst]):
-            worst = var
-    return worst
+        if sum(runs.get(n, 0) for n in nodes) > var.aval.size:
+            over.add(var)
+    if not over:
+        return over
+    below: set = set()
+    for eqn in reversed(eqns):
+        var = eqn.outvars[0]
+        if var in over or var in below:
+            below.update(a for a in eqn.invars if type(a) is not Literal
+                         and a in producers and a not in materialized)
+    return over - below
 
 
 def kernel_work(kernel: Kernel) -> int:

@@ -174,14 +174,16 @@ class _StmtPrinter:
         """Print `name: dtype = expr` lines for the nodes roots need that deserve a name:
         reductions, shared nodes, and nodes that would nest too deeply to read inline."""
         depth: dict[Expr, int] = {}
-        for node in kir.toposort_region(roots):
-            if self.namer.lookup(node) is not None:
-                depth[node] = 0
-                continue
-            depth[node] = 1 + max((depth[c] for c in kir.region_children(node)), default=0)
-            named = isinstance(node, Reduce) or (
-                isinstance(node, (Op, Load)) and (self.uses[node] > 1 or depth[node] > _MAX_DEPTH))
-            if named:
+        # Named nodes print as their names: what lies only below them needs no walk (the
+        # statements of one loop share a DAG, which is then walked once, not per statement).
+        named = _Named(self.namer)
+        for node in kir.toposort([r for r in roots if r not in named], kir.region_children,
+                                 skip=named):
+            depth[node] = 1 + max((depth.get(c, 0) for c in kir.region_children(node)),
+                                  default=0)
+            if isinstance(node, Reduce) or (
+                    isinstance(node, (Op, Load))
+                    and (self.uses[node] > 1 or depth[node] > _MAX_DEPTH)):
                 text = format_expr(node, self.namer)
                 name = self.namer.bind(node)
                 self.lines.append(f"{indent}{name}: {kir.short_name(node.dtype)} = {text}")
@@ -218,6 +220,18 @@ class _StmtPrinter:
         self.namer.scopes.append({})
         self.body(stmts, indent + "  ")
         self.namer.scopes.pop()
+
+
+class _Named:
+    """The nodes a namer has a name for, as a container (a toposort `skip`)."""
+
+    __slots__ = ("namer",)
+
+    def __init__(self, namer: _Namer):
+        self.namer = namer
+
+    def __contains__(self, node) -> bool:
+        return self.namer.lookup(node) is not None
 
 
 def _use_counts(stmts: Sequence[Stmt]) -> Counter:

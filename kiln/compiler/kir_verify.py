@@ -57,11 +57,11 @@ class _KernelChecker:
         self.kernel = kernel
         self.params = set(kernel.params)
         self.checked_ops: set[int] = set()
-        self.context = ""
+        self.statement: Stmt | None = None  # the one being checked, described on failure
         self.live = True  # False inside loops that statically run zero times
 
     def fail(self, message: str):
-        where = f" in `{self.context}`" if self.context else ""
+        where = f" in `{_describe(self.statement)}`" if self.statement is not None else ""
         raise KirError(f"kernel {self.kernel.name!r}{where}: {message}")
 
     def run(self):
@@ -74,24 +74,27 @@ class _KernelChecker:
         self.check_body(self.kernel.body, {})
 
     def check_body(self, body: Sequence[Stmt], env: dict[Var, Interval]):
+        # Statements of one body share their expressions (one loop nest stores several
+        # outputs of one fused DAG): each node is checked once per body, not per statement.
+        known: dict[Expr, Interval] = {}
         for stmt in body:
-            self.context = _describe(stmt)
+            self.statement = stmt
             if isinstance(stmt, Store):
-                self.check_store(stmt, env)
+                self.check_store(stmt, env, known)
             elif isinstance(stmt, Loop):
-                self.check_loop(stmt, env)
+                self.check_loop(stmt, env, known)
             elif isinstance(stmt, If):
-                self.check_region([stmt.cond], env)
+                self.check_region([stmt.cond], env, known)
                 if stmt.cond.dtype != kir.BOOL:
                     self.fail(f"if condition is {kir.short_name(stmt.cond.dtype)}, not bool")
                 self.check_body(stmt.body, env)
             else:
                 self.fail(f"unknown statement {type(stmt).__name__}")
 
-    def check_loop(self, loop: Loop, env: dict[Var, Interval]):
+    def check_loop(self, loop: Loop, env: dict[Var, Interval], known: dict[Expr, Interval]):
         if loop.var in env:
             self.fail(f"loop variable {loop.var.name} shadows an enclosing loop's variable")
-        bounds = self.check_region([loop.start, loop.stop], env)
+        bounds = self.check_region([loop.start, loop.stop], env, known)
         low, high = bounds[loop.start][0], bounds[loop.stop][1] - 1
         with self.liveness(low <= high):
             self.check_body(loop.body, {**env, loop.var: (low, high)})
@@ -104,7 +107,7 @@ class _KernelChecker:
         yield
         self.live = saved
 
-    def check_store(self, store: Store, env: dict[Var, Interval]):
+    def check_store(self, store: Store, env: dict[Var, Interval], known: dict[Expr, Interval]):
         buffer = store.buffer
         if buffer not in self.params:
             self.fail(f"stores to {buffer.name!r}, which is not a parameter of the kernel")
@@ -113,7 +116,7 @@ class _KernelChecker:
         if store.value.dtype != buffer.dtype:
             self.fail(f"stores a {kir.short_name(store.value.dtype)} value into "
                       f"{kir.short_name(buffer.dtype)} buffer {buffer.name!r}; insert a cast")
-        intervals = self.check_region([store.index, store.value], env)
+        intervals = self.check_region([store.index, store.value], env, known)
         self.check_range(buffer, intervals[store.index], "store to")
 
     def check_range(self, buffer: Buffer, interval: Interval, verb: str):
@@ -125,11 +128,14 @@ class _KernelChecker:
                       f"[{int(low)}, {int(high)}] but the buffer has {buffer.size} elements "
                       f"(clamp data-dependent indices with kir.clamp)")
 
-    def check_region(self, roots: list[Expr], env: dict[Var, Interval]) -> dict[Expr, Interval]:
+    def check_region(self, roots: list[Expr], env: dict[Var, Interval],
+                     intervals: dict[Expr, Interval] | None = None) -> dict[Expr, Interval]:
         """Check every node reachable from roots without entering reduction bodies (each body is
-        its own region, with the reduction variable bound); return the nodes' intervals."""
-        intervals: dict[Expr, Interval] = {}
-        for node in kir.toposort_region(roots):
+        its own region, with the reduction variable bound); return the nodes' intervals.
+
+        Nodes already in `intervals` (checked under the same env) are not checked again."""
+        intervals = {} if intervals is None else intervals
+        for node in kir.toposort(roots, kir.region_children, skip=intervals):
             if isinstance(node, Var):
                 if node not in env:
                     self.fail(f"uses loop variable {node.name} outside any loop that binds it")

@@ -127,6 +127,12 @@ class ExprBuilder:
     memo is keyed by (value, index): indices are hash-consed, so a value read at the same
     index twice is one node, which the emitter computes once.
 
+    Building never recurses through the program: a rule that reads an operand not built yet
+    gets a stand-in node, the missing (operand, index) pairs go on an explicit stack, and the
+    rule runs again once they are built (so most rules run twice per (value, index): once to
+    learn what they read, once to build). A chain thousands of equations deep therefore needs
+    no deeper Python stack than a single equation.
+
     `nodes_of[v]` collects every node that stands for v (one per distinct index it was read
     at): fusion.py counts how often those nodes run to decide what to materialize.
     """
@@ -138,13 +144,51 @@ class ExprBuilder:
         self.memo: dict[tuple, Expr] = {}
         self.nodes_of: dict = {}
         self._fresh = 0
+        # While a rule runs: the reads it could not satisfy, and the stand-ins it was given.
+        self._attempt: _Attempt | None = None
+        self._stand_ins: dict[tuple, Load] = {}
+        self._tainted: dict[Expr, bool] = {}
+        # Loop variables a rule asked for at a given (value, index), so a rerun of the rule
+        # builds the same reduction (and so reads its operands at the indices just built).
+        self._fresh_of: dict[tuple, list[Var]] = {}
 
     def fresh_var(self, prefix: str) -> Var:
+        attempt = self._attempt
+        if attempt is None:
+            return self._new_var(prefix)
+        made = self._fresh_of.setdefault((attempt.key, prefix), [])
+        count = attempt.fresh.get(prefix, 0)
+        attempt.fresh[prefix] = count + 1
+        if count == len(made):
+            made.append(self._new_var(prefix))
+        return made[count]
+
+    def _new_var(self, prefix: str) -> Var:
         var = Var(f"{prefix}{self._fresh}")
         self._fresh += 1
         return var
 
     def read(self, atom, index: Sequence) -> Expr:
+        aval = atom.aval
+        constant = self.constant_read(atom, index)
+        if constant is not None:
+            return constant
+        index = tuple(kir.as_index(i) for i in index)
+        key = (atom, index)
+        node = self.memo.get(key)
+        if node is not None:
+            return node
+        buffer = self.loaded.get(atom)
+        if buffer is not None:
+            node = self.memo[key] = Load(buffer, flat_index(aval.shape, index))
+            return node
+        if self._attempt is not None:
+            return self._stand_in(key)
+        return self._resolve(key)
+
+    def constant_read(self, atom, index: Sequence) -> Const | None:
+        """The value of a read that needs no memory and no rule (a literal, a rank-0 constant,
+        an element of an empty array); None for every other read."""
         aval = atom.aval
         if len(index) != len(aval.shape):
             raise KirError(f"read of a rank-{len(aval.shape)} value with {len(index)} indices")
@@ -156,17 +200,7 @@ class ExprBuilder:
             return zero(aval.dtype)
         if atom in self.scalars:
             return Const(self.scalars[atom], aval.dtype)
-        index = tuple(kir.as_index(i) for i in index)
-        key = (atom, index)
-        node = self.memo.get(key)
-        if node is None:
-            buffer = self.loaded.get(atom)
-            if buffer is not None:
-                node = Load(buffer, flat_index(aval.shape, index))
-            else:
-                node = self.lower(atom, index)
-            self.memo[key] = node
-        return node
+        return None
 
     def expression(self, var, index: Sequence) -> Expr:
         """var's own expression at index, even when var is loaded elsewhere (the store that
@@ -177,14 +211,64 @@ class ExprBuilder:
         key = ("own", var, index)
         node = self.memo.get(key)
         if node is None:
-            node = self.memo[key] = self.lower(var, index)
+            node = self._resolve(key)
         return node
 
     def is_loaded(self, var) -> bool:
         """Whether reads of var load a buffer (rather than inline its expression)."""
         return var in self.loaded
 
+    def _resolve(self, key: tuple) -> Expr:
+        """Build the node of key ((value, index), or ("own", value, index)) and everything it
+        needs, depth first, with an explicit stack."""
+        stack = [key]
+        while stack:
+            top = stack[-1]
+            if top in self.memo:
+                stack.pop()
+                continue
+            var, index = top[-2:]
+            attempt = _Attempt(top)
+            outer, self._attempt = self._attempt, attempt
+            try:
+                node = self.lower(var, index)
+            finally:
+                self._attempt = outer
+            if attempt.stand_ins:
+                if not attempt.missing:
+                    raise KirError(f"lowering {var.aval} waits on reads it cannot name")
+                stack.extend(attempt.missing)
+                continue
+            self.memo[top] = node
+            self.nodes_of.setdefault(var, set()).add(node)
+            stack.pop()
+        return self.memo[key]
+
+    def _stand_in(self, key: tuple) -> Expr:
+        """A placeholder for a read the running rule must wait for. The read is queued unless
+        its index itself comes from a placeholder (a gather's index read from a value not
+        built yet): that read is only known once the rule reruns."""
+        atom, index = key
+        attempt = self._attempt
+        attempt.stand_ins = True
+        if not any(self._is_tainted(i) for i in index):
+            attempt.missing.append(key)
+        node = self._stand_ins.get(key)
+        if node is None:
+            placeholder = Buffer("pending", atom.aval.dtype, (1 << 62,))
+            node = Load(placeholder, Const(len(self._stand_ins), kir.INDEX))
+            self._stand_ins[key] = node
+            self._tainted[node] = True
+        return node
+
+    def _is_tainted(self, node: Expr) -> bool:
+        tainted = self._tainted
+        for item in kir.toposort([node], skip=tainted):
+            tainted[item] = any(tainted[child] for child in item.children())
+        return tainted[node]
+
     def lower(self, var, index: tuple) -> Expr:
+        """var's producer's rule at index (operands read through this builder)."""
         eqn = self.producers.get(var)
         if eqn is None:
             raise KirError(f"no producer or buffer for a value of type {var.aval}")
@@ -196,8 +280,19 @@ class ExprBuilder:
         if node.dtype != var.aval.dtype:
             raise KirError(f"lowering of {eqn.primitive} produced a {kir.short_name(node.dtype)} "
                            f"value for a {var.aval.dtype} result")
-        self.nodes_of.setdefault(var, set()).add(node)
         return node
+
+
+class _Attempt:
+    """One run of a rule inside ExprBuilder._resolve."""
+
+    __slots__ = ("key", "missing", "stand_ins", "fresh")
+
+    def __init__(self, key: tuple):
+        self.key = key
+        self.missing: list[tuple] = []
+        self.stand_ins = False
+        self.fresh: dict[str, int] = {}
 
 
 def flat_index(shape: Sequence[int], index: Sequence[Expr]) -> Expr:
@@ -253,6 +348,16 @@ def lowerable(eqn: JaxprEqn) -> bool:
         return False
     if not all(_supported_aval(a.aval) for a in list(eqn.invars) + list(eqn.outvars)):
         return False
+    return _trial(eqn, _trial_key(eqn))[0]
+
+
+def transcendental_count(eqn: JaxprEqn) -> int:
+    """How many transcendental ops one output element of a lowerable equation computes
+    (its operands' own work aside): what makes one equation cost more than another."""
+    return _trial(eqn, _trial_key(eqn))[1]
+
+
+def _trial_key(eqn: JaxprEqn):
     try:
         key = (eqn.primitive, tuple(sorted(eqn.params.items())),
                tuple((type(a) is Literal, a.aval.shape, a.aval.dtype,
@@ -261,7 +366,12 @@ def lowerable(eqn: JaxprEqn) -> bool:
                eqn.outvars[0].aval.shape, eqn.outvars[0].aval.dtype)
         hash(key)
     except TypeError:
-        key = None
+        return None
+    return key
+
+
+def _trial(eqn: JaxprEqn, key) -> tuple[bool, int]:
+    """(lowerable, transcendental count) of eqn, cached by key (None: not cacheable)."""
     if key is not None and key in _lowerable_cache:
         return _lowerable_cache[key]
     result = _trial_lowering(eqn)
@@ -272,7 +382,7 @@ def lowerable(eqn: JaxprEqn) -> bool:
     return result
 
 
-def _trial_lowering(eqn: JaxprEqn) -> bool:
+def _trial_lowering(eqn: JaxprEqn) -> tuple[bool, int]:
     loaded = {}
     for n, atom in enumerate(eqn.invars):
         if type(atom) is not Literal:
@@ -283,10 +393,12 @@ def _trial_lowering(eqn: JaxprEqn) -> bool:
     builder = ExprBuilder({out: eqn}, loaded)
     index = tuple(Var(f"i{d}") for d in range(len(out.aval.shape)))
     try:
-        node = builder.lower(out, index)
-        return all(_op_supported(n) for n in kir.toposort([node]))
+        nodes = kir.toposort([builder.lower(out, index)])
     except (NotLowerable, KirError, TypeError, ValueError, NotImplementedError):
-        return False
+        return False, 0
+    if not all(_op_supported(n) for n in nodes):
+        return False, 0
+    return True, sum(isinstance(n, Op) and n.op in kir.OpGroup.TRANSCENDENTAL for n in nodes)
 
 
 class _Placeholder:
