@@ -27,6 +27,11 @@ ENTRY_NAME = "kiln_entry"
 #: Temps up to this size live on the stack; larger ones come from aligned_alloc.
 STACK_TEMP_LIMIT = 4096
 TEMP_ALIGNMENT = 64
+#: Float sums longer than a block run block by block with a compensated total (see
+#: _Accumulator): elements per block when the sum vectorizes along its variable, so that each
+#: vector lane adds a few dozen of them, and when it runs in order.
+VECTOR_BLOCK = 1024
+SERIAL_BLOCK = 32
 
 _INDEX_INSTRUCTIONS = {ScalarOp.ADD: "add", ScalarOp.SUB: "sub", ScalarOp.MUL: "mul"}
 
@@ -55,12 +60,12 @@ def _new_function(module: ir.Module, name: str, arg_count: int, internal: bool) 
 
 
 def emit_program(program: Program, entry_name: str = ENTRY_NAME) -> ir.Module:
-    """Emit a verified program as an LLVM module for the host target (column reductions are
+    """Emit a verified program as an LLVM module for the current target (column reductions are
     strip-mined first, see kir_schedule)."""
-    host = target.host_target()
+    current = target.current_target()
     module = ir.Module(name=program.name)
-    module.triple = host.triple
-    module.data_layout = host.data_layout
+    module.triple = current.triple
+    module.data_layout = current.data_layout
     functions = [_KernelEmitter(module, schedule_kernel(kernel),
                                 f"{program.name}.{kernel.name}").emit()
                  for kernel in program.kernels]
@@ -117,6 +122,8 @@ class _KernelEmitter:
             if buffer.nbytes:
                 argument.attributes.dereferenceable = buffer.nbytes
             self.pointers[buffer] = argument
+        self.scratch_to_free = [self.allocate_scratch(buffer) for buffer in kir.buffers_of(
+            kernel.body) if buffer not in self.pointers]
         self.written = frozenset(kir.stored_buffers(kernel.body))
         self.stable: dict[Expr, bool] = {}
         self.free: dict[Expr, frozenset[Var]] = {}
@@ -125,8 +132,34 @@ class _KernelEmitter:
 
     def emit(self) -> ir.Function:
         self.emit_body(self.kernel.body)
+        if any(self.scratch_to_free):
+            free = scalar_ops.declare_function(self.builder, "free", T.VOID, [T.PTR])
+            for pointer in filter(None, self.scratch_to_free):
+                self.builder.call(free, [pointer])
         self.builder.ret_void()
         return self.function
+
+    def allocate_scratch(self, buffer: Buffer) -> ir.Value | None:
+        """Room for a kernel-local temp that no parameter provides (a scratch row the
+        scheduler made): on the stack when small, else from aligned_alloc; returns the
+        pointer to free at the end, or None."""
+        if buffer.role != "temp":
+            raise KirError(f"kernel {self.kernel.name!r} uses {buffer.name}, which is neither "
+                           f"a parameter nor a temp")
+        size = max(TEMP_ALIGNMENT, -(-buffer.nbytes // TEMP_ALIGNMENT) * TEMP_ALIGNMENT)
+        if size <= STACK_TEMP_LIMIT:
+            element = T.memory_type(buffer.dtype)
+            slot = entry_alloca(self.builder, ir.ArrayType(element, size // buffer.dtype.itemsize),
+                                buffer.name, align=TEMP_ALIGNMENT)
+            zero = ir.Constant(T.I64, 0)
+            self.pointers[buffer] = self.builder.gep(slot, [zero, zero], inbounds=True)
+            return None
+        allocate = scalar_ops.declare_function(self.builder, "aligned_alloc", T.PTR,
+                                               [T.I64, T.I64])
+        self.pointers[buffer] = self.builder.call(
+            allocate, [ir.Constant(T.I64, TEMP_ALIGNMENT), ir.Constant(T.I64, size)],
+            name=buffer.name)
+        return self.pointers[buffer]
 
     # --- statements
 
@@ -268,16 +301,68 @@ class _KernelEmitter:
         start, stop = self.value(first.start), self.value(first.stop)
         accumulators = [_Accumulator(self, node) for node in group]
         self.hoist_invariant_reductions([node.value for node in group])
-        with for_range(self.builder, start, stop, first.var.name) as index, \
-                self.scope({first.var: index}):
-            for accumulator in accumulators:
-                accumulator.step()
+        blocking = _blocking(first, accumulators)
+        if blocking is None:
+            self.emit_reduction_loop(first.var, start, stop, accumulators)
+        else:
+            self.emit_blocked_reduction(first, start, stop, *blocking, accumulators)
         for accumulator in accumulators:
             accumulator.finish(local)
 
+    def emit_reduction_loop(self, var: Var, start: ir.Value, stop: ir.Value,
+                            accumulators: Sequence["_Accumulator"], block: bool = False) -> None:
+        for accumulator in accumulators if block else ():
+            accumulator.begin_block()
+        with for_range(self.builder, start, stop, var.name) as index, self.scope({var: index}):
+            for accumulator in accumulators:
+                accumulator.step()
+        for accumulator in accumulators if block else ():
+            accumulator.end_block()
+
+    def emit_blocked_reduction(self, first: Reduce, start: ir.Value, stop: ir.Value, block: int,
+                               vectorized: bool, accumulators: Sequence["_Accumulator"]) -> None:
+        """The reduction loop as blocks. A vectorized one runs whole blocks of a constant length
+        (so the vector body needs no remainder handling), then the remaining elements as one
+        shorter block; one that keeps its order (often a wide strip-mined body) is emitted once,
+        its last block cut short at stop."""
+        builder = self.builder
+        size = ir.Constant(T.I64, block)
+        if not vectorized:
+            with for_range(builder, start, stop, f"{first.var.name}.block", block,
+                           unroll=False) as begin:
+                end = builder.add(begin, size, flags=("nsw",))
+                end = builder.select(builder.icmp_signed("<", end, stop), end, stop)
+                self.emit_reduction_loop(first.var, begin, end, accumulators, block=True)
+            return
+        if isinstance(first.start, Const) and isinstance(first.stop, Const):
+            length = max(first.stop.value - first.start.value, 0)
+            whole_end = ir.Constant(T.I64, first.start.value + length // block * block)
+            has_tail = length % block != 0
+        else:
+            length = builder.sub(stop, start)
+            length = builder.select(builder.icmp_signed("<", length, ir.Constant(T.I64, 0)),
+                                    ir.Constant(T.I64, 0), length)
+            whole = builder.mul(builder.sdiv(length, size), size, flags=("nsw",))
+            whole_end = builder.add(start, whole, flags=("nsw",))
+            has_tail = True
+        # Kept rolled: a short row's few blocks, unrolled and interleaved, read several
+        # streams at once and run at half the memory bandwidth.
+        with for_range(builder, start, whole_end, f"{first.var.name}.block", block,
+                       unroll=False) as begin:
+            end = builder.add(begin, size, flags=("nsw",))
+            self.emit_reduction_loop(first.var, begin, end, accumulators, block=True)
+        if has_tail:
+            self.emit_reduction_loop(first.var, whole_end, stop, accumulators, block=True)
+
 
 class _Accumulator:
-    """A reduction's accumulator: a stack slot (promoted to a register by SROA)."""
+    """A reduction's accumulator: a stack slot (promoted to a register by SROA).
+
+    A float sum may be compensated: its loop then runs in blocks, each summed into a fresh
+    block slot, and the block totals are added into the running total with their rounding
+    errors collected in a compensation (TwoSum, as in Neumaier's summation). The rounding
+    error then stays near that of one block plus two ulps instead of growing with the length,
+    at the cost of a few instructions per block."""
 
     def __init__(self, emitter: _KernelEmitter, node: Reduce):
         self.emitter, self.node = emitter, node
@@ -290,9 +375,22 @@ class _Accumulator:
         self.reorderable = node.kind in (ReduceKind.SUM, ReduceKind.PROD) and any(
             affine_coefficient(load.index, node.var) == 1
             for load in kir.toposort([node.value]) if isinstance(load, Load))
+        self.compensated = (node.kind is ReduceKind.SUM
+                            and kir.dtype_family(node.dtype) == "float")
         builder = emitter.builder
-        self.slot = entry_alloca(builder, T.compute_type(node.dtype), f"{node.var.name}.acc")
+        ty = T.compute_type(node.dtype)
+        self.slot = entry_alloca(builder, ty, f"{node.var.name}.acc")
         builder.store(emitter.value(node.init), self.slot)
+        self.target = self.slot
+        if self.compensated:
+            self.compensation = entry_alloca(builder, ty, f"{node.var.name}.comp")
+            self.block = entry_alloca(builder, ty, f"{node.var.name}.part")
+            builder.store(ir.Constant(ty, 0.0), self.compensation)
+
+    def begin_block(self) -> None:
+        if self.compensated:
+            self.target = self.block
+            self.emitter.builder.store(ir.Constant(self.block.allocated_type, 0.0), self.block)
 
     def step(self) -> None:
         emitter, node = self.emitter, self.node
@@ -300,14 +398,62 @@ class _Accumulator:
         builder = emitter.builder
         flags = scalar_ops.REDUCTION_FLAGS if self.reorderable else scalar_ops.FLOAT_FLAGS
         combined = scalar_ops.emit_op(builder, kir.REDUCE_COMBINER[node.kind],
-                                      [builder.load(self.slot), element], [self.dtype] * 2,
+                                      [builder.load(self.target), element], [self.dtype] * 2,
                                       self.dtype, flags)
-        builder.store(combined, self.slot)
+        builder.store(combined, self.target)
+
+    def end_block(self) -> None:
+        """total += the block's sum, and what that rounding lost, found exactly by Knuth's
+        TwoSum (whichever operand is larger), += the compensation."""
+        if not self.compensated:
+            return
+        builder, dtype = self.emitter.builder, self.dtype
+
+        def emit(scalar_op, a, b):
+            # No fast-math flags: reassociating these operations would cancel the compensation.
+            return scalar_ops.emit_op(builder, scalar_op, [a, b], [dtype] * 2, dtype, ())
+
+        total, part = builder.load(self.slot), builder.load(self.block)
+        new_total = emit(ScalarOp.ADD, total, part)
+        part_taken = emit(ScalarOp.SUB, new_total, total)
+        lost = emit(ScalarOp.ADD, emit(ScalarOp.SUB, total, emit(ScalarOp.SUB, new_total,
+                                                                  part_taken)),
+                    emit(ScalarOp.SUB, part, part_taken))
+        builder.store(emit(ScalarOp.ADD, builder.load(self.compensation), lost),
+                      self.compensation)
+        builder.store(new_total, self.slot)
+        self.target = self.slot
 
     def finish(self, local: dict) -> None:
         builder = self.emitter.builder
-        total = scalar_ops.round_to_dtype(builder, builder.load(self.slot), self.node.dtype)
+        total = builder.load(self.slot)
+        if self.compensated:
+            # Once the total is inf or NaN the compensation is meaningless (inf - inf).
+            finite = scalar_ops.emit_op(builder, ScalarOp.IS_FINITE, [total], [self.dtype],
+                                        kir.BOOL, ())
+            corrected = scalar_ops.emit_op(builder, ScalarOp.ADD,
+                                           [total, builder.load(self.compensation)],
+                                           [self.dtype] * 2, self.dtype, ())
+            total = builder.select(finite, corrected, total)
+        total = scalar_ops.round_to_dtype(builder, total, self.node.dtype)
         self.emitter.remember(self.node, self.node, total, local)
+
+
+def _blocking(first: Reduce, accumulators: Sequence[_Accumulator]) -> tuple[int, bool] | None:
+    """(elements per block, whether the loop vectorizes) for a group of reductions sharing one
+    loop, or None to run the loop whole: when no float sum is among them, or the range is
+    known to fit in one block."""
+    compensated = [a for a in accumulators if a.compensated]
+    if not compensated:
+        return None
+    # Vectorized sums spread a block over many lanes, so each lane adds only a few dozen
+    # elements; a sum that keeps its order adds every element of the block to one register.
+    vectorized = all(a.reorderable for a in compensated)
+    block = VECTOR_BLOCK if vectorized else SERIAL_BLOCK
+    if isinstance(first.start, Const) and isinstance(first.stop, Const) \
+            and first.stop.value - first.start.value <= block:
+        return None
+    return block, vectorized
 
 
 def _loop_of(node: Reduce) -> tuple:

@@ -15,10 +15,11 @@ from kiln.codegen.llvm.types import I64
 
 @contextlib.contextmanager
 def for_range(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value,
-              name: str = "i") -> Iterator[ir.Value]:
-    """for (i = start; i < stop; ++i): yields the i64 induction variable inside the body.
+              name: str = "i", step: int = 1, unroll: bool = True) -> Iterator[ir.Value]:
+    """for (i = start; i < stop; i += step): yields the i64 induction variable inside the body.
 
-    The increment is `add nsw`: the counter stops at stop, so it can never wrap.
+    The increment is `add nsw`: indices stay far below 2**63 - step, so it can never wrap.
+    unroll=False asks LLVM to keep the loop rolled (see no_unroll_metadata).
     """
     function = builder.function
     preheader = builder.block
@@ -35,10 +36,23 @@ def for_range(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value,
     builder.position_at_end(body)
     yield index
     # The body may have opened blocks of its own; whichever is current is the latch.
-    following = builder.add(index, ir.Constant(I64, 1), name=f"{name}.next", flags=("nsw",))
+    following = builder.add(index, ir.Constant(I64, step), name=f"{name}.next",
+                            flags=("nsw",))
     index.add_incoming(following, builder.block)
-    builder.branch(header)
+    latch = builder.branch(header)
+    if not unroll:
+        latch.set_metadata("llvm.loop", no_unroll_metadata(builder.module))
     builder.position_at_end(exit_block)
+
+
+def no_unroll_metadata(module: ir.Module) -> ir.MDValue:
+    """A fresh loop id carrying llvm.loop.unroll.disable. A loop id must be distinct, hence
+    self-referential: it is made with a unique placeholder operand, then pointed at itself."""
+    disable = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    placeholder = ir.MetaDataString(module, f"kiln.loop.{len(module.metadata)}")
+    loop_id = module.add_metadata([placeholder, disable])
+    loop_id.operands = (loop_id, disable)
+    return loop_id
 
 
 @contextlib.contextmanager
