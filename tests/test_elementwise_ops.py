@@ -254,7 +254,7 @@ def ref_clz(x):
 
 
 def ref_round_away(x):
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+    return np.copysign(np.floor(np.abs(x) + 0.5), x)  # C round: -0.4 and -0.0 give -0.0
 
 
 def ref_sign(x):

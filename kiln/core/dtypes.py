@@ -222,8 +222,50 @@ def _result_type_cached(items: tuple, x64: bool) -> tuple[np.dtype, bool]:
     return canonicalize(dtype), weak
 
 
+# --- Python ints ------------------------------------------------------------------------------
+# A Python int is typed as the default integer (int32, or int64 with x64) before it meets any
+# other operand, as in JAX: a value outside that type's range raises OverflowError instead of
+# wrapping. Inside the range it then converts to whatever dtype promotion picks, wrapping like
+# convert_element_type (an int8 array + 200 gives int8 values, as JAX does).
+_INT32_BOUND, _INT64_BOUND = 1 << 31, 1 << 63
+
+
+def python_int_dtype(value: int) -> np.dtype:
+    """The dtype a Python int takes, int32 (int64 with x64); OverflowError if it does not fit."""
+    if config.enable_x64:
+        if -_INT64_BOUND <= value < _INT64_BOUND:
+            return int64
+    elif -_INT32_BOUND <= value < _INT32_BOUND:
+        return int32
+    raise _int_overflow_error(value)
+
+
+def _int_overflow_error(value: int) -> OverflowError:
+    if config.enable_x64:
+        rule, fix = "int64", "a float or an array of an explicit dtype (np.uint64)"
+    else:
+        rule, fix = "int32 while jax_enable_x64 is off", "a float, or enable jax_enable_x64,"
+    return OverflowError(
+        f"Python int {value} too large to convert to {default_int().name}. Python ints take "
+        f"the default integer type, {rule}; use {fix} for larger values.")
+
+
+def check_argument(x: Any, path: str) -> None:
+    """Raise OverflowError naming the argument when `x`, an argument of a jitted function,
+    is a Python int outside the default integer type."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        try:
+            python_int_dtype(x)
+        except OverflowError as err:
+            raise OverflowError(
+                f"An overflow was encountered while parsing an argument to a jitted "
+                f"computation, whose argument path is {path}. Got {type(x)} with value {x}: "
+                f"{err}") from None
+
+
 def dtype_and_weak_of(x: Any) -> tuple[np.dtype, bool]:
-    """The (dtype, weak_type) kiln assigns to a value: arrays, tracers, scalars, NumPy values."""
+    """The (dtype, weak_type) kiln assigns to a value: arrays, tracers, scalars, NumPy values.
+    A Python int out of the default integer type's range raises OverflowError."""
     value = getattr(x, "_value", None)  # kiln.Array, without building its aval
     if value is not None and hasattr(x, "weak_type"):
         return value.dtype, x.weak_type
@@ -235,7 +277,7 @@ def dtype_and_weak_of(x: Any) -> tuple[np.dtype, bool]:
     if isinstance(x, bool):
         return bool_, False
     if isinstance(x, int):
-        return default_int(), True
+        return python_int_dtype(x), True
     if isinstance(x, float):
         return default_float(), True
     if isinstance(x, complex):
@@ -249,6 +291,8 @@ def result_type(*args: Any) -> np.dtype:
     for a in args:
         if isinstance(a, (np.dtype, type, str)) or a is None:
             items.append((to_dtype(a if a is not None else float), False))
+        elif type(a) is int:  # only the type is asked for: no range check (JAX's behaviour)
+            items.append((default_int(), True))
         else:
             items.append(dtype_and_weak_of(a))
     return result_type_with_weak(*items)[0]

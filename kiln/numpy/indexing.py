@@ -510,6 +510,8 @@ def _values_like(values: Any, x: Any) -> Any:
     if isinstance(values, (list, tuple)):
         from kiln.numpy.creation import asarray
         values = asarray(values)
+    elif type(values) is int:
+        dtypes.python_int_dtype(values)  # a weak int: it must fit the default integer type
     if isinstance(values, (Array, Tracer)) and (values.dtype, values.aval.weak_type) == (
             dtype, weak):
         return values

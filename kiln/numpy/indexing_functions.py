@@ -131,10 +131,13 @@ def _gather_along_axis(a: Any, indices: Any, axis: int, mode: GatherScatterMode,
                       unique_indices=unique_indices, indices_are_sorted=indices_are_sorted)
 
 
-def _empty_axis_result(name: str, out_shape: tuple, dtype: np.dtype) -> Any:
-    if math.prod(out_shape) == 0:
+def _empty_axis_result(name: str, out_shape: tuple, dtype: np.dtype,
+                       index_shape: tuple) -> Any:
+    """The result of taking from an empty axis: empty when there are no indices; any index at
+    all is out of bounds (whatever the other axes), which JAX reports even in 'fill' mode."""
+    if math.prod(index_shape) == 0:
         return lax.full(out_shape, 0, dtype)
-    raise IndexError(f"Cannot do a non-empty {name}() from an empty axis.")
+    raise IndexError(f"Cannot do a non-empty jnp.{name}() from an empty axis.")
 
 
 # --- take / take_along_axis / put ---------------------------------------------------------------
@@ -176,7 +179,7 @@ def take(a: Any, indices: Any, axis: int | None = None, out: None = None, mode: 
         raise ValueError(f"Invalid mode {mode!r} for take; use 'fill', 'clip' or 'wrap'.")
     if size == 0:
         out_shape = a.shape[:axis] + index_shape + a.shape[axis + 1:]
-        return _empty_axis_result("take", out_shape, a.dtype)
+        return _empty_axis_result("take", out_shape, a.dtype, index_shape)
     return _gather_along_axis(a, indices, axis, gather_mode, fill_value, unique_indices,
                               indices_are_sorted)
 
@@ -224,8 +227,10 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None = -1,
     parsed = GatherScatterMode.FILL_OR_DROP if mode is None or mode == "fill" else \
         GatherScatterMode.from_any(mode)
     size = arr.shape[axis]
-    if size == 0 or math.prod(out_shape) == 0:
-        return _empty_axis_result("take_along_axis", out_shape, arr.dtype)
+    if math.prod(out_shape) == 0:
+        return lax.full(out_shape, 0, arr.dtype)
+    if size == 0:
+        return _empty_axis_result("take_along_axis", out_shape, arr.dtype, index_shape)
     dtype = index_dtype_for(arr.shape)
     indices = normalize_index(host if host is not None else indices, size, dtype)
     indices = _broadcast_full(indices, out_shape)

@@ -16,7 +16,7 @@ import numpy as np
 
 from kiln import lax
 from kiln.core import dtypes
-from kiln.numpy.util import check_arraylike, to_kiln
+from kiln.numpy.util import check_arraylike, check_int_scalars, to_kiln
 
 __all__ = [
     "sum", "prod", "max", "min", "amax", "amin", "any", "all", "mean", "average", "var",
@@ -184,6 +184,7 @@ def _reduction(a, name: str, *, axis, dtype, keepdims: bool, initial, where,
         if initial_shape:
             raise ValueError(f"initial value must be a scalar. Got array of shape "
                              f"{initial_shape}")
+        check_int_scalars(initial)
         result = combine(lax.convert_element_type(initial, computation_dtype), result)
     if keepdims:
         result = lax.expand_dims(result, axes)

@@ -258,11 +258,13 @@ def power(x1, x2, /):
 
 def float_power(x1, x2, /):
     """x1 ** x2 computed in the widest float type available (float64 only with x64)."""
-    x1, x2 = _args_numeric("float_power", x1, x2)
-    wide = dtypes.complex128 if _kind(x1) == "c" else dtypes.float64
+    check_arraylike("float_power", x1, x2)
+    promoted = promote_dtypes_numeric(x1, x2)
+    wide = dtypes.complex128 if _kind(promoted[0]) == "c" else dtypes.float64
     dtype = dtypes.canonicalize(wide)
-    x1, x2 = (lax.convert_element_type(x, dtype, x.weak_type) for x in (x1, x2))
-    return lax.pow(x1, x2)
+    # Convert the original operands: a Python int must not wrap to an integer dtype first.
+    x1, x2 = (to_kiln(x, dtype, p.weak_type) for x, p in zip((x1, x2), promoted))
+    return lax.pow(*broadcast_arrays_for_lax(x1, x2))
 
 
 def abs(x, /):  # noqa: A001 (NumPy's name)

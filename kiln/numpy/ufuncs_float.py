@@ -7,8 +7,8 @@ import numpy as np
 from kiln import lax
 from kiln.core import dtypes
 from kiln.core.trace import Tracer
-from kiln.numpy.util import (broadcast_arrays_for_lax, check_arraylike, promote_dtypes,
-                             promote_dtypes_inexact, to_kiln)
+from kiln.numpy.util import (broadcast_arrays_for_lax, check_arraylike, check_int_scalars,
+                             promote_dtypes, promote_dtypes_inexact, to_kiln)
 from kiln.numpy.ufuncs import (_args, _args_inexact, _const, _kind, _shape, _where, isnan, isfinite, equal)
 from kiln.runtime.array import Array
 
@@ -22,6 +22,7 @@ __all__ = ["nan_to_num", "isclose", "allclose", "array_equal", "array_equiv", "f
 def nan_to_num(x, copy: bool = True, nan=0.0, posinf=None, neginf=None):
     """NaN -> nan, +inf -> posinf (default: the dtype's max), -inf -> neginf (default: min)."""
     del copy  # kiln arrays are immutable: there is nothing to copy
+    check_int_scalars(nan, posinf, neginf)
     (x,) = _args("nan_to_num", x)
     kind = _kind(x)
     if kind == "c":
@@ -148,8 +149,14 @@ def ldexp(x1, x2, /):
     work = dtypes.float32 if dtype.itemsize < 4 else dtype
     mant_bits, bias = _LAYOUT[work]
     limit = 3 * (bias - 1)  # beyond this every finite x1 over- or underflows anyway
-    n = lax.convert_element_type(x2, dtypes.int32 if work.itemsize == 4 else dtypes.int64)
-    n = lax.clamp(_const(n, -limit), n, _const(n, limit))
+    # Clamp in x2's own dtype before narrowing it, so that a wide exponent cannot wrap.
+    n = lax.convert_element_type(x2, dtypes.int32) if _kind(x2) == "b" else x2
+    info = dtypes.iinfo(n.dtype)
+    if info.max > limit:
+        n = lax.min(n, _const(n, limit))
+    if info.min < -limit:
+        n = lax.max(n, _const(n, -limit))
+    n = lax.convert_element_type(n, dtypes.int32 if work.itemsize == 4 else dtypes.int64)
     # Three factors, each a normal power of two, so no factor over- or underflows by itself.
     third = lax.div(n, _const(n, 3))
     rest = lax.sub(n, lax.mul(third, _const(n, 2)))

@@ -48,6 +48,8 @@ def to_kiln(x: Any, dtype=None, weak: bool | None = None):
             return x
     elif kind in (int, float, complex) and dtype is not None and np.dtype(dtype).kind in "fc":
         # The common `x * 2.0` case: convert the Python scalar on the host, no dispatch.
+        if kind is int:
+            dtypes.python_int_dtype(x)  # out of the default integer range: OverflowError
         return Array._wrap(np.asarray(x, dtype=dtype), True if weak is None else weak)
     if isinstance(x, (Array, Tracer)):
         if dtype is None:
@@ -55,6 +57,15 @@ def to_kiln(x: Any, dtype=None, weak: bool | None = None):
         return convert_element_type(x, dtype, x.aval.weak_type if weak is None else weak)
     d, w = dtypes.dtype_and_weak_of(x)
     return convert_element_type(x, d if dtype is None else dtype, w if weak is None else weak)
+
+
+def check_int_scalars(*values: Any) -> None:
+    """OverflowError for any Python int among `values` that does not fit the default integer
+    type, as every kiln.numpy function treats its Python int arguments (like JAX's jitted
+    functions, which check their arguments)."""
+    for value in values:
+        if type(value) is int:
+            dtypes.python_int_dtype(value)
 
 
 def promote_dtypes(*args: Any) -> list:

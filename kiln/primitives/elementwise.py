@@ -159,13 +159,36 @@ neg_p = unop("neg", quiet(np.negative), NUMBER)
 def _max_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if x.dtype.kind == "c":  # lexicographic order on (real, imag), NaN-propagating
         return np.where(_complex_lt(y, x) | np.isnan(x), x, y)
-    return np.maximum(x, y)
+    out = np.maximum(x, y)
+    if _is_real_float(x.dtype):
+        out = _order_signed_zeros(out, x, y, prefer_negative=False)
+    return out
 
 
 def _min_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if x.dtype.kind == "c":
         return np.where(_complex_lt(x, y) | np.isnan(x), x, y)
-    return np.minimum(x, y)
+    out = np.minimum(x, y)
+    if _is_real_float(x.dtype):
+        out = _order_signed_zeros(out, x, y, prefer_negative=True)
+    return out
+
+
+def _is_real_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f" or dtype == dtypes.bfloat16
+
+
+def _order_signed_zeros(out: np.ndarray, x: np.ndarray, y: np.ndarray,
+                        prefer_negative: bool) -> np.ndarray:
+    """Fix the zeros of NumPy's maximum/minimum to IEEE 754's maximum/minimum, which XLA
+    implements: -0.0 orders below +0.0, while NumPy returns either zero of a tie. Only a zero
+    result can be affected, so arrays without one cost a comparison."""
+    if np.count_nonzero(out) == out.size:  # (cheaper than (out == 0).any() on small arrays)
+        return out
+    tie = (out == 0) & (x == y)
+    # On a tie of zeros, take the operand that has the wanted sign, if either has it.
+    pick_x = np.signbit(x) if prefer_negative else ~np.signbit(x)
+    return np.where(tie, np.where(pick_x, x, y), out)
 
 
 def _complex_lt(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -254,10 +277,10 @@ def _round_impl(x: np.ndarray, *, rounding_method: RoundingMethod) -> np.ndarray
         if rounding_method == RoundingMethod.TO_NEAREST_EVEN:
             return np.rint(x)
         # x - trunc(x) is exact, so ties are detected without the double rounding of
-        # trunc(x + 0.5); trunc keeps -0.0, inf and nan.
+        # trunc(x + 0.5); trunc keeps -0.0 (also for -0.5 < x < 0), inf and nan, and only the
+        # elements that move get a step added (adding +0.0 would turn -0.0 into +0.0).
         whole = np.trunc(x)
-        step = np.where(np.abs(x - whole) >= 0.5, np.sign(x), np.zeros((), x.dtype))
-        return (whole + step).astype(x.dtype)
+        return np.where(np.abs(x - whole) >= 0.5, whole + np.sign(x), whole).astype(x.dtype)
 
 
 @round_p.def_abstract_eval
@@ -444,8 +467,9 @@ clamp_p = Primitive("clamp")
 
 @clamp_p.def_impl
 def _clamp_impl(lo: np.ndarray, x: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    # max then min, so NaN operands propagate as XLA's clamp does.
-    return np.minimum(np.maximum(x, lo), hi).astype(x.dtype)
+    # max then min, so NaN operands propagate as XLA's clamp does (and -0.0 < +0.0).
+    with np.errstate(invalid="ignore"):
+        return np.asarray(_min_impl(_max_impl(x, lo), hi)).astype(x.dtype, copy=False)
 
 
 @clamp_p.def_abstract_eval

@@ -97,10 +97,11 @@ def _top_k_impl(operand: np.ndarray, *, k) -> list[np.ndarray]:
     key = _sort_key(operand)
     if key.dtype.kind == "f":
         # Largest first, NaN counted as the largest value: the primary key puts NaNs first,
-        # the secondary sorts the rest by their negation.
+        # the secondary sorts the rest by their negation, the last puts +0.0 before -0.0
+        # (XLA's top_k orders -0.0 below +0.0).
         is_number = ~np.isnan(key)
         negated = np.where(is_number, -key, 0)
-        order = np.lexsort((negated, is_number), axis=-1)
+        order = np.lexsort((np.signbit(key), negated, is_number), axis=-1)
     elif key.dtype == np.bool_:
         order = np.argsort(~key, axis=-1, kind="stable")
     elif key.dtype.kind == "u":
