@@ -1,5 +1,5 @@
 """The compile cache of kiln.jit: content keys for functions, per-function entry tables, one
-process-wide LRU bound, compile-once under threads, statistics, and the captured-global guard.
+process-wide LRU bound, compile-once under threads, statistics, and the captured-value guards.
 
 A cache key is (function content key, jit options) -> FunctionCache, then inside it
 (argument structure, each leaf's (shape, dtype, weak_type), config.trace_context(), backend,
@@ -8,6 +8,13 @@ arguments are a flat tuple of arrays/scalars (so the hot path never flattens), e
 treedef. Static values are keyed with their type (1, 1.0 and True differ). Functions are keyed
 by *content*: two function objects with the same code, closure values, defaults and globals
 dict share entries, so `jit(lambda x: body(x))` written inside a loop hits the cache.
+
+Sharing by content is only sound while the globals, closure cells and attributes the function
+read at trace time still hold the same values, so every entry records them (Guard). Each jitted
+object looks entries up in its own AdoptedTable: an entry it traced, or one it adopted after
+checking that every guard is still current. An entry whose guards went stale keeps serving the
+objects that already use it (a jitted function keeps its trace-time values, as in JAX), while a
+new object moves to a fresh FunctionCache (`successor`) and traces with today's values.
 """
 from __future__ import annotations
 
@@ -15,6 +22,8 @@ import dis
 import functools
 import itertools
 import math
+import os
+import sysconfig
 import threading
 import types
 import weakref
@@ -118,11 +127,15 @@ class Traced:
 
 
 class Entry:
-    """A cache entry: the trace and, once compiled, the executable. `fast` is True when a hit
-    needs no check (compiled, and no captured globals to watch)."""
+    """A cache entry: the trace and, once compiled, the executable.
+
+    `guards` are the captured values at trace time (checked before a new jitted object adopts
+    the entry); `watched` are those its users still check on each call, to warn or retrace
+    when one is rebound. `fast` is True when a hit needs no check (compiled, nothing watched).
+    `tables` are the AdoptedTables holding the entry, emptied when it is evicted."""
 
     __slots__ = ("key", "fc", "traced", "executable", "execute", "fast", "stamp", "in_avals",
-                 "out_tree", "single_output", "guards")
+                 "out_tree", "single_output", "guards", "watched", "tables")
 
     def __init__(self, key, fc: "FunctionCache", traced: Traced):
         self.key = key
@@ -134,13 +147,36 @@ class Entry:
         self.out_tree = traced.out_tree
         self.single_output = traced.out_tree.num_nodes == 1 and traced.out_tree.num_leaves == 1
         self.guards = traced.guards
+        self.watched = tuple(g for g in traced.guards if g.watched) \
+            if fc.watch_captures else ()
+        self.tables: weakref.WeakSet = weakref.WeakSet()
         self.fast = False
         self.stamp = 0
 
     def set_executable(self, executable) -> None:
         self.executable = executable
         self.execute = executable.execute
-        self.fast = not self.guards
+        self.fast = not self.watched
+
+    def unwatch(self, guards) -> None:
+        """Stop checking `guards` on each call (their users were warned once)."""
+        self.watched = tuple(g for g in self.watched if g not in guards)
+        self.fast = self.executable is not None and not self.watched
+
+
+class AdoptedTable(dict):
+    """The entries one jitted object may use without checking its captured values again, by
+    entry key: those it traced and those it adopted. Its hot path is one lookup here.
+    Tables compare by identity, so that entries can keep a weak set of them."""
+
+    __slots__ = ("__weakref__",)
+    __hash__ = object.__hash__
+
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def __ne__(self, other) -> bool:
+        return self is not other
 
 
 class _Pending:
@@ -155,14 +191,20 @@ class _Pending:
 
 
 class FunctionCache:
-    """The entries of one function (by content) under one set of jit options."""
+    """The entries of one function (by content) under one set of jit options.
 
-    __slots__ = ("name", "source", "entries", "pending", "hits", "misses", "traces",
-                 "compiles", "warned_recompiles", "warned_stale", "seen_keys", "__weakref__")
+    `watch_captures` is False when its users asked not to be told about rebound captures
+    (their entries still record guards, so that new function objects never reuse stale
+    traces)."""
 
-    def __init__(self, name: str, source: str | None):
+    __slots__ = ("name", "source", "watch_captures", "entries", "pending", "hits", "misses",
+                 "traces", "compiles", "warned_recompiles", "warned_stale", "seen_keys",
+                 "__weakref__")
+
+    def __init__(self, name: str, source: str | None, watch_captures: bool = True):
         self.name = name
         self.source = source
+        self.watch_captures = watch_captures
         self.entries: dict = {}
         self.pending: dict = {}
         self.hits = 0
@@ -176,9 +218,8 @@ class FunctionCache:
 
     def clear(self) -> None:
         with _lock:
-            for entry in self.entries.values():
-                _all_entries.pop(id(entry), None)
-            self.entries.clear()
+            for entry in list(self.entries.values()):
+                forget(entry)
 
 
 _lock = threading.RLock()
@@ -197,32 +238,64 @@ class _Stats:
 stats = _Stats()
 
 
-def function_cache(key: Any, name: str, source: str | None) -> FunctionCache:
+def function_cache(key: Any, name: str, source: str | None,
+                   watch_captures: bool = True) -> FunctionCache:
     """The shared FunctionCache for a function content key plus jit options."""
     fc = _registry.get(key)
     if fc is None:
         with _lock:
             fc = _registry.get(key)
             if fc is None:
-                fc = FunctionCache(name, source)
+                fc = FunctionCache(name, source, watch_captures)
                 _registry[key] = fc
     return fc
+
+
+def successor(key: Any, stale: FunctionCache) -> FunctionCache:
+    """The FunctionCache that replaces `stale` for new jitted objects of content key `key`.
+
+    Called when an entry of `stale` was traced with captured values that have changed since:
+    the objects using that entry keep it (and `stale`), newer objects share a fresh table."""
+    with _lock:
+        fc = _registry.get(key)
+        if fc is None or fc is stale:
+            fc = FunctionCache(stale.name, stale.source, stale.watch_captures)
+            _registry[key] = fc
+        return fc
+
+
+def adopt(table: AdoptedTable, entry: Entry) -> None:
+    """Let the jitted object owning `table` use `entry` from now on (unless it was evicted)."""
+    with _lock:
+        if entry.fc.entries.get(entry.key) is entry:
+            table[entry.key] = entry
+            entry.tables.add(table)
+
+
+def forget(entry: Entry) -> None:
+    """Drop `entry` from its FunctionCache, the LRU order and every table that adopted it."""
+    with _lock:
+        _all_entries.pop(id(entry), None)
+        if entry.fc.entries.get(entry.key) is entry:
+            del entry.fc.entries[entry.key]
+        for table in list(entry.tables):
+            if table.get(entry.key) is entry:
+                del table[entry.key]
+        entry.tables.clear()
 
 
 def insert(fc: FunctionCache, key, entry: Entry) -> None:
     """Add (or replace) an entry and evict least-recently-used entries beyond the bound."""
     with _lock:
         old = fc.entries.get(key)
-        if old is not None:
-            _all_entries.pop(id(old), None)
+        if old is not None and old is not entry:
+            forget(old)
         fc.entries[key] = entry
         entry.stamp = next(_clock)
         _all_entries[id(entry)] = entry
         capacity = max(int(config.compile_cache_size), 1)
         while len(_all_entries) > capacity:
-            victim = min(_all_entries.values(), key=lambda e: e.stamp)
-            _all_entries.pop(id(victim))
-            victim.fc.entries.pop(victim.key, None)
+            forget(min(_all_entries.values(), key=lambda e: e.stamp))
             stats.evictions += 1
 
 
@@ -308,18 +381,213 @@ def clear_all() -> None:
     """Drop every cached entry (statistics are kept)."""
     with _lock:
         for entry in list(_all_entries.values()):
-            entry.fc.entries.pop(entry.key, None)
-        _all_entries.clear()
+            forget(entry)
 
 
-# --- the captured-global guard -------------------------------------------------------------------
+# --- the captured-value guards -------------------------------------------------------------------
+#
+# A trace bakes in every global, closure cell and attribute it reads. A Guard remembers one such
+# read and its value, so that the cache can tell whether a trace is still what a fresh trace of
+# the function would give. Values that can change a trace are guarded: arrays, scalars, strings,
+# None, and small lists/tuples/dicts of them. Modules, classes and functions are not (functions
+# are followed instead, to the globals they read). Values bound into the function object itself
+# (defaults, partial arguments) are part of its content key; only mutable containers among them
+# need a guard, for changes made in place.
 
-_DATA_TYPES: tuple = (np.ndarray, np.generic, bool, int, float, complex)
+_SCALAR_TYPES: tuple = (bool, int, float, complex, str, bytes, type(None))
+_CONTAINER_TYPES: tuple = (list, tuple, dict)
+#: Containers with more items than this are not guarded (comparing them would cost too much).
+_MAX_CONTAINER_ITEMS = 64
+#: Values checked on every call of an object using a trace (to warn or retrace); other guarded
+#: values are checked only when a new object adopts the trace, keeping the call path short.
+_WATCHED_TYPES: tuple = (bool, int, float, complex)
+
+
+def _is_array(value: Any) -> bool:
+    from kiln.runtime.array import Array
+    return isinstance(value, (Array, np.ndarray, np.generic))
 
 
 def _is_data(value: Any) -> bool:
-    from kiln.runtime.array import Array
-    return isinstance(value, (Array,) + _DATA_TYPES)
+    return type(value) in _SCALAR_TYPES or _is_array(value) or _container_items(value) is not None
+
+
+def _container_items(value: Any) -> list | None:
+    """The leaves of a small list/tuple/dict nest holding at least one array or number, else
+    None."""
+    if type(value) not in _CONTAINER_TYPES:
+        return None
+    leaves: list = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) in _CONTAINER_TYPES:
+            stack.extend(node.values() if type(node) is dict else node)
+        else:
+            leaves.append(node)
+        if len(leaves) + len(stack) > _MAX_CONTAINER_ITEMS:
+            return None
+    if not any(type(v) in _SCALAR_TYPES[:4] or _is_array(v) for v in leaves):
+        return None
+    return leaves
+
+
+def _capture_key(value: Any) -> Any:
+    """What a guard compares: scalars by typed value (so rebinding 2.0 to an equal 2.0 is no
+    change), containers by structure and items (so replacing an item in place is one), anything
+    else by identity."""
+    t = type(value)
+    if t in _SCALAR_TYPES or isinstance(value, np.generic):
+        return _value_key(value, _MAX_DEPTH)
+    if t is list or t is tuple:
+        return (t, tuple(_capture_key(v) for v in value))
+    if t is dict:
+        return (dict, tuple((k, _capture_key(v)) for k, v in value.items()))
+    return Identity(value)
+
+
+class Guard:
+    """A global variable, closure cell or attribute read at trace time, with its value then.
+
+    `container` is the mapping the name is read from (a module's globals, an instance's or a
+    class's __dict__), for a closure variable the cell, and for a value bound into the function
+    (kind "bound": a mutable default or partial argument) None. `watched` guards (arrays and
+    numbers) are also checked on every call of the jitted objects using the trace."""
+
+    __slots__ = ("kind", "container", "name", "value", "key", "watched")
+
+    def __init__(self, kind: str, container: Any, name: str, value: Any):
+        self.kind = kind            # "global", "closure", "attribute" or "bound"
+        self.container = container
+        self.name = name
+        self.value = value
+        self.key = _capture_key(value)
+        self.watched = type(value) in _WATCHED_TYPES or _is_array(value)
+
+    def current(self) -> Any:
+        if self.kind == "closure":
+            return _cell_value(self.container)
+        if self.kind == "bound":
+            return self.value  # the same object, perhaps changed in place
+        return self.container.get(self.name, _EMPTY_CELL)
+
+    def is_stale(self) -> bool:
+        now = self.current()
+        if now is self.value and self.watched:
+            return False
+        if _capture_key(now) != self.key:
+            return True
+        self.value = now  # an equal value was rebound: the identity check suffices next time
+        return False
+
+    def held(self) -> str:
+        """What the variable held at trace time, in words (a container may have changed in
+        place since, so it is not shown)."""
+        if type(self.value) in _CONTAINER_TYPES:
+            return f"a {type(self.value).__name__}"
+        return describe_value(self.value)
+
+    def describe(self) -> str:
+        """How the warning names the variable."""
+        if self.kind == "attribute":
+            return f"attribute `{self.name}`"
+        if self.kind == "bound":
+            return f"bound argument `{self.name}`"
+        return f"{self.kind} variable `{self.name}`"
+
+
+def stale_guards(guards) -> list[Guard]:
+    """The guards whose variable no longer holds its trace-time value."""
+    return [g for g in guards if g.is_stale()]
+
+
+def record_captures(fun: Callable) -> tuple[Guard, ...]:
+    """The data-holding globals, closure cells and attributes `fun` reads: directly, through
+    the user's own Python functions it calls (a few levels deep), through the functions and
+    arguments of a functools.partial, and through `self` for a bound method."""
+    guards: dict = {}
+    _collect(fun, None, guards, set(), 0)
+    return tuple(guards.values())
+
+
+def _collect(fun: Any, owner: Any, guards: dict, seen: set, depth: int) -> None:
+    """Add the guards of `fun` (called as a method of `owner` when that is not None)."""
+    if depth > 3 or (id(fun), id(owner)) in seen:
+        return
+    seen.add((id(fun), id(owner)))
+    if isinstance(fun, functools.partial):
+        _collect(fun.func, owner, guards, seen, depth)
+        bound = [(f"args[{i}]", v) for i, v in enumerate(fun.args)]
+        for name, value in bound + list(fun.keywords.items()):
+            _add_bound(guards, name, value, seen, depth)
+        return
+    if isinstance(fun, types.MethodType):
+        _collect(fun.__func__, fun.__self__, guards, seen, depth)
+        return
+    if type(fun) is not types.FunctionType:
+        call = getattr(type(fun), "__call__", None)
+        if type(call) is types.FunctionType and _is_user_code(call.__code__):
+            _collect(call, fun, guards, seen, depth)  # a callable object: its __call__
+        return
+    code, glob = fun.__code__, fun.__globals__
+    for name in _global_loads(code):
+        if name in glob:
+            _add(guards, "global", glob, name, glob[name], seen, depth)
+    for module_name, attr in _module_attribute_loads(code):
+        module = glob.get(module_name)
+        if isinstance(module, types.ModuleType) and _is_user_module(module):
+            namespace = vars(module)
+            if attr in namespace:
+                _add(guards, "global", namespace, attr, namespace[attr], seen, depth)
+    defaults = fun.__defaults__ or ()
+    names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount]
+    for name, value in list(zip(names, defaults)) + list((fun.__kwdefaults__ or {}).items()):
+        _add_bound(guards, name, value, seen, depth)
+    for name, cell in zip(code.co_freevars, fun.__closure__ or ()):
+        value = _cell_value(cell)
+        if _is_data(value):
+            guards.setdefault(("closure", id(cell)), Guard("closure", cell, name, value))
+        elif type(value) in (types.FunctionType, functools.partial, types.MethodType):
+            _collect(value, None, guards, seen, depth + 1)
+    if owner is not None:
+        _collect_attributes(code, owner, guards, seen, depth)
+
+
+def _add(guards: dict, kind: str, namespace, name: str, value: Any, seen: set,
+         depth: int) -> None:
+    """Guard `namespace[name]` if it holds data; follow it if it is one of the user's functions."""
+    if _is_data(value):
+        guards.setdefault((kind, id(namespace), name), Guard(kind, namespace, name, value))
+    elif type(value) is types.FunctionType and _is_user_code(value.__code__):
+        _collect(value, None, guards, seen, depth + 1)
+
+
+def _add_bound(guards: dict, name: str, value: Any, seen: set, depth: int) -> None:
+    """Guard a default or partial argument that is a mutable container of data; follow one
+    that is a function."""
+    if type(value) in (list, dict) and _container_items(value) is not None:
+        guards.setdefault(("bound", id(value)), Guard("bound", None, name, value))
+    elif type(value) in (types.FunctionType, functools.partial, types.MethodType):
+        _collect(value, None, guards, seen, depth + 1)
+
+
+def _collect_attributes(code: types.CodeType, owner: Any, guards: dict, seen: set,
+                        depth: int) -> None:
+    """Guard the `self.name` reads of a method: instance attributes holding data, and class
+    attributes holding data; follow `self.helper(...)` into the helper."""
+    instance_dict = getattr(owner, "__dict__", None)
+    for name in _self_attribute_loads(code):
+        if isinstance(instance_dict, dict) and name in instance_dict:
+            _add(guards, "attribute", instance_dict, name, instance_dict[name], seen, depth)
+            continue
+        for klass in type(owner).__mro__:
+            if name in vars(klass):
+                value = vars(klass)[name]
+                if type(value) is types.FunctionType and _is_user_code(value.__code__):
+                    _collect(value, owner, guards, seen, depth + 1)
+                elif _is_data(value):
+                    _add(guards, "attribute", vars(klass), name, value, seen, depth)
+                break
 
 
 @functools.lru_cache(maxsize=4096)
@@ -335,73 +603,62 @@ def _global_loads(code: types.CodeType) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-class Guard:
-    """A global variable or closure cell read at trace time that held data."""
-
-    __slots__ = ("kind", "container", "name", "value")
-
-    def __init__(self, kind: str, container: Any, name: str, value: Any):
-        self.kind = kind            # "global" or "closure"
-        self.container = container  # the globals dict, or the cell
-        self.name = name
-        self.value = value
-
-    def current(self) -> Any:
-        if self.kind == "global":
-            return self.container.get(self.name, _EMPTY_CELL)
-        return _cell_value(self.container)
-
-    def is_stale(self) -> bool:
-        now = self.current()
-        if now is self.value:
-            return False
-        # Rebinding a scalar to an equal scalar of the same type changes nothing.
-        if type(now) is type(self.value) and isinstance(now, (bool, int, float, complex, str)):
-            if _value_key(now, 0) == _value_key(self.value, 0):
-                self.value = now
-                return False
-        return True
+def _attribute_loads_after(code: types.CodeType, first_op: tuple, first_name) -> list:
+    """(loaded name, attribute) pairs where an instruction in `first_op` loading a name is
+    directly followed by an attribute load (`module.NAME`, `self.NAME`)."""
+    pairs = []
+    previous = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and previous is not None and \
+                isinstance(ins.argval, str):
+            pairs.append((previous, ins.argval))
+        previous = ins.argval if ins.opname in first_op and (
+            first_name is None or ins.argval == first_name) else None
+    return pairs
 
 
-def record_captures(fun: Callable) -> tuple[Guard, ...]:
-    """The data-holding globals and closure cells `fun` reads (directly, or through plain
-    Python functions it references from the same module, a few levels deep)."""
-    guards: dict = {}
-    _collect(fun, guards, set(), 0)
-    return tuple(guards.values())
+@functools.lru_cache(maxsize=4096)
+def _module_attribute_loads(code: types.CodeType) -> tuple:
+    """(global name, attribute) pairs read as `name.attribute` (a module's variable)."""
+    pairs = _attribute_loads_after(code, ("LOAD_GLOBAL", "LOAD_NAME"), None)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            pairs.extend(_module_attribute_loads(const))
+    return tuple(dict.fromkeys(pairs))
 
 
-def _collect(fun: Any, guards: dict, seen: set, depth: int) -> None:
-    if depth > 3 or id(fun) in seen:
-        return
-    seen.add(id(fun))
-    if isinstance(fun, functools.partial):
-        _collect(fun.func, guards, seen, depth)
-        return
-    if isinstance(fun, types.MethodType):
-        _collect(fun.__func__, guards, seen, depth)
-        return
-    if type(fun) is not types.FunctionType:
-        return
-    code, glob = fun.__code__, fun.__globals__
-    for name in _global_loads(code):
-        if name not in glob:
-            continue
-        value = glob[name]
-        if _is_data(value):
-            guards.setdefault(("global", id(glob), name), Guard("global", glob, name, value))
-        elif type(value) is types.FunctionType and value.__globals__ is glob:
-            _collect(value, guards, seen, depth + 1)
-    for name, cell in zip(code.co_freevars, fun.__closure__ or ()):
-        value = _cell_value(cell)
-        if _is_data(value):
-            guards.setdefault(("closure", id(cell)), Guard("closure", cell, name, value))
-        elif type(value) in (types.FunctionType, functools.partial):
-            _collect(value, guards, seen, depth + 1)
+@functools.lru_cache(maxsize=4096)
+def _self_attribute_loads(code: types.CodeType) -> tuple[str, ...]:
+    """Attributes a method reads from its first parameter (`self.name`)."""
+    if code.co_argcount == 0:
+        return ()
+    this = code.co_varnames[0]
+    pairs = _attribute_loads_after(
+        code, ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW", "LOAD_DEREF"), this)
+    return tuple(dict.fromkeys(attr for _, attr in pairs))
 
 
-def stale_guards(entry: Entry) -> list[Guard]:
-    return [g for g in entry.guards if g.is_stale()]
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in (
+    sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")) if p})
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_user_file(filename: str) -> bool:
+    """Whether a source file is the user's (not kiln's, the standard library's or an installed
+    package's): only user code is followed when looking for captured values."""
+    if not filename or filename.startswith("<frozen"):
+        return False
+    path = os.path.abspath(filename) if not filename.startswith("<") else filename
+    return not path.startswith(_KILN_DIR) and not path.startswith(_LIBRARY_DIRS)
+
+
+def _is_user_code(code: types.CodeType) -> bool:
+    return _is_user_file(code.co_filename)
+
+
+def _is_user_module(module: types.ModuleType) -> bool:
+    return _is_user_file(getattr(module, "__file__", None) or "")
 
 
 # --- cache-miss explanations ------------------------------------------------------------------

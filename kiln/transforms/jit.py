@@ -31,6 +31,7 @@ from kiln.core.primitive import Primitive
 from kiln.core.trace import Tracer, current_trace_state, eval_primitive, leaked_tracer_error
 from kiln.runtime import cache
 from kiln.runtime.array import Array
+from kiln.transforms import jit_options
 from kiln.transforms.staging import (DebugInfo, DynamicJaxprTrace, function_name,
                                      function_source, trace_to_jaxpr)
 
@@ -216,6 +217,8 @@ def _aval_signature(aval: ShapedArray) -> tuple:
 def _to_array(x: Any, aval: ShapedArray) -> Array:
     """A scalar or NumPy argument as a kiln Array of the executable's input type (a copy: the
     caller may write its NumPy array later)."""
+    if type(x) is int:
+        dtypes.python_int_dtype(x)  # OverflowError naming the value, as on the first call
     return Array._wrap(np.array(x, dtype=aval.dtype), aval.weak_type)
 
 
@@ -231,7 +234,8 @@ def _short(aval: ShapedArray) -> str:
 
 def jit(fun: Callable | None = None, static_argnums: int | Sequence[int] | None = None,
         static_argnames: str | Sequence[str] | None = None,
-        donate_argnums: int | Sequence[int] | None = None, backend: str | None = None,
+        donate_argnums: int | Sequence[int] | None = None,
+        donate_argnames: str | Sequence[str] | None = None, backend: str | None = None,
         on_stale_capture: str = "warn") -> "JitWrapped":
     """Compile `fun`: trace it once per input signature, optimize, cache and run the result.
 
@@ -239,16 +243,19 @@ def jit(fun: Callable | None = None, static_argnums: int | Sequence[int] | None 
       fun: the function; arguments are pytrees of arrays and scalars.
       static_argnums / static_argnames: arguments passed as Python values (hashable); each
         new value compiles again.
-      donate_argnums: accepted for compatibility; CPU buffers are never reused in place.
+      donate_argnums / donate_argnames: checked and accepted for compatibility; CPU buffers
+        are never reused in place.
       backend: "cpu" (the configured default), "native" or "interpreter".
-      on_stale_capture: what a cache hit does when a global or closure variable the function
-        read while tracing has been rebound since: "warn" (once, keeping the traced value, as
-        JAX does), "retrace", or "ignore".
+      on_stale_capture: what calling this jitted object again does when a global, closure
+        variable or attribute its trace read has been rebound since: "warn" (once, keeping
+        the traced value, as JAX does), "retrace", or "ignore". A *new* jitted object never
+        reuses such a trace: it traces again with the current values.
     Returns:
       The wrapped function (also has .lower(), .clear_cache(), ._cache_size()).
     """
     options = dict(static_argnums=static_argnums, static_argnames=static_argnames,
-                   donate_argnums=donate_argnums, backend=backend,
+                   donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+                   backend=backend,
                    on_stale_capture=on_stale_capture)
     if fun is None:
         return functools.partial(jit, **options)
@@ -260,7 +267,7 @@ class JitWrapped:
     tracing and compiling first on a miss."""
 
     def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
-                 backend, on_stale_capture):
+                 donate_argnames, backend, on_stale_capture):
         if not callable(fun):
             raise TypeError(f"jit expected a callable, got {fun!r} of type {type(fun).__name__}")
         if on_stale_capture not in ("warn", "retrace", "ignore"):
@@ -276,19 +283,21 @@ class JitWrapped:
         if static_argnums is None and static_argnames is None:
             self._static_argnums, self._static_argnames = (), ()  # no signature inspection
         else:
-            self._static_argnums, self._static_argnames = api_util.normalize_argnums(
-                fun, static_argnums, static_argnames)
-            self._check_static_argnums()
-        if isinstance(donate_argnums, int):
-            donate_argnums = (donate_argnums,)
-        self._donate_argnums = tuple(donate_argnums or ())
+            self._static_argnums, self._static_argnames = jit_options.static_options(
+                fun, self._name, static_argnums, static_argnames)
+        self._donate_argnums = jit_options.donated_positions(
+            fun, self._name, donate_argnums, donate_argnames, self._static_argnums,
+            self._static_argnames)
         self._backend = backend
         self._on_stale = on_stale_capture
         self._has_static = bool(self._static_argnums or self._static_argnames)
-        fc_key = (cache.function_key(fun), self._static_argnums, self._static_argnames,
-                  self._donate_argnums, backend, on_stale_capture)
-        self._fc = cache.function_cache(fc_key, self._name, self._source)
-        self._entries = self._fc.entries
+        self._fc_key = (cache.function_key(fun), self._static_argnums, self._static_argnames,
+                        self._donate_argnums, backend, on_stale_capture)
+        self._fc = cache.function_cache(self._fc_key, self._name, self._source,
+                                        watch_captures=on_stale_capture != "ignore")
+        # This object's own view of the cache: the hot path looks entries up here only.
+        self._entries = cache.AdoptedTable()
+        self._stale_reason: str | None = None
 
     # --- the call path -------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -346,12 +355,12 @@ class JitWrapped:
                                      in_tree)
         sig = tuple(_leaf_signature(x) for x in leaves)
         key = self._key(in_tree, len(dyn_args), bool(dyn_kwargs), sig, static_key)
-        entry = self._entries.get(key)
+        entry = self._find(key)
         if entry is None or entry.executable is None or (
-                entry.guards and self._must_retrace(entry)):
+                entry.watched and self._must_retrace(entry)):
             retrace = entry is not None and entry.executable is not None
             entry = self._build(key, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves,
-                                in_tree, compile_it=True, retrace=retrace)
+                                in_tree, compile_it=True, retrace=retrace, found=entry)
         else:
             entry.stamp = next(_clock)
             _stats.hits += 1
@@ -384,16 +393,18 @@ class JitWrapped:
         avals = self._abstractify(leaves, names)
         key = self._key(in_tree, len(dyn_args), bool(dyn_kwargs),
                         tuple(_aval_signature(a) for a in avals), static_key)
-        entry = self._entries.get(key)
-        if entry is not None and not (entry.guards and self._must_retrace(entry)):
+        entry = self._find(key)
+        if entry is not None and not (entry.watched and self._must_retrace(entry)):
             traced = entry.traced
         else:
             traced = self._trace(avals, in_tree, bool(dyn_kwargs), static_key, names)
             if not any(isinstance(c, Tracer) for c in traced.jaxpr.consts):
                 if entry is None:
-                    cache.add_traced(self._fc, key, traced)
+                    entry = cache.add_traced(self._fc, key, traced)
                 else:
-                    cache.insert(self._fc, key, cache.Entry(key, self._fc, traced))
+                    entry = cache.Entry(key, self._fc, traced)
+                    cache.insert(self._fc, key, entry)
+                cache.adopt(self._entries, entry)
         closed = traced.jaxpr
         captured = [c for c in closed.consts if isinstance(c, Tracer)]
         if captured:
@@ -403,7 +414,10 @@ class JitWrapped:
 
     # --- tracing and compiling ------------------------------------------------------------
     def _build(self, key, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves, in_tree,
-               compile_it: bool, retrace: bool = False, allow_shape_structs: bool = False):
+               compile_it: bool, retrace: bool = False, allow_shape_structs: bool = False,
+               found: cache.Entry | None = None) -> cache.Entry:
+        """Trace (and compile) for `key`, or finish `found`, the entry `_find` gave; the result
+        is adopted by this object."""
         names_box: list = []
 
         def names() -> list[str]:
@@ -419,9 +433,12 @@ class JitWrapped:
             if _config.explain_cache_misses:
                 self._explain_miss(key, names(), static_key, retrace)
 
-        return cache.lookup_or_build(self._fc, key, trace,
-                                     self._compile if compile_it else None,
-                                     retrace=retrace, on_miss=on_miss)
+        # An adopted entry may belong to the table this object used before moving on.
+        fc = found.fc if found is not None else self._fc
+        entry = cache.lookup_or_build(fc, key, trace, self._compile if compile_it else None,
+                                      retrace=retrace, on_miss=on_miss)
+        cache.adopt(self._entries, entry)
+        return entry
 
     def _trace(self, avals, in_tree, has_kwargs: bool, static_key, names) -> cache.Traced:
         fun = self._fun
@@ -446,7 +463,7 @@ class JitWrapped:
         start = time.perf_counter()
         debug = DebugInfo(name, self._source, "jit", list(names))
         closed, out_tree = trace_to_jaxpr(flat_fun, avals, debug)
-        guards = cache.record_captures(fun) if self._on_stale != "ignore" else ()
+        guards = cache.record_captures(fun)
         return cache.Traced(closed, out_tree, tuple(avals), list(names),
                             self._static_names(static_key), guards,
                             time.perf_counter() - start)
@@ -539,22 +556,13 @@ class JitWrapped:
                     "using the static_argnums or static_argnames parameters of jit.")
             if isinstance(x, Tracer) and _trace_state.trace is None:
                 raise leaked_tracer_error(x)
+            dtypes.check_argument(x, name)
             if isinstance(x, (np.ndarray, np.generic)):
                 # NumPy values are strongly typed, even np.float64 (a subclass of float).
                 avals.append(ShapedArray(x.shape, dtypes.canonicalize(x.dtype), False))
             else:
                 avals.append(get_aval(x))
         return avals
-
-    def _check_static_argnums(self) -> None:
-        positional, varargs = self._positional_names()
-        if varargs is not None or not positional:
-            return
-        for i in self._static_argnums:
-            if not -len(positional) <= i < len(positional):
-                raise ValueError(
-                    f"jitted function {self._name} has static_argnums={self._static_argnums}, "
-                    f"but only accepts {len(positional)} positional arguments.")
 
     def _static_names(self, static_key) -> list[tuple[str, Any]]:
         static_args, static_kwargs = static_key
@@ -575,31 +583,61 @@ class JitWrapped:
                     "regular (traced) argument.")
         return TypeError(f"jit({self._name}): the arguments cannot be hashed.")
 
-    # --- captured globals ------------------------------------------------------------------
+    # --- captured values -------------------------------------------------------------------
+    def _find(self, key) -> cache.Entry | None:
+        """The entry this object may use for `key`, or None when it must trace.
+
+        An entry it already uses is used again as it is. Another entry, traced by an equal
+        function, is adopted only if every value that trace captured is still current; if one
+        has changed, this object moves on to a fresh table (the objects using the stale entry
+        keep it) and traces anew, as a new function object does in JAX. In "retrace" mode
+        every user wants today's values, so the stale entry is dropped instead."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            return entry
+        while True:
+            fc = self._fc
+            entry = fc.entries.get(key)
+            if entry is None:
+                return None
+            stale = cache.stale_guards(entry.guards)
+            if not stale:
+                cache.adopt(self._entries, entry)
+                return entry
+            if self._on_stale == "retrace":
+                cache.forget(entry)
+                return None
+            self._stale_reason = (
+                "an equal function was traced for this signature while "
+                + ", ".join(f"the {g.describe()} held {g.held()}" for g in stale)
+                + "; it has changed since")
+            self._fc = cache.successor(self._fc_key, fc)
+
     def _must_retrace(self, entry: cache.Entry) -> bool:
-        """Check the entry's captured globals; warn (once per variable) or ask for a retrace."""
-        stale = cache.stale_guards(entry)
+        """Check the watched captures of an entry this object uses; warn (once per variable)
+        or ask for a retrace."""
+        stale = cache.stale_guards(entry.watched)
         if not stale:
             return False
         if self._on_stale == "retrace":
             return True
-        fc = self._fc
+        fc = entry.fc
         for guard in stale:
             warn_key = (guard.kind, id(guard.container), guard.name)
             if warn_key not in fc.warned_stale:
                 fc.warned_stale.add(warn_key)
                 warnings.warn(
                     f"kiln.jit: `{self._name}` (defined at {self._source}) was traced while the "
-                    f"{guard.kind} variable `{guard.name}` held "
-                    f"{cache.describe_value(guard.value)}; "
-                    f"`{guard.name}` has since been rebound, but the compiled code keeps using "
-                    "the value from trace time (as JAX does). Pass it as an argument, or use "
+                    f"{guard.describe()} held {guard.held()}; "
+                    f"`{guard.name}` has since been rebound, but this jitted function keeps "
+                    "using the value from trace time (as JAX does; a new jit of the function "
+                    "would trace again). Pass it as an argument, or use "
                     "jit(..., on_stale_capture='retrace') to retrace when it changes "
                     "('ignore' silences this warning).",
                     StaleCaptureWarning, stacklevel=_user_stacklevel())
-        # Warned about: stop checking these, so the call path is fast again.
-        entry.guards = tuple(g for g in entry.guards if g not in stale)
-        entry.fast = entry.executable is not None and not entry.guards
+        # Warned about: stop checking these on each call, so the call path is fast again
+        # (new objects still check them before adopting the entry).
+        entry.unwatch(stale)
         return False
 
     # --- cache-miss explanations ----------------------------------------------------------
@@ -607,6 +645,9 @@ class JitWrapped:
         where = f"`{self._name}` (defined at {self._source})"
         if retrace:
             reason = "a global or closure variable it captured was rebound (retracing)"
+        elif self._stale_reason is not None:
+            reason = self._stale_reason
+            self._stale_reason = None
         else:
             previous = [k for k in self._fc.seen_keys if k != key]
             reason = cache.explain_miss(key, previous, names, self._static_names(static_key)) \
@@ -622,17 +663,22 @@ class JitWrapped:
                                                 x.weak_type))
                     if isinstance(x, ShapeDtypeStruct) else _leaf_signature(x) for x in leaves)
         key = self._key(in_tree, len(dyn_args), bool(dyn_kwargs), sig, static_key)
-        entry = self._build(key, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves,
-                            in_tree, compile_it=False, allow_shape_structs=True)
+        entry = self._find(key)
+        if entry is None or (entry.watched and self._must_retrace(entry)):
+            entry = self._build(key, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves,
+                                in_tree, compile_it=False, allow_shape_structs=True,
+                                retrace=entry is not None, found=entry)
         return Lowered(self, entry)
 
     def clear_cache(self) -> None:
         """Forget every compiled signature of this function."""
+        for entry in list(self._entries.values()):
+            cache.forget(entry)
         self._fc.clear()
 
     def _cache_size(self) -> int:
         """How many signatures of this function are cached."""
-        return len(self._fc.entries)
+        return len(self._fc.entries.keys() | self._entries.keys())
 
     def cache_info(self) -> dict:
         """Statistics of this function's cache (shared by jits of equal functions)."""
@@ -709,8 +755,9 @@ class Lowered:
         wrapped = self._wrapped
         entry = self._entry
         if entry.executable is None:
-            entry = cache.lookup_or_build(wrapped._fc, entry.key, lambda: entry.traced,
+            entry = cache.lookup_or_build(entry.fc, entry.key, lambda: entry.traced,
                                           wrapped._compile)
+            cache.adopt(wrapped._entries, entry)
         return Compiled(wrapped, entry)
 
 
