@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test fuzz bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 tests
+
+# The differential fuzz tests of `make test`, with many more random programs each.
+FUZZ_EXAMPLES ?= 1000
+fuzz: $(STAMP)
+	KILN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -n 2 tests/test_fuzz_programs.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
