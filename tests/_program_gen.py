@@ -59,10 +59,9 @@ PROD = "prod"            # float products: order is free
 NAN_SIGN = "nan_sign"    # reads the sign bit, which a computed NaN leaves unspecified
 #: anything else is ("ulp", k): within k units in the last place of the result
 
-#: max/min/clip/clamp of +0.0 and -0.0: the native code orders -0.0 below +0.0 (IEEE 754
-#: maximum/minimum); the reference impls do too once their signed-zero fix is in, and then
-#: this can be EXACT.
-MIN_MAX = NOSIGN
+#: max/min/clip/clamp of +0.0 and -0.0: native code and the reference impls both order -0.0
+#: below +0.0 (IEEE 754 maximum/minimum, as XLA), so these are exact.
+MIN_MAX = EXACT
 
 
 @dataclass(frozen=True)
