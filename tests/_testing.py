@@ -1,5 +1,5 @@
-"""Shared test helpers: random argument makers, tolerance-aware comparison against NumPy and
-the op-record harness that every primitive/kiln.numpy table uses."""
+"""Shared test helpers: random argument makers, tolerance-aware comparison against NumPy, the
+`OpRecord` row type of the op table (tests/op_records.py) and the harness that checks a row."""
 from __future__ import annotations
 
 import itertools
@@ -87,13 +87,20 @@ def assert_close(actual, expected, tol=None, check_dtype: bool = True, err_msg: 
 
 @dataclass
 class OpRecord:
-    """One row of an op-record table.
+    """One row of the op table (tests/op_records.py).
 
     fn: the kiln function under test; ref: its NumPy reference, called on NumPy arrays.
     shapes: a list of argument-shape tuples (one shape per array argument).
     dtypes: dtypes to try (every argument gets the same dtype unless `arg_dtypes` is given).
-    kind: how to draw random data (see `rand`). out_dtype: optional function of the input dtype
-    giving the expected kiln result dtype when it differs from NumPy's.
+    kind: how to draw random data (see `draw`), one kind for every argument or a tuple with one
+    per argument. arg_dtypes: optional function of the row's dtype giving each argument's dtype.
+    out_dtype: optional function of the input dtype giving the expected kiln result dtype when
+    it differs from NumPy's. tol: a float or a {dtype: tolerance} dict (see `tolerance`).
+    native: the reference runs on the arguments' own dtypes instead of widened ones.
+    jit: whether the row has a compiled path worth checking.
+    family: the table the row belongs to ("elementwise", "shape", ...); label: the row's name
+    where names repeat across tables (defaults to `name`).
+    differentiable, linear: which derivative checks apply (conventions in tests/op_records.py).
     """
 
     name: str
@@ -101,11 +108,20 @@ class OpRecord:
     ref: Callable
     shapes: Sequence[tuple]
     dtypes: Sequence[Any]
-    kind: str = "normal"
+    kind: Any = "normal"
     tol: Any = None
     out_dtype: Callable | None = None
     static_kwargs: dict = field(default_factory=dict)
     jit: bool = True
+    native: bool = False
+    arg_dtypes: Callable | None = None
+    family: str = ""
+    label: str = ""
+    differentiable: bool = False
+    linear: bool = False
+
+    def __post_init__(self):
+        self.label = self.label or self.name
 
     def cases(self):
         for shapes, dtype in itertools.product(self.shapes, self.dtypes):
@@ -115,9 +131,52 @@ class OpRecord:
         return [f"{self.name}-{'x'.join(map(str, s))}-{d.name}" for s, d in self.cases()]
 
 
+def draw(kind, shape, dtype, rng: np.random.Generator) -> np.ndarray:
+    """Random data of one argument. Besides `rand`'s kinds: 'nonzero' (no zeros), 'ge1' (floats
+    >= 1), 'shift' (shift amounts, including >= the bit width and negative), 'exponent' (small
+    non-negative integers), 'small' (magnitudes that do not overflow); or a function
+    (shape, dtype, rng) -> array."""
+    dtype = np.dtype(dtype)
+    if callable(kind):
+        return kind(shape, dtype, rng)
+    if kind in ("normal", "positive", "unit", "small_int"):
+        return rand(shape, dtype, rng, kind)
+    if kind == "nonzero":
+        if dtype == np.bool_:
+            return np.ones(shape, bool)
+        if dtype.kind in "iu":
+            low = 1 if dtype.kind == "u" else -9
+            values = rng.integers(low, 10, shape)
+            return np.where(values == 0, 3, values).astype(dtype)
+        base = rng.uniform(0.5, 4, shape) * rng.choice([-1, 1], shape)
+        if dtype.kind == "c":
+            base = base + 1j * rng.uniform(0.5, 2, shape)
+        return np.asarray(base).astype(dtype)
+    if kind == "ge1":
+        return rng.uniform(1, 4, shape).astype(dtype)
+    if kind == "shift":
+        bits = 8 * dtype.itemsize
+        values = rng.integers(-2, bits + 3, shape)
+        return values.astype(dtype) if dtype.kind == "i" else \
+            np.where(values < 0, bits + 5, values).astype(dtype)
+    if kind == "exponent":
+        return rng.integers(0, 5, shape).astype(dtype)
+    if kind == "small":
+        if dtype == np.bool_:
+            return rng.random(shape) < 0.5
+        if dtype.kind in "iu":
+            return rng.integers(0 if dtype.kind == "u" else -3, 4, shape).astype(dtype)
+        return rng.uniform(-2, 2, shape).astype(dtype)
+    raise ValueError(kind)
+
+
 def make_args(record: OpRecord, shapes, dtype, seed: int = 0) -> list[np.ndarray]:
+    """A row's random arguments for one case, drawn per argument kind and dtype."""
     rng = np.random.default_rng(seed)
-    return [rand(s, dtype, rng, record.kind) for s in shapes]
+    kinds = record.kind if isinstance(record.kind, tuple) else (record.kind,) * len(shapes)
+    arg_dtypes = record.arg_dtypes(dtype) if record.arg_dtypes else (dtype,) * len(shapes)
+    return [draw(kind, shape, arg_dtype, rng)
+            for kind, shape, arg_dtype in zip(kinds, shapes, arg_dtypes)]
 
 
 def check_record_eager(record: OpRecord, shapes, dtype) -> None:

@@ -14,8 +14,9 @@ from kiln import lax
 from kiln.core import errors
 from kiln.core.jaxpr import Literal, typecheck_jaxpr
 from kiln.runtime.array import Array
-from tests._testing import ALL, COMPLEX, FLOATS, INTS, NUMERIC, OpRecord, assert_close, \
-    check_record_eager, check_record_jit, rand
+from tests._testing import ALL, assert_close, check_record_eager, check_record_jit, rand
+from tests.op_records import (COMBINES, INDEXING_RECORDS, ROWS, gather_reference,
+                              np_dynamic_slice, np_dynamic_update_slice, scatter_reference)
 
 MODES = lax.GatherScatterMode
 needs_jit = pytest.mark.skipif(not hasattr(kiln, "jit"), reason="kiln.jit not available yet")
@@ -42,168 +43,10 @@ def run_traced(fun, *args):
     return outs[0] if len(outs) == 1 else outs
 
 
-# --- NumPy reference loops (independent of the vectorized impls) -----------------------------
-
-def gather_reference(operand, indices, dn, slice_sizes, mode=MODES.CLIP, fill_value=None):
-    ndim = operand.ndim
-    batch_shape = indices.shape[:-1]
-    dropped = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
-    window_shape = [n for d, n in enumerate(slice_sizes) if d not in dropped]
-    rank = len(window_shape) + len(batch_shape)
-    batch_iter, window_iter = iter(batch_shape), iter(window_shape)
-    out_shape = tuple(next(window_iter) if i in dn.offset_dims else next(batch_iter)
-                      for i in range(rank))
-    out = np.zeros(out_shape, operand.dtype)
-    windows = {}
-    for b in np.ndindex(*batch_shape):
-        start = [0] * ndim
-        for k, d in enumerate(dn.start_index_map):
-            start[d] = int(indices[b][k])
-        for d, idim in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
-            start[d] = b[idim]
-        out_of_bounds = any(not 0 <= start[d] <= operand.shape[d] - slice_sizes[d]
-                            for d in dn.start_index_map)
-        start = [min(max(s, 0), dim - n) for s, dim, n in
-                 zip(start, operand.shape, slice_sizes)]
-        window = operand[tuple(slice(s, s + n) for s, n in zip(start, slice_sizes))]
-        if mode == MODES.FILL_OR_DROP and out_of_bounds:
-            window = np.full(window.shape, np.nan if fill_value is None else fill_value)
-        windows[b] = window.reshape(window_shape)
-    for o in np.ndindex(*out_shape):
-        b = tuple(o[i] for i in range(rank) if i not in dn.offset_dims)
-        w = tuple(o[i] for i in dn.offset_dims)
-        out[o] = windows[b][w]
-    return out
-
-
-def scatter_reference(operand, indices, updates, dn, combine, mode=MODES.FILL_OR_DROP):
-    """Apply every update element in batch-major order (the order the last write wins in)."""
-    out = operand.copy()
-    ndim = operand.ndim
-    window_dims = [d for d in range(ndim) if d not in dn.inserted_window_dims
-                   and d not in dn.operand_batching_dims]
-    window = [1] * ndim
-    for d, u in zip(window_dims, dn.update_window_dims):
-        window[d] = updates.shape[u]
-    scatter_dims = [d for d in range(updates.ndim) if d not in dn.update_window_dims]
-    batch_shape = tuple(updates.shape[d] for d in scatter_dims)
-    window_shape = tuple(updates.shape[d] for d in dn.update_window_dims)
-    for g in np.ndindex(*batch_shape):
-        start = [0] * ndim
-        for k, d in enumerate(dn.scatter_dims_to_operand_dims):
-            start[d] = int(indices[g][k])
-        for d, idim in zip(dn.operand_batching_dims, dn.scatter_indices_batching_dims):
-            start[d] = g[idim]
-        if mode == MODES.CLIP:
-            start = [min(max(s, 0), dim - n) for s, dim, n in zip(start, operand.shape, window)]
-        elif any(not 0 <= s <= dim - n for s, dim, n in zip(start, operand.shape, window)):
-            continue
-        for w in np.ndindex(*window_shape):
-            u = [0] * updates.ndim
-            for d, i in zip(scatter_dims, g):
-                u[d] = i
-            for d, i in zip(dn.update_window_dims, w):
-                u[d] = i
-            pos = list(start)
-            for d, i in zip(window_dims, w):
-                pos[d] += i
-            with np.errstate(over="ignore"):  # integer products wrap, as in the impl
-                out[tuple(pos)] = combine(out[tuple(pos)], updates[tuple(u)])
-    return out
-
-
-COMBINES = {
-    "scatter": (lax.scatter, lambda old, new: new),
-    "scatter_add": (lax.scatter_add, lambda old, new: old + new),
-    "scatter_mul": (lax.scatter_mul, lambda old, new: old * new),
-    "scatter_min": (lax.scatter_min, lambda old, new: min(old, new)),
-    "scatter_max": (lax.scatter_max, lambda old, new: max(old, new)),
-}
-
-
 # --- op records for the primitives -----------------------------------------------------------
 
-def _np_dynamic_slice(x, starts, sizes):
-    starts = [min(max(s + d if s < 0 else s, 0), d - n) for s, d, n in zip(starts, x.shape, sizes)]
-    return x[tuple(slice(s, s + n) for s, n in zip(starts, sizes))]
-
-
-def _np_dynamic_update_slice(x, u, starts):
-    starts = [min(max(s + d if s < 0 else s, 0), d - n)
-              for s, d, n in zip(starts, x.shape, u.shape)]
-    out = x.copy()
-    out[tuple(slice(s, s + n) for s, n in zip(starts, u.shape))] = u
-    return out
-
-
-ROWS = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,),
-                                  start_index_map=(0,))
-POINTS = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0, 1),
-                                    start_index_map=(0, 1))
-PATCHES = lax.GatherDimensionNumbers(offset_dims=(1, 2), collapsed_slice_dims=(),
-                                     start_index_map=(1, 0))
-BATCHED = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(1,),
-                                     start_index_map=(1,), operand_batching_dims=(0,),
-                                     start_indices_batching_dims=(0,))
-ROW_IDX = np.array([[2], [0], [7], [-1], [2]])
-POINT_IDX = np.array([[[0, 1], [2, 3]], [[5, 0], [1, -4]]])
-PATCH_IDX = np.array([[0, 1], [2, 3], [-1, 9]])
-BATCH_IDX = np.array([[[1], [0]], [[3], [2]], [[0], [0]]])
-
-SCATTER_ROWS = lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
-                                           scatter_dims_to_operand_dims=(0,))
-SCATTER_POINTS = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0, 1),
-                                             scatter_dims_to_operand_dims=(1, 0))
-SCATTER_IDX = np.array([[1], [3], [1], [9], [-1]])
-SCATTER_POINT_IDX = np.array([[0, 1], [3, 2], [0, 1], [-1, 0]])
-
-PRIMITIVE_RECORDS = [
-    OpRecord("dynamic_slice", lambda x: lax.dynamic_slice(x, (1, -1), (2, 3)),
-             lambda x: _np_dynamic_slice(x, (1, -1), (2, 3)), [((3, 4),), ((4, 5),)], ALL),
-    OpRecord("dynamic_slice_clamped", lambda x: lax.dynamic_slice(x, (7,), (2,)),
-             lambda x: _np_dynamic_slice(x, (7,), (2,)), [((5,),), ((2,),)], ALL),
-    OpRecord("dynamic_slice_3d", lambda x: lax.dynamic_slice(x, (0, 2, -9), (2, 1, 3)),
-             lambda x: _np_dynamic_slice(x, (0, 2, -9), (2, 1, 3)), [((2, 3, 4),)], ALL),
-    OpRecord("dynamic_slice_scalar", lambda x: lax.dynamic_slice(x, (), ()),
-             lambda x: x, [((),)], ALL),
-    OpRecord("dynamic_update_slice",
-             lambda x, u: lax.dynamic_update_slice(x, u, (2, -2)),
-             lambda x, u: _np_dynamic_update_slice(x, u, (2, -2)),
-             [((4, 5), (2, 3)), ((3, 3), (3, 3)), ((4, 5), (0, 2))], ALL),
-    OpRecord("gather_rows", lambda x: lax.gather(x, ROW_IDX, ROWS, (1, x.shape[1])),
-             lambda x: gather_reference(x, ROW_IDX, ROWS, (1, x.shape[1])),
-             [((4, 3),), ((8, 1),)], ALL),
-    OpRecord("gather_points",
-             lambda x: lax.gather(x, POINT_IDX, POINTS, (1, 1), mode="clip"),
-             lambda x: gather_reference(x, POINT_IDX, POINTS, (1, 1)), [((4, 5),)], ALL),
-    OpRecord("gather_patches", lambda x: lax.gather(x, PATCH_IDX, PATCHES, (2, 3)),
-             lambda x: gather_reference(x, PATCH_IDX, PATCHES, (2, 3)), [((4, 5),)], ALL),
-    OpRecord("gather_batched", lambda x: lax.gather(x, BATCH_IDX, BATCHED, (1, 1, 2)),
-             lambda x: gather_reference(x, BATCH_IDX, BATCHED, (1, 1, 2)),
-             [((3, 4, 2),)], ALL),
-    OpRecord("gather_fill",
-             lambda x: lax.gather(x, ROW_IDX, ROWS, (1, x.shape[1]), mode="fill",
-                                  fill_value=7),
-             lambda x: gather_reference(x, ROW_IDX, ROWS, (1, x.shape[1]),
-                                        MODES.FILL_OR_DROP, 7), [((4, 3),)], NUMERIC),
-]
-for _name, (_fn, _combine) in COMBINES.items():
-    _dtypes = ALL if _name in ("scatter", "scatter_min", "scatter_max") else \
-        INTS + FLOATS + COMPLEX
-    PRIMITIVE_RECORDS.append(OpRecord(
-        f"{_name}_rows",
-        lambda x, u, fn=_fn: fn(x, SCATTER_IDX, u, SCATTER_ROWS),
-        lambda x, u, c=_combine: scatter_reference(x, SCATTER_IDX, u, SCATTER_ROWS, c),
-        [((4, 3), (5, 3))], _dtypes, kind="positive"))
-    PRIMITIVE_RECORDS.append(OpRecord(
-        f"{_name}_points_clip",
-        lambda x, u, fn=_fn: fn(x, SCATTER_POINT_IDX, u, SCATTER_POINTS, mode="clip"),
-        lambda x, u, c=_combine: scatter_reference(x, SCATTER_POINT_IDX, u, SCATTER_POINTS,
-                                                   c, MODES.CLIP),
-        [((3, 4), (4,))], _dtypes, kind="positive"))
-
-_RECORD_CASES = [(r, s, d) for r in PRIMITIVE_RECORDS for s, d in r.cases()]
-_RECORD_IDS = [i for r in PRIMITIVE_RECORDS for i in r.ids()]
+_RECORD_CASES = [(r, s, d) for r in INDEXING_RECORDS for s, d in r.cases()]
+_RECORD_IDS = [i for r in INDEXING_RECORDS for i in r.ids()]
 
 
 @pytest.mark.parametrize("record,shapes,dtype", _RECORD_CASES, ids=_RECORD_IDS)
@@ -325,10 +168,10 @@ def test_dynamic_slice_traced_starts():
     for i, j in [(0, 0), (2, 3), (-1, -2), (5, -9)]:
         got = run_traced(lambda a, i, j: lax.dynamic_slice(a, (i, j), (2, 2)), x,
                          jnp.asarray(np.int32(i)), jnp.asarray(np.int32(j)))
-        assert_close(got, _np_dynamic_slice(np.asarray(x), (i, j), (2, 2)))
+        assert_close(got, np_dynamic_slice(np.asarray(x), (i, j), (2, 2)))
         got = run_traced(lambda a, i: lax.dynamic_update_slice(a, jnp.ones((1, 2)), (i, 1)), x,
                          jnp.asarray(np.int32(i)))
-        assert_close(got, _np_dynamic_update_slice(np.asarray(x), np.ones((1, 2), np.float32),
+        assert_close(got, np_dynamic_update_slice(np.asarray(x), np.ones((1, 2), np.float32),
                                                    (i, 1)))
 
 

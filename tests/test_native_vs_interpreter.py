@@ -8,8 +8,6 @@ mismatch names its case.
 """
 from __future__ import annotations
 
-import importlib
-
 import ml_dtypes
 import numpy as np
 import optree
@@ -20,6 +18,8 @@ import kiln.numpy as jnp
 from kiln import lax
 from kiln.runtime import native
 from tests._testing import make_args, tolerance
+from tests.op_records import (INDEXING_RECORDS, PRODUCT_RECORDS, REDUCTION_RECORDS,
+                              SHAPE_LAX_RECORDS, SORT_RECORDS)
 
 BOOL, I8, I16, I32 = (np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32))
 U8, U32 = np.dtype(np.uint8), np.dtype(np.uint32)
@@ -64,26 +64,13 @@ def mismatch(actual, expected, tol) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The op-record tables of the other test modules, batched per table and dtype
+# The op table's families, batched per family and dtype
 
-
-def _load_tables() -> dict:
-    sources = {"shape": ("tests.test_shape_ops", "LAX_RECORDS"),
-               "indexing": ("tests.test_indexing", "PRIMITIVE_RECORDS"),
-               "reductions": ("tests.test_reduction_ops", "JNP_RECORDS"),
-               "products": ("tests.test_products", "PRODUCT_RECORDS"),
-               "sorting": ("tests.test_sorting_ops", "SORT_RECORDS")}
-    tables = {}
-    for name, (module, attribute) in sources.items():
-        try:
-            records = getattr(importlib.import_module(module), attribute)
-        except Exception:  # noqa: BLE001 - a table being rewritten elsewhere is skipped
-            continue
-        tables[name] = [r for r in records if r.jit]
-    return tables
-
-
-TABLES = _load_tables()
+#: The families of the op table checked here, each with its rows that have a jit path.
+TABLES = {name: [r for r in records if r.jit]
+          for name, records in (("shape", SHAPE_LAX_RECORDS), ("indexing", INDEXING_RECORDS),
+                                ("reductions", REDUCTION_RECORDS), ("products", PRODUCT_RECORDS),
+                                ("sorting", SORT_RECORDS))}
 #: The reductions table is large (every axis/keepdims combination of each reduction): one
 #: dtype per family keeps it quick; shape tables take every dtype their rows list.
 TABLE_DTYPES = {"reductions": [BOOL, I8, U8, I32, F16, BF16, F32]}

@@ -11,92 +11,18 @@ import kiln.nn as nn
 import kiln.numpy as jnp
 from kiln.core.interpreter import eval_closed_jaxpr
 from kiln.core.jaxpr import typecheck_jaxpr
-from tests._testing import OpRecord, assert_close, check_record_eager, rand
+from tests._testing import assert_close, check_record_eager, rand
+from tests.op_records import NN_ACTIVATION_RECORDS, NN_RECORDS
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32, C64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.complex64)
 I8, U8, I32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
 BOOL = np.dtype(np.bool_)
-FLOATS = [F32, F16, BF16]
-TOL = {F16: 4e-3, BF16: 3e-2, F32: 2e-5}
-
-SELU_ALPHA = 1.6732632423543772848170429916717
-SELU_SCALE = 1.0507009873554804934193349852946
 
 
-def f64(fn):
-    """A reference evaluated in float64 (the harness rounds it to the input's dtype)."""
-    def ref(x, **kwargs):
-        with np.errstate(all="ignore"):
-            return fn(np.asarray(x, np.float64), **kwargs)
-    return ref
-
-
-def _gelu_tanh(x):
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
-
-
-def _elu(x, alpha=1.0):
-    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
-
-
-def _same(d):
-    return d
-
-
-ACTIVATIONS = [
-    ("relu", nn.relu, lambda x: np.maximum(x, 0)),
-    ("relu6", nn.relu6, lambda x: np.clip(x, 0, 6)),
-    ("gelu", nn.gelu, _gelu_tanh),
-    ("gelu_exact", lambda x: nn.gelu(x, approximate=False),
-     lambda x: 0.5 * x * (1 + special.erf(x / np.sqrt(2)))),
-    ("sigmoid", nn.sigmoid, special.expit),
-    ("log_sigmoid", nn.log_sigmoid, special.log_expit),
-    ("tanh", nn.tanh, np.tanh),
-    ("silu", nn.silu, lambda x: x * special.expit(x)),
-    ("swish", nn.swish, lambda x: x * special.expit(x)),
-    ("softplus", nn.softplus, lambda x: np.logaddexp(x, 0)),
-    ("soft_sign", nn.soft_sign, lambda x: x / (np.abs(x) + 1)),
-    ("elu", nn.elu, _elu),
-    ("elu_alpha", lambda x: nn.elu(x, alpha=0.5), lambda x: _elu(x, 0.5)),
-    ("celu", lambda x: nn.celu(x, alpha=1.5),
-     lambda x: np.maximum(x, 0) + 1.5 * np.expm1(np.minimum(x, 0) / 1.5)),
-    ("selu", nn.selu, lambda x: SELU_SCALE * _elu(x, SELU_ALPHA)),
-    ("leaky_relu", nn.leaky_relu, lambda x: np.where(x >= 0, x, 0.01 * x)),
-    ("leaky_relu_slope", lambda x: nn.leaky_relu(x, negative_slope=0.2),
-     lambda x: np.where(x >= 0, x, 0.2 * x)),
-    ("hard_tanh", nn.hard_tanh, lambda x: np.clip(x, -1, 1)),
-    ("hard_sigmoid", nn.hard_sigmoid, lambda x: np.clip(x + 3, 0, 6) / 6),
-    ("hard_silu", nn.hard_silu, lambda x: x * np.clip(x + 3, 0, 6) / 6),
-    ("hard_swish", nn.hard_swish, lambda x: x * np.clip(x + 3, 0, 6) / 6),
-]
-
-SHAPES = [((),), ((0,),), ((7,),), ((3, 4),), ((2, 3, 4),)]
-
-ACTIVATION_RECORDS = [OpRecord(name, fn, f64(ref), SHAPES, FLOATS, out_dtype=_same, tol=TOL)
-                      for name, fn, ref in ACTIVATIONS]
-
-AXIS_FUNCTIONS = [
-    ("softmax", nn.softmax, special.softmax),
-    ("log_softmax", nn.log_softmax, special.log_softmax),
-]
-AXIS_RECORDS = [OpRecord(f"{name}-axis={axis}", fn, f64(ref), [(shape,)], FLOATS,
-                         out_dtype=_same, tol=TOL, static_kwargs=dict(axis=axis))
-                for name, fn, ref in AXIS_FUNCTIONS
-                for shape, axis in (((7,), -1), ((3, 4), 0), ((3, 4), -1), ((2, 3, 4), 1),
-                                    ((2, 3, 4), (0, 2)), ((0, 3), 1))]
-LSE_RECORDS = [OpRecord(f"logsumexp-axis={axis}-keepdims={keepdims}", nn.logsumexp,
-                        f64(special.logsumexp), [(shape,)], FLOATS, out_dtype=_same, tol=TOL,
-                        static_kwargs=dict(axis=axis, keepdims=keepdims))
-               for shape, axis in (((), None), ((7,), None), ((3, 4), 0), ((3, 4), -1),
-                                   ((2, 3, 4), (0, 2)), ((2, 3, 4), None), ((0, 3), 0))
-               for keepdims in ((False, True) if shape else (False,))]
-RECORDS = ACTIVATION_RECORDS + AXIS_RECORDS + LSE_RECORDS
-
-
-@pytest.mark.parametrize("record,shapes,dtype", [(r, s, d) for r in RECORDS
+@pytest.mark.parametrize("record,shapes,dtype", [(r, s, d) for r in NN_RECORDS
                                                  for s, d in r.cases()],
-                         ids=[i for r in RECORDS for i in r.ids()])
+                         ids=[i for r in NN_RECORDS for i in r.ids()])
 def test_nn_matches_scipy(record, shapes, dtype):
     check_record_eager(record, shapes, dtype)
 
@@ -112,7 +38,7 @@ def check_traced(fn, *args):
     np.testing.assert_array_equal(np.asarray(traced), np.asarray(eager))
 
 
-@pytest.mark.parametrize("name,fn", [(r.name, r.fn) for r in ACTIVATION_RECORDS]
+@pytest.mark.parametrize("name,fn", [(r.name, r.fn) for r in NN_ACTIVATION_RECORDS]
                          + [("softmax", nn.softmax), ("log_softmax", nn.log_softmax),
                             ("logsumexp", nn.logsumexp), ("standardize", nn.standardize)])
 def test_nn_traces_like_eager(name, fn):

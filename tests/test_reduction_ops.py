@@ -2,7 +2,6 @@
 reductions, against NumPy references (computed in float64, then rounded to JAX's result
 dtype), across dtype families, shapes (0-d and empty included), axes, keepdims, where/initial,
 NaNs, traced evaluation and bad input."""
-import warnings
 
 import ml_dtypes
 import numpy as np
@@ -13,8 +12,8 @@ import kiln.numpy as jnp
 from kiln import lax
 from kiln.core.interpreter import eval_closed_jaxpr
 from kiln.core.jaxpr import typecheck_jaxpr
-from tests._testing import (OpRecord, assert_close, check_record_eager, check_record_jit,
-                            rand)
+from tests._testing import assert_close, check_record_eager, check_record_jit, rand
+from tests.op_records import REDUCTION_RECORDS, quiet, wide
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32, C64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.complex64)
@@ -24,24 +23,6 @@ BOOL = np.dtype(np.bool_)
 LOWP = (F16, BF16)
 
 needs_jit = pytest.mark.skipif(not hasattr(kiln, "jit"), reason="kiln.jit not available yet")
-
-
-def wide(x: np.ndarray) -> np.ndarray:
-    """The reference computes floats in float64 (complex in complex128); ints stay exact."""
-    if x.dtype.kind == "c":
-        return x.astype(np.complex128)
-    if x.dtype in (F16, BF16, F32):
-        return x.astype(np.float64)
-    return x
-
-
-def quiet(fn):
-    """A NumPy reference without warnings (empty means, 0/0 in var, ...)."""
-    def ref(*args, **kwargs):
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            return fn(*args, **kwargs)
-    return ref
 
 
 def check_traced(fn, *args):
@@ -301,120 +282,18 @@ def test_lax_reduce_precision_matches_casts():
 # kiln.numpy reductions
 # =============================================================================================
 
-def _default_int_like(d):
-    """sum/prod's result dtype: small ints and bools promote to int32/uint32."""
-    if d == BOOL or (d.kind == "i" and d.itemsize < 4):
-        return I32
-    if d.kind == "u" and d.itemsize < 4:
-        return U32
-    return d
-
-
-def _inexact(d):
-    return d if d.kind in "fc" or d == BF16 else F32
-
-
-def _real_inexact(d):
-    return F32 if d == C64 else _inexact(d)
-
-
-def _same(d):
-    return d
-
-
-def _int32(d):
-    return I32
-
-
-def _bool(d):
-    return BOOL
-
-
-def _np(fn):
-    """A NumPy reference with the JAX argument name: computed wide, quietly."""
-    return quiet(lambda x, **kw: fn(wide(x), **kw))
-
-
-def _has_empty_reduction(shape, axis):
-    axes = range(len(shape)) if axis is None else (
-        axis if isinstance(axis, tuple) else (axis,))
-    return any(shape[a] == 0 for a in axes)
-
-
-def _axis_variants(shape):
-    nd = len(shape)
-    out = [None]
-    if nd >= 1:
-        out += [0, -1]
-    if nd >= 2:
-        out += [(0, nd - 1)]
-    return out
-
-
-SHAPES = [(), (0,), (5,), (3, 4), (2, 0, 3), (2, 3, 4)]
-NUMERIC = [BOOL, I8, U8, I32, F16, BF16, F32]
-
-# (name, kiln fn, numpy fn, dtypes, out dtype, data kind, needs non-empty reduction)
-JNP_REDUCTIONS = [
-    ("sum", jnp.sum, np.sum, NUMERIC + [C64], _default_int_like, "normal", False),
-    ("prod", jnp.prod, np.prod, [BOOL, I8, U8, I32, F16, F32, C64], _default_int_like, "unit",
-     False),
-    ("max", jnp.max, np.max, NUMERIC, _same, "normal", True),
-    ("min", jnp.min, np.min, NUMERIC, _same, "normal", True),
-    ("amax", jnp.amax, np.amax, [F32], _same, "normal", True),
-    ("amin", jnp.amin, np.amin, [I8, F32], _same, "normal", True),
-    ("nanmin", jnp.nanmin, np.nanmin, [U8, F16], _same, "normal", True),
-    ("nanprod", jnp.nanprod, np.nanprod, [I8, F32], _default_int_like, "unit", False),
-    ("any", jnp.any, np.any, [BOOL, I8, F32, C64], _bool, "normal", False),
-    ("all", jnp.all, np.all, [BOOL, I8, F32, C64], _bool, "normal", False),
-    ("mean", jnp.mean, np.mean, NUMERIC + [C64], _inexact, "normal", False),
-    ("var", jnp.var, np.var, [BOOL, I8, I32, F16, BF16, F32, C64], _real_inexact, "normal",
-     False),
-    ("std", jnp.std, np.std, [I8, F16, F32, C64], _real_inexact, "normal", False),
-    ("ptp", jnp.ptp, np.ptp, [I8, U8, I32, F16, F32], _same, "normal", True),
-    ("count_nonzero", jnp.count_nonzero, np.count_nonzero, [BOOL, I8, F32, C64], _int32,
-     "normal", False),
-    ("median", jnp.median, np.median, [I8, I32, F16, F32], _inexact, "normal", True),
-    ("nansum", jnp.nansum, np.nansum, [I8, F16, F32], _default_int_like, "normal", False),
-    ("nanmax", jnp.nanmax, np.nanmax, [I8, F32], _same, "normal", True),
-    ("nanmean", jnp.nanmean, np.nanmean, [I8, F32], _inexact, "normal", True),
-    ("nanvar", jnp.nanvar, np.nanvar, [F32], _real_inexact, "normal", True),
-    ("nanstd", jnp.nanstd, np.nanstd, [F32], _real_inexact, "normal", True),
-]
-
-
-def _jnp_records():
-    records = []
-    for name, fn, np_fn, dts, out, kind, nonempty in JNP_REDUCTIONS:
-        for shape in SHAPES:
-            for axis in _axis_variants(shape):
-                if nonempty and _has_empty_reduction(shape, axis):
-                    continue
-                for keepdims in ((False, True) if axis is not None else (False,)):
-                    kwargs = dict(axis=axis, keepdims=keepdims)
-                    if (name == "count_nonzero" and shape == ()) or (
-                            name == "median" and 0 in shape):  # NumPy fails on these
-                        continue
-                    records.append(OpRecord(f"{name}-axis={axis}-keepdims={keepdims}", fn,
-                                            _np(np_fn), [(shape,)], dts, kind=kind,
-                                            out_dtype=out, static_kwargs=kwargs,
-                                            tol={F16: 4e-3, BF16: 2e-2, F32: 2e-5, C64: 2e-5}))
-    return records
-
-
-JNP_RECORDS = _jnp_records()
-JNP_CASES = [(r, s, d) for r in JNP_RECORDS for s, d in r.cases()]
+JNP_CASES = [(r, s, d) for r in REDUCTION_RECORDS for s, d in r.cases()]
 
 
 @pytest.mark.parametrize("record,shapes,dtype", JNP_CASES,
-                         ids=[i for r in JNP_RECORDS for i in r.ids()])
+                         ids=[i for r in REDUCTION_RECORDS for i in r.ids()])
 def test_jnp_reductions_match_numpy(record, shapes, dtype):
     check_record_eager(record, shapes, dtype)
 
 
-TRACED_RECORDS = [r for r in JNP_RECORDS if "keepdims=True" in r.name and
+TRACED_RECORDS = [r for r in REDUCTION_RECORDS if "keepdims=True" in r.name and
                   r.static_kwargs["axis"] == 0]
-RANK3_RECORDS = [r for r in JNP_RECORDS if r.shapes == [((2, 3, 4),)]]
+RANK3_RECORDS = [r for r in REDUCTION_RECORDS if r.shapes == [((2, 3, 4),)]]
 
 
 @pytest.mark.parametrize("record", RANK3_RECORDS, ids=[r.name for r in RANK3_RECORDS])

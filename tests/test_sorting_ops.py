@@ -11,13 +11,14 @@ from kiln import lax
 from kiln.core.errors import ConcretizationTypeError
 from kiln.core.interpreter import eval_closed_jaxpr
 from kiln.core.jaxpr import typecheck_jaxpr
-from tests._testing import OpRecord, check_record_eager, rand
+from tests._testing import check_record_eager, rand
+from tests.op_records import SHAPES_AXES, SORT_DTYPES, SORT_RECORDS, np_sort, np_sortable
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32, C64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.complex64)
 I8, U8, I32, U32 = (np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.uint32))
 BOOL = np.dtype(np.bool_)
-ALL = [BOOL, I8, U8, I32, U32, F16, BF16, F32, C64]
+ALL = SORT_DTYPES
 
 
 def with_specials(x: np.ndarray, rng) -> np.ndarray:
@@ -48,10 +49,6 @@ def assert_same(actual, expected):
     np.testing.assert_array_equal(actual, expected)
 
 
-def np_sortable(x):
-    return x.astype(np.float32) if x.dtype == BF16 else x
-
-
 def check_traced(fn, *args):
     args = [jnp.asarray(a) for a in args]
     eager = fn(*args)
@@ -62,10 +59,6 @@ def check_traced(fn, *args):
     for t, e, aval in zip(traced, eager_flat, closed.out_avals):
         assert aval.shape == e.shape and aval.dtype == e.dtype
         assert_same(np.asarray(t), np.asarray(e))
-
-
-SHAPES_AXES = [((5,), -1), ((0,), 0), ((3, 4), 0), ((3, 4), 1), ((2, 3, 4), 1), ((2, 0, 3), 2),
-               ((12,), 0)]
 
 
 # --- lax.sort --------------------------------------------------------------------------------
@@ -176,23 +169,6 @@ def test_top_k_extremes_and_errors():
 
 # --- kiln.numpy.sort / argsort ---------------------------------------------------------------
 
-def _np_sort(x, axis=-1):
-    return np.sort(np_sortable(x), axis=axis, kind="stable").astype(x.dtype)
-
-
-def _np_argsort(x, axis=-1):
-    return np.argsort(np_sortable(x), axis=axis, kind="stable")
-
-
-SORT_RECORDS = []
-for _shape, _axis in SHAPES_AXES + [((3, 4), None), ((), None)]:
-    SORT_RECORDS.append(OpRecord(f"sort-axis={_axis}", jnp.sort, _np_sort, [(_shape,)], ALL,
-                                 static_kwargs=dict(axis=_axis)))
-    SORT_RECORDS.append(OpRecord(f"argsort-axis={_axis}", jnp.argsort, _np_argsort,
-                                 [(_shape,)], ALL, static_kwargs=dict(axis=_axis),
-                                 out_dtype=lambda d: I32))
-
-
 def _special_data_record_check(record, shapes, dtype):
     x = data(shapes[0], dtype, 4)
     out = record.fn(jnp.asarray(x), **record.static_kwargs)
@@ -216,7 +192,7 @@ def test_jnp_sort_argsort(record, shapes, dtype):
 def test_descending(shape, axis, dtype):
     x = data(shape, dtype, 5)
     out = jnp.sort(jnp.asarray(x), axis=axis, descending=True)
-    assert_same(np.asarray(out), np.flip(_np_sort(x, axis), axis))
+    assert_same(np.asarray(out), np.flip(np_sort(x, axis), axis))
     idx = np.asarray(jnp.argsort(jnp.asarray(x), axis=axis, descending=True))
     # Stable descending: order by -value (NaN first), equal values keep their input order.
     key = np_sortable(x).astype(np.float64)
@@ -251,7 +227,7 @@ def test_sort_bad_input():
 
 def test_msort_sort_complex():
     x = data((4, 3), F32, 7)
-    assert_same(np.asarray(jnp.msort(jnp.asarray(x))), _np_sort(x, 0))
+    assert_same(np.asarray(jnp.msort(jnp.asarray(x))), np_sort(x, 0))
     xi = np.array([[3, 1, 2], [0, -1, 5]], np.int32)
     out = jnp.sort_complex(jnp.asarray(xi))
     assert out.dtype == np.complex64
@@ -290,7 +266,7 @@ def test_partition_and_argpartition(shape, kth, axis, dtype):
     idx = np.asarray(jnp.argpartition(jnp.asarray(x), kth, axis=axis))
     size = shape[axis]
     k = kth % size
-    sorted_x = _np_sort(x, axis)
+    sorted_x = np_sort(x, axis)
     kth_value = np.take(sorted_x, [k], axis=axis)
 
     def order_key(v):  # NaN sorts last: compare it as +inf
