@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
-from kiln.core import dtypes, rules
+from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 
@@ -125,8 +125,9 @@ def _io_callback_abstract_eval(*avals, callback, result_avals: tuple, ordered: b
     return list(result_avals)
 
 
-rules.effects_rules[io_callback_p] = lambda *, callback, result_avals, ordered: frozenset(
-    {"OrderedIO" if ordered else "IO"})
+@io_callback_p.def_effects
+def _io_callback_effects_rule(*, callback, result_avals, ordered):
+    return frozenset({"OrderedIO" if ordered else "IO"})
 
 
 def io_callback(callback: Callable, result_shape_dtypes: Any, *args, ordered: bool = False,

@@ -11,7 +11,6 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
-from kiln.core import rules
 from kiln.core.primitive import Primitive
 from kiln.core.trace import Tracer, current_trace_state
 from kiln.runtime.array import Array
@@ -69,7 +68,9 @@ def _debug_callback_abstract_eval(*avals, callback: _HostCall, effect: str) -> l
     return []
 
 
-rules.effects_rules[debug_callback_p] = lambda *, callback, effect: frozenset({effect})
+@debug_callback_p.def_effects
+def _debug_callback_effects_rule(*, callback, effect):
+    return frozenset({effect})
 
 
 def _stage(fn: Callable, label: str, ordered: bool, args: tuple, kwargs: dict) -> None:

@@ -12,6 +12,8 @@ from typing import Sequence
 import ml_dtypes
 import numpy as np
 
+from kiln.core.dtypes import dtype_family
+
 # ---------------------------------------------------------------------------------------------
 # dtypes
 
@@ -25,9 +27,8 @@ SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(np.dtype(t) for t in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
     np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
 
-# The four families every table below is keyed by.
-_FAMILY_OF_KIND = {"b": "bool", "i": "sint", "u": "uint", "f": "float"}
-
+# The families every table below is keyed by are dtype_family's: 'bool', 'sint', 'uint' and
+# 'float' (the backend compiles no complex dtype).
 DTYPE_SHORT_NAMES = {
     np.dtype(np.bool_): "bool", np.dtype(np.int8): "i8", np.dtype(np.int16): "i16",
     np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.uint8): "u8",
@@ -44,13 +45,6 @@ def as_dtype(dtype) -> np.dtype:
         raise TypeError(f"kernel IR does not support dtype {result}; supported: "
                         f"{sorted(DTYPE_SHORT_NAMES[d] for d in SUPPORTED_DTYPES)}")
     return result
-
-
-def dtype_family(dtype: np.dtype) -> str:
-    """One of 'bool', 'sint', 'uint', 'float' (bfloat16 counts as float)."""
-    if dtype == BFLOAT16:
-        return "float"
-    return _FAMILY_OF_KIND[dtype.kind]
 
 
 def short_name(dtype: np.dtype) -> str:

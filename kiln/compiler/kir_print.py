@@ -149,14 +149,6 @@ class _StmtPrinter:
     def free_vars(self, node: Expr) -> frozenset:
         return kir_rewrite.free_vars(node, self.free)
 
-    def is_stable(self, node: Expr) -> bool:
-        """Whether node reads no buffer these statements write (the emitter's rule too)."""
-        for item in kir.toposort([node], skip=self.stable):
-            reads_written = isinstance(item, Load) and item.buffer in self.written
-            self.stable[item] = not reads_written and all(
-                self.stable[child] for child in item.children())
-        return self.stable[node]
-
     def bind_invariant_reductions(self, stmts: Sequence[Stmt], indent: str):
         """Name, before a loop, the reductions inside it that do not depend on its variable:
         the emitter computes them there, once, and the text should say so.
@@ -167,7 +159,8 @@ class _StmtPrinter:
         roots = [e for s in kir.walk_stmts(stmts) for e in kir.stmt_exprs(s)]
         for node in kir.toposort(roots):
             if (isinstance(node, Reduce) and self.namer.lookup(node) is None
-                    and self.free_vars(node) <= self.bound and self.is_stable(node)):
+                    and self.free_vars(node) <= self.bound
+                    and kir_rewrite.is_stable(node, self.written, self.stable)):
                 self.bind_shared([node], indent)
 
     def bind_shared(self, roots: Sequence[Expr], indent: str):
@@ -196,8 +189,8 @@ class _StmtPrinter:
             # The emitter keeps only stable values from one statement to the next; a value
             # that reads a written buffer is recomputed by each statement using it, so its
             # name is good for this statement only.
-            transient = [node for node in self.namer.scopes[-1]
-                         if node not in before and not self.is_stable(node)]
+            transient = [node for node in self.namer.scopes[-1] if node not in before
+                         and not kir_rewrite.is_stable(node, self.written, self.stable)]
             if isinstance(stmt, Store):
                 index = format_expr(stmt.index, self.namer)
                 value = format_expr(stmt.value, self.namer)

@@ -1,4 +1,5 @@
-"""Analyses and rewrites over kernel IR: free variables, bottom-up rewriting, substitution.
+"""Analyses and rewrites over kernel IR: free variables, stability, bottom-up rewriting,
+substitution.
 
 The tools later passes use to transform kernels (kir_schedule's loop rewrites; unrolling or
 batching in the lowering). Everything here returns new nodes; the IR is never mutated.
@@ -22,6 +23,19 @@ def free_vars(node: Expr, memo: dict | None = None) -> frozenset[Var]:
         for child in item.children():
             found |= memo[child]
         memo[item] = found - {item.var} if isinstance(item, Reduce) else found
+    return memo[node]
+
+
+def is_stable(node: Expr, written, memo: dict) -> bool:
+    """Whether node's value cannot change within a kernel whose statements store to the
+    buffers `written`: it reads none of them. The emitter keeps only stable values from one
+    statement to the next, and the kernel printer follows the same rule.
+
+    Pass the same memo dict across calls to share the work.
+    """
+    for item in toposort([node], skip=memo):
+        reads_written = isinstance(item, Load) and item.buffer in written
+        memo[item] = not reads_written and all(memo[child] for child in item.children())
     return memo[node]
 
 

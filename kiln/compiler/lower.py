@@ -8,9 +8,9 @@ nothing but index arithmetic, and reading a fused producer inlines the producer'
 expression at that index: a chain of such equations becomes one scalar expression inside one
 loop nest (see fusion.py for which values get stored to memory instead).
 
-The rules live in compiler/lowering_*.py and register themselves in
-`kiln.core.rules.lowering_rules`; keeping them in the compiler means kiln/primitives never
-imports the compiler. Importing this module registers them all.
+The rules live in compiler/lowering_*.py and register themselves with `register_lowering`
+in `lowering_rules`, keyed by primitive; keeping them in the compiler means kiln/primitives
+never imports the compiler. Importing this module registers them all.
 """
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ class NotLowerable(NotImplementedError):
 Rule = Callable[..., Expr]
 
 
+#: prim -> f(ctx, index, *operands) -> Expr, the kernel-IR lowering of one element.
+lowering_rules = rules.RuleTable("lowering")
+
+
 def register_lowering(*prims) -> Callable[[Rule], Rule]:
     """Decorator: `@register_lowering(exp_p)` stores the function as exp_p's lowering rule."""
-    def decorate(rule: Rule) -> Rule:
-        for prim in prims:
-            rules.lowering_rules[prim] = rule
-        return rule
-    return decorate
+    return lowering_rules.register(*prims)
 
 
 def zero(dtype) -> Const:
@@ -272,7 +272,7 @@ class ExprBuilder:
         eqn = self.producers.get(var)
         if eqn is None:
             raise KirError(f"no producer or buffer for a value of type {var.aval}")
-        rule = rules.lowering_rules.get(eqn.primitive)
+        rule = lowering_rules.get(eqn.primitive)
         if rule is None:
             raise NotLowerable(f"{eqn.primitive} has no lowering rule")
         node = rule(RuleContext(eqn, self), index,
@@ -341,7 +341,7 @@ def lowerable(eqn: JaxprEqn) -> bool:
     """Whether eqn can run natively: a lowering rule exists, every type is one the backend
     compiles, and lowering it at a symbolic index succeeds using only scalar ops the LLVM
     backend supports for those dtypes (a trial build, cached per primitive/params/types)."""
-    rule = rules.lowering_rules.get(eqn.primitive)
+    rule = lowering_rules.get(eqn.primitive)
     if rule is None or eqn.primitive.multiple_results or len(eqn.outvars) != 1:
         return False
     if eqn.effects:

@@ -40,6 +40,19 @@ def short_name(dtype: np.dtype) -> str:
     return _SHORT_NAMES[dtype]
 
 
+def dtype_family(dtype: np.dtype) -> str:
+    """One of 'bool', 'sint', 'uint', 'float', 'complex' (bfloat16 counts as float)."""
+    if dtype == np.bool_:
+        return "bool"
+    if dtype.kind == "i":
+        return "sint"
+    if dtype.kind == "u":
+        return "uint"
+    if dtype.kind == "c":
+        return "complex"
+    return "float"
+
+
 def is_floating(dtype) -> bool:
     return dtype in (bfloat16, float16, float32, float64)
 

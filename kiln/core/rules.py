@@ -1,26 +1,46 @@
-"""The rule registries, keyed by primitive. Primitives write their rules here; interpreters
-(eager evaluation, tracing, jvp, transpose, batching, lowering) only read them."""
+"""The rule registries, keyed by primitive object. A primitive adds its rules through its
+`def_<kind>` methods (core/primitive.py); the compiler keeps its own tables of the same type for
+lowering and simplification. Interpreters (eager evaluation, tracing, jvp, transpose, batching,
+lowering) only read them."""
 from __future__ import annotations
 
 from typing import Callable
 
-impl_rules: dict = {}            # prim -> f(*numpy_values, **params) -> value | list
-abstract_eval_rules: dict = {}   # prim -> f(*avals, **params) -> aval | list[aval]
-jvp_rules: dict = {}             # prim -> f(primals, tangents, **params) -> (outs, out_tangents)
-transpose_rules: dict = {}       # prim -> f(cotangents, *args, **params) -> list
-batching_rules: dict = {}        # prim -> f(args, batch_dims, **params) -> (outs, out_dims)
-lowering_rules: dict = {}        # prim -> kernel-IR lowering (kiln.compiler.lower)
-dce_rules: dict = {}             # prim -> custom dead-code rule for primitives with sub-jaxprs
+
+class RuleTable(dict):
+    """The rules of one kind, keyed by primitive. `register` is the one way to add a rule;
+    reading is a plain dict lookup (`table.get(prim)`, `prim in table`)."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+
+    def register(self, *prims) -> Callable[[Callable], Callable]:
+        """Decorator: `@table.register(a_p, b_p)` stores the function as the rule of each."""
+        def decorate(rule: Callable) -> Callable:
+            for prim in prims:
+                self[prim] = rule
+            return rule
+        return decorate
+
+    def __repr__(self) -> str:
+        return f"RuleTable({self.kind!r}, {len(self)} rules)"
 
 
-def register(registry: dict, prim) -> Callable:
-    """Decorator: `@register(jvp_rules, sin_p)` stores the function as sin_p's rule."""
-    def decorate(fn):
-        registry[prim] = fn
-        return fn
-    return decorate
+impl_rules = RuleTable("impl")                 # f(*numpy_values, **params) -> value | list
+abstract_eval_rules = RuleTable("abstract_eval")  # f(*avals, **params) -> aval | list[aval]
+jvp_rules = RuleTable("jvp")          # f(primals, tangents, **params) -> (out, out_tangent);
+#                                       a tangent of None is a symbolic zero
+transpose_rules = RuleTable("transpose")  # f(cotangent, *args, **params) -> list (one per arg;
+#                                           None for an argument that is not linear)
+batching_rules = RuleTable("batching")  # f(args, batch_dims, **params) -> (outs, out_dims)
+effects_rules = RuleTable("effects")    # f(**params) -> frozenset of effect names; an equation
+#                                         with effects is never removed, merged, folded or
+#                                         reordered
+dce_rules = RuleTable("dce")  # f(used_outputs, eqn) -> (used_inputs, new_eqn | None): dead code
+#                               of primitives with sub-jaxprs
 
-
-# Appended by the jit work: which primitives have side effects (debug.print, io_callback).
-effects_rules: dict = {}         # prim -> f(**params) -> frozenset of effect names; an equation
-#                                  with effects is never removed, merged, folded or reordered
+#: Every kind a primitive registers through `Primitive.def_<kind>`.
+PRIMITIVE_RULE_TABLES = {table.kind: table for table in (
+    impl_rules, abstract_eval_rules, jvp_rules, transpose_rules, batching_rules, effects_rules,
+    dce_rules)}

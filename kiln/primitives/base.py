@@ -1,5 +1,6 @@
-"""Constructors for the routine parts of primitives: elementwise unary/binary ops and the
-shape/dtype checks they share, so that a primitive definition reads as a declaration."""
+"""Constructors for the routine parts of primitives: elementwise ops, the shape/dtype checks
+they share and the common shapes of a derivative rule (defjvp, deflinear), so that a primitive
+definition reads as a declaration."""
 from __future__ import annotations
 
 from typing import Callable, Iterable
@@ -10,7 +11,8 @@ from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 
-# dtype families a primitive may accept
+# dtype families a primitive may accept (the values of dtypes.dtype_family, plus INT for both
+# signed and unsigned integers)
 BOOL = "bool"
 INT = "int"       # signed and unsigned integers
 UINT = "uint"
@@ -23,22 +25,10 @@ ANY = (BOOL, INT, FLOAT, COMPLEX)
 INTEGRAL = (BOOL, INT)  # bitwise ops
 
 
-def dtype_family(dtype: np.dtype) -> str:
-    if dtype == np.bool_:
-        return BOOL
-    if dtype.kind in "iu":
-        return INT
-    if dtype.kind == "c":
-        return COMPLEX
-    return FLOAT
-
-
 def check_dtype(name: str, dtype: np.dtype, allowed: Iterable[str]) -> None:
     allowed = (allowed,) if isinstance(allowed, str) else tuple(allowed)
-    family = dtype_family(dtype)
-    if family in allowed:
-        return
-    if UINT in allowed and dtype.kind == "u" or SINT in allowed and dtype.kind == "i":
+    family = dtypes.dtype_family(dtype)
+    if family in allowed or INT in allowed and family in (SINT, UINT):
         return
     raise TypeError(f"{name} does not accept dtype {dtype.name}; it accepts "
                     f"{', '.join(allowed)} arrays.")
@@ -62,39 +52,31 @@ def check_same_dtypes(name: str, *avals: ShapedArray) -> None:
                         "lax.convert_element_type, or use kiln.numpy, which promotes.)")
 
 
-def standard_unop(name: str, impl: Callable, allowed=ANY, result_dtype=None,
-                  weak: bool = True) -> Primitive:
-    """An elementwise op of one operand; `result_dtype(dtype)` for ops that change dtype."""
-    prim = Primitive(name)
-
-    def abstract_eval(x: ShapedArray, **params) -> ShapedArray:
-        check_dtype(name, x.dtype, allowed)
-        dtype = result_dtype(x.dtype) if result_dtype else x.dtype
-        return ShapedArray(x.shape, dtype, x.weak_type and weak and result_dtype is None)
-
-    prim.def_impl(impl)
-    prim.def_abstract_eval(abstract_eval)
-    return prim
-
-
-def standard_binop(name: str, impl: Callable, allowed=ANY, result_dtype=None,
+def standard_binop(name: str, impl: Callable, allowed, result_dtype: Callable | None = None,
                    nargs: int = 2) -> Primitive:
-    """An elementwise op of `nargs` same-dtype operands (rank-0 operands broadcast)."""
+    """An elementwise op of `nargs` same-dtype operands (rank-0 operands broadcast). The result
+    dtype is `result_dtype(dtype)` (default: the operands'); it is weak iff all operands are."""
     prim = Primitive(name)
 
     def abstract_eval(*avals: ShapedArray, **params) -> ShapedArray:
         if len(avals) != nargs:
-            raise TypeError(f"{name} takes {nargs} operands, got {len(avals)}")
+            raise TypeError(f"{name} takes {nargs} operand{'s' if nargs > 1 else ''}, "
+                            f"got {len(avals)}")
         check_same_dtypes(name, *avals)
         check_dtype(name, avals[0].dtype, allowed)
         shape = broadcast_scalar_shapes(name, *avals)
         dtype = result_dtype(avals[0].dtype) if result_dtype else avals[0].dtype
-        weak = result_dtype is None and all(a.weak_type for a in avals)
-        return ShapedArray(shape, dtype, weak)
+        return ShapedArray(shape, dtype, all(a.weak_type for a in avals))
 
     prim.def_impl(impl)
     prim.def_abstract_eval(abstract_eval)
     return prim
+
+
+def standard_unop(name: str, impl: Callable, allowed,
+                  result_dtype: Callable | None = None) -> Primitive:
+    """An elementwise op of one operand (see standard_binop)."""
+    return standard_binop(name, impl, allowed, result_dtype, nargs=1)
 
 
 def to_bool(dtype: np.dtype) -> np.dtype:
@@ -133,3 +115,63 @@ def lax_operands(*args):
         dtype = ref.dtype if hasattr(ref, "dtype") else dtypes.canonicalize(np.asarray(ref).dtype)
     return tuple(scalar_to_array(a, dtype) if isinstance(a, (bool, int, float, complex)) else a
                  for a in args)
+
+
+# --- derivative rules --------------------------------------------------------------------------
+# The common shapes of a jvp or transpose rule, as declarations (JAX's defjvp and deflinear), so
+# that most primitives state their derivative in one line. A tangent or cotangent of None is a
+# symbolic zero. The lax ops these rules build on are imported where a rule runs: the
+# elementwise, shape and reduction modules are themselves built with this one.
+
+def defjvp(prim: Primitive, *jvp_fns: Callable | None) -> Callable:
+    """Declare the jvp of an elementwise op: `jvp_fns[i](g, *primals, **params)` is the output
+    tangent that operand i's tangent `g` contributes (g * f'(x) for f(x)); None for an operand
+    the op is not differentiable in. Contributions of rank-0 operands are broadcast to the
+    output's shape, and the contributions are added."""
+    def jvp_rule(primals, tangents, **params):
+        from kiln.primitives.elementwise import add
+        out = prim.bind(*primals, **params)
+        out_tangent = None
+        for jvp_fn, tangent in zip(jvp_fns, tangents):
+            if jvp_fn is None or tangent is None:
+                continue
+            term = broadcast_to_shape(jvp_fn(tangent, *primals, **params), out.shape)
+            out_tangent = term if out_tangent is None else add(out_tangent, term)
+        return out, out_tangent
+    return prim.def_jvp(jvp_rule)
+
+
+def deflinear(prim: Primitive, transpose_fn: Callable) -> Callable:
+    """Declare a linear op: its jvp applies the op to the tangents (zeros standing in for the
+    symbolic ones), and `transpose_fn(cotangent, *args, **params) -> list` is its transpose."""
+    def jvp_rule(primals, tangents, **params):
+        out = prim.bind(*primals, **params)
+        if all(t is None for t in tangents):
+            return out, None
+        tangents = [zeros_like(p) if t is None else t for p, t in zip(primals, tangents)]
+        return out, prim.bind(*tangents, **params)
+    prim.def_jvp(jvp_rule)
+    prim.def_transpose(transpose_fn)
+    return jvp_rule
+
+
+def zeros_like(x):
+    """Zeros of x's shape, dtype and weak type."""
+    from kiln.primitives.shape import broadcast_in_dim
+    dtype, weak = dtypes.dtype_and_weak_of(x)
+    return broadcast_in_dim(scalar_to_array(0, dtype, weak), tuple(x.shape), ())
+
+
+def broadcast_to_shape(x, shape: tuple):
+    """x, broadcast to `shape` if it is rank-0 (lax elementwise ops broadcast only those)."""
+    from kiln.primitives.shape import broadcast_in_dim
+    return x if tuple(x.shape) == tuple(shape) else broadcast_in_dim(x, shape, ())
+
+
+def unbroadcast(cotangent, shape: tuple):
+    """The cotangent of an operand of `shape` that an elementwise op broadcast: summed over
+    every axis when the operand was rank-0 and the result was not."""
+    from kiln.primitives.reductions import reduce_sum
+    if tuple(cotangent.shape) == tuple(shape):
+        return cotangent
+    return reduce_sum(cotangent, tuple(range(len(cotangent.shape))))

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from kiln.config import config
-from kiln.core import dtypes, rules
+from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives import control_flow_common as cf
@@ -213,9 +213,12 @@ def _cond_abstract_eval(index: ShapedArray, *operands: ShapedArray, branches: tu
             for k, a in enumerate(first.out_avals)]
 
 
-rules.effects_rules[cond_p] = lambda *, branches, linear: cf.effects_of(*branches)
+@cond_p.def_effects
+def _cond_effects_rule(*, branches, linear):
+    return cf.effects_of(*branches)
 
 
+@cond_p.def_dce
 def _cond_dce_rule(used_outputs: list[bool], eqn):
     """Keep the used outputs of every branch and the operands some branch still reads; drop
     the equation when nothing is used and no branch has effects."""
@@ -234,6 +237,3 @@ def _cond_dce_rule(used_outputs: list[bool], eqn):
                           outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
                           params={**eqn.params, "branches": new_branches, "linear": linear})
     return [True] + used_inputs, new_eqn
-
-
-rules.dce_rules[cond_p] = _cond_dce_rule

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from kiln.config import config
-from kiln.core import dtypes, rules
+from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives import control_flow_common as cf
@@ -226,10 +226,12 @@ def _while_abstract_eval(*avals: ShapedArray, cond_jaxpr, body_jaxpr, cond_ncons
     return cf.carry_out_avals(body_jaxpr.in_avals[body_nconsts:], body_out)
 
 
-rules.effects_rules[while_p] = lambda *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts: \
-    cf.effects_of(cond_jaxpr, body_jaxpr)
+@while_p.def_effects
+def _while_effects_rule(*, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+    return cf.effects_of(cond_jaxpr, body_jaxpr)
 
 
+@while_p.def_dce
 def _while_dce_rule(used_outputs: list[bool], eqn):
     """Keep the carries that a used output, the condition, an effect or a kept carry's update
     depends on; drop the loop when no output is used and neither jaxpr has effects."""
@@ -261,8 +263,6 @@ def _while_dce_rule(used_outputs: list[bool], eqn):
                 "cond_nconsts": len(cond_consts), "body_nconsts": len(body_consts)})
     return keep_cond[:nc] + body_reads[:nb] + used_carry, new_eqn
 
-
-rules.dce_rules[while_p] = _while_dce_rule
 
 
 # --- scan ------------------------------------------------------------------------------------
@@ -453,9 +453,12 @@ def _scan_abstract_eval(*avals: ShapedArray, jaxpr, length: int, reverse: bool, 
     return carry_out + ys
 
 
-rules.effects_rules[scan_p] = lambda *, jaxpr, **_: cf.effects_of(jaxpr)
+@scan_p.def_effects
+def _scan_effects_rule(*, jaxpr, **_):
+    return cf.effects_of(jaxpr)
 
 
+@scan_p.def_dce
 def _scan_dce_rule(used_outputs: list[bool], eqn):
     """Keep the used ys and the carries that a used output, an effect or a kept carry's update
     depends on; drop the loop when no output is used and the body has no effects."""
@@ -481,6 +484,3 @@ def _scan_dce_rule(used_outputs: list[bool], eqn):
                 "num_carry": sum(used_carry),
                 "linear": tuple(l for l, k in zip(p["linear"], keep) if k)})
     return keep, new_eqn
-
-
-rules.dce_rules[scan_p] = _scan_dce_rule

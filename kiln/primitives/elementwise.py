@@ -19,8 +19,9 @@ from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives.base import (ANY, BOOL, COMPLEX, FLOAT, INT, INTEGRAL, NUMBER,
-                                  SINT, broadcast_scalar_shapes, check_dtype, check_same_dtypes,
-                                  ignore_fp_errors, lax_operands, real_dtype, to_bool)
+                                  SINT, check_dtype, check_same_dtypes, ignore_fp_errors,
+                                  lax_operands, real_dtype, standard_binop, standard_unop,
+                                  to_bool)
 
 __all__ = [
     "add", "sub", "mul", "div", "rem", "neg", "max", "min", "integer_pow", "abs", "sign",
@@ -37,40 +38,6 @@ ORDERED = (BOOL, INT, FLOAT)  # dtypes with a total order (lt, max, clamp)
 
 
 # --- constructors ----------------------------------------------------------------------------
-
-def naryop(name: str, impl: Callable, allowed, result_dtype: Callable | None = None,
-           nargs: int = 2) -> Primitive:
-    """An elementwise op of `nargs` same-dtype operands (rank-0 operands broadcast). The result
-    dtype is `result_dtype(dtype)` (default: the operands'); it is weak iff all operands are."""
-    prim = Primitive(name)
-
-    def abstract_eval(*avals: ShapedArray, **params) -> ShapedArray:
-        if len(avals) != nargs:
-            raise TypeError(f"{name} takes {nargs} operand{'s' if nargs > 1 else ''}, "
-                            f"got {len(avals)}")
-        check_same_dtypes(name, *avals)
-        check_dtype(name, avals[0].dtype, allowed)
-        shape = broadcast_scalar_shapes(name, *avals)
-        dtype = result_dtype(avals[0].dtype) if result_dtype else avals[0].dtype
-        return ShapedArray(shape, dtype, builtins.all(a.weak_type for a in avals))
-
-    prim.def_impl(impl)
-    prim.def_abstract_eval(abstract_eval)
-    return prim
-
-
-def unop(name: str, impl: Callable, allowed, result_dtype: Callable | None = None) -> Primitive:
-    return naryop(name, impl, allowed, result_dtype, nargs=1)
-
-
-def quiet(fn: Callable) -> Callable:
-    """Run a NumPy impl without floating-point warnings: like XLA, return inf/nan silently."""
-    def impl(*args, **params):
-        with np.errstate(all="ignore"):
-            return fn(*args, **params)
-    impl.__name__ = getattr(fn, "__name__", "impl")
-    return impl
-
 
 def via_float32(fn: Callable) -> Callable:
     """Evaluate `fn` on float16/bfloat16 operands in float32 and round once, as NumPy and
@@ -106,9 +73,9 @@ def unary_wrapper(prim: Primitive, name: str | None = None, doc: str = "") -> Ca
 
 
 # --- arithmetic ------------------------------------------------------------------------------
-add_p = naryop("add", via_float32(np.add), NUMBER)
-sub_p = naryop("sub", via_float32(np.subtract), NUMBER)
-mul_p = naryop("mul", via_float32(np.multiply), NUMBER)
+add_p = standard_binop("add", via_float32(np.add), NUMBER)
+sub_p = standard_binop("sub", via_float32(np.subtract), NUMBER)
+mul_p = standard_binop("mul", via_float32(np.multiply), NUMBER)
 
 
 def _div_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -137,7 +104,7 @@ def _abs_uint64(x: np.ndarray) -> np.ndarray:
     return np.where(x < 0, ~u + np.uint64(1), u)
 
 
-div_p = naryop("div", quiet(via_float32(_div_impl)), NUMBER)
+div_p = standard_binop("div", ignore_fp_errors(via_float32(_div_impl)), NUMBER)
 
 
 def _rem_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -152,8 +119,8 @@ def _rem_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(y == 0, x, out).astype(x.dtype)
 
 
-rem_p = naryop("rem", quiet(via_float32(_rem_impl)), (INT, FLOAT))
-neg_p = unop("neg", quiet(np.negative), NUMBER)
+rem_p = standard_binop("rem", ignore_fp_errors(via_float32(_rem_impl)), (INT, FLOAT))
+neg_p = standard_unop("neg", ignore_fp_errors(np.negative), NUMBER)
 
 
 def _max_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -195,8 +162,8 @@ def _complex_lt(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a.real < b.real) | ((a.real == b.real) & (a.imag < b.imag))
 
 
-max_p = naryop("max", quiet(_max_impl), ANY)
-min_p = naryop("min", quiet(_min_impl), ANY)
+max_p = standard_binop("max", ignore_fp_errors(_max_impl), ANY)
+min_p = standard_binop("min", ignore_fp_errors(_min_impl), ANY)
 
 # --- integer_pow -----------------------------------------------------------------------------
 integer_pow_p = Primitive("integer_pow")
@@ -239,7 +206,8 @@ def integer_pow(x, y: int):
 
 
 # --- abs, sign -------------------------------------------------------------------------------
-abs_p = unop("abs", quiet(np.abs), (SINT, FLOAT, COMPLEX), result_dtype=real_dtype)
+abs_p = standard_unop("abs", ignore_fp_errors(np.abs), (SINT, FLOAT, COMPLEX),
+                      result_dtype=real_dtype)
 
 
 def _sign_impl(x: np.ndarray) -> np.ndarray:
@@ -254,7 +222,7 @@ def _sign_impl(x: np.ndarray) -> np.ndarray:
     return np.where(x > 0, one, np.where(x < 0, -one, x)).astype(x.dtype)
 
 
-sign_p = unop("sign", quiet(_sign_impl), NUMBER)
+sign_p = standard_unop("sign", ignore_fp_errors(_sign_impl), NUMBER)
 
 # --- rounding --------------------------------------------------------------------------------
 
@@ -266,8 +234,8 @@ class RoundingMethod(enum.IntEnum):
     TO_NEAREST_EVEN = 1
 
 
-floor_p = unop("floor", np.floor, FLOAT)
-ceil_p = unop("ceil", np.ceil, FLOAT)
+floor_p = standard_unop("floor", np.floor, FLOAT)
+ceil_p = standard_unop("ceil", np.ceil, FLOAT)
 round_p = Primitive("round")
 
 
@@ -300,9 +268,9 @@ def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001 (lax'
     return round_p.bind(x, rounding_method=method)
 
 
-is_finite_p = unop("is_finite", np.isfinite, FLOAT, result_dtype=to_bool)
+is_finite_p = standard_unop("is_finite", np.isfinite, FLOAT, result_dtype=to_bool)
 # np.nextafter has native float16 and bfloat16 (ml_dtypes) loops, which must not go via f32.
-nextafter_p = naryop("nextafter", ignore_fp_errors(np.nextafter), FLOAT)
+nextafter_p = standard_binop("nextafter", ignore_fp_errors(np.nextafter), FLOAT)
 
 # --- comparisons -----------------------------------------------------------------------------
 
@@ -315,18 +283,18 @@ def _compare(np_fn: Callable) -> Callable:
     return impl
 
 
-eq_p = naryop("eq", _compare(np.equal), ANY, result_dtype=to_bool)
-ne_p = naryop("ne", _compare(np.not_equal), ANY, result_dtype=to_bool)
-lt_p = naryop("lt", _compare(np.less), ORDERED, result_dtype=to_bool)
-le_p = naryop("le", _compare(np.less_equal), ORDERED, result_dtype=to_bool)
-gt_p = naryop("gt", _compare(np.greater), ORDERED, result_dtype=to_bool)
-ge_p = naryop("ge", _compare(np.greater_equal), ORDERED, result_dtype=to_bool)
+eq_p = standard_binop("eq", _compare(np.equal), ANY, result_dtype=to_bool)
+ne_p = standard_binop("ne", _compare(np.not_equal), ANY, result_dtype=to_bool)
+lt_p = standard_binop("lt", _compare(np.less), ORDERED, result_dtype=to_bool)
+le_p = standard_binop("le", _compare(np.less_equal), ORDERED, result_dtype=to_bool)
+gt_p = standard_binop("gt", _compare(np.greater), ORDERED, result_dtype=to_bool)
+ge_p = standard_binop("ge", _compare(np.greater_equal), ORDERED, result_dtype=to_bool)
 
 # --- logical / bitwise -----------------------------------------------------------------------
-not_p = unop("not", np.invert, INTEGRAL)
-and_p = naryop("and", np.bitwise_and, INTEGRAL)
-or_p = naryop("or", np.bitwise_or, INTEGRAL)
-xor_p = naryop("xor", np.bitwise_xor, INTEGRAL)
+not_p = standard_unop("not", np.invert, INTEGRAL)
+and_p = standard_binop("and", np.bitwise_and, INTEGRAL)
+or_p = standard_binop("or", np.bitwise_or, INTEGRAL)
+xor_p = standard_binop("xor", np.bitwise_xor, INTEGRAL)
 
 
 def _unsigned_view(x: np.ndarray) -> np.ndarray:
@@ -351,8 +319,8 @@ def _clz_impl(x: np.ndarray) -> np.ndarray:
     return (bits - length).astype(x.dtype)
 
 
-population_count_p = unop("population_count", _population_count_impl, INT)
-clz_p = unop("clz", _clz_impl, INT)
+population_count_p = standard_unop("population_count", _population_count_impl, INT)
+clz_p = standard_unop("clz", _clz_impl, INT)
 
 
 def _shift_amount(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -383,13 +351,14 @@ def _shift_right_arithmetic_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out.view(x.dtype)
 
 
-shift_left_p = naryop("shift_left", _shift_left_impl, INT)
-shift_right_logical_p = naryop("shift_right_logical", _shift_right_logical_impl, INT)
-shift_right_arithmetic_p = naryop("shift_right_arithmetic", _shift_right_arithmetic_impl, INT)
+shift_left_p = standard_binop("shift_left", _shift_left_impl, INT)
+shift_right_logical_p = standard_binop("shift_right_logical", _shift_right_logical_impl, INT)
+shift_right_arithmetic_p = standard_binop("shift_right_arithmetic",
+                                          _shift_right_arithmetic_impl, INT)
 
 # --- complex parts ---------------------------------------------------------------------------
-real_p = unop("real", lambda x: np.real(x).copy(), COMPLEX, result_dtype=real_dtype)
-imag_p = unop("imag", lambda x: np.imag(x).copy(), COMPLEX, result_dtype=real_dtype)
+real_p = standard_unop("real", lambda x: np.real(x).copy(), COMPLEX, result_dtype=real_dtype)
+imag_p = standard_unop("imag", lambda x: np.imag(x).copy(), COMPLEX, result_dtype=real_dtype)
 
 
 def _complex_dtype(dtype: np.dtype) -> np.dtype:
@@ -399,8 +368,8 @@ def _complex_dtype(dtype: np.dtype) -> np.dtype:
 
 
 # lax.conj of a real operand gives the complex type, as JAX's does.
-conj_p = unop("conj", lambda x: np.conj(x).astype(_complex_dtype(x.dtype)),
-              (FLOAT, COMPLEX), result_dtype=_complex_dtype)
+conj_p = standard_unop("conj", lambda x: np.conj(x).astype(_complex_dtype(x.dtype)),
+                       (FLOAT, COMPLEX), result_dtype=_complex_dtype)
 
 
 def _complex_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -417,7 +386,7 @@ def _complex_abstract_check(dtype: np.dtype) -> np.dtype:
     return _complex_dtype(dtype)
 
 
-complex_p = naryop("complex", _complex_impl, FLOAT, result_dtype=_complex_abstract_check)
+complex_p = standard_binop("complex", _complex_impl, FLOAT, result_dtype=_complex_abstract_check)
 
 # --- select_n --------------------------------------------------------------------------------
 select_n_p = Primitive("select_n")
@@ -596,6 +565,3 @@ real = unary_wrapper(real_p, doc="The real part of a complex array.")
 imag = unary_wrapper(imag_p, doc="The imaginary part of a complex array.")
 conj = unary_wrapper(conj_p, doc="The complex conjugate (a complex array even for real x).")
 complex = binary_wrapper(complex_p, "complex", "x + i*y from float32/float64 parts.")  # noqa
-
-# exp, log, tanh and pow moved to elementwise_math.py; keep importing them from here working.
-from kiln.primitives.elementwise_math import exp_p, log_p, pow_p, tanh_p  # noqa: E402,F401

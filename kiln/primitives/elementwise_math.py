@@ -17,10 +17,9 @@ import scipy.special
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives.base import (FLOAT, INEXACT, NUMBER, broadcast_scalar_shapes,
-                                  check_dtype, lax_operands)
+                                  check_dtype, lax_operands, standard_binop, standard_unop)
 from kiln.core import dtypes
-from kiln.primitives.elementwise import (binary_wrapper, integer_pow, naryop, unary_wrapper,
-                                         unop, via_float32)
+from kiln.primitives.elementwise import binary_wrapper, integer_pow, unary_wrapper, via_float32
 
 _DOUBLE = {dtypes.float32: dtypes.float64, dtypes.complex64: dtypes.complex128}
 
@@ -85,34 +84,34 @@ def pow(x, y):  # noqa: A001 (lax's name)
 
 
 # --- exponentials and logarithms -------------------------------------------------------------
-exp_p = unop("exp", precise(np.exp), INEXACT)
-exp2_p = unop("exp2", precise(np.exp2), INEXACT)
-log_p = unop("log", precise(np.log), INEXACT)
-log1p_p = unop("log1p", precise(np.log1p), INEXACT)
-expm1_p = unop("expm1", precise(np.expm1), INEXACT)
+exp_p = standard_unop("exp", precise(np.exp), INEXACT)
+exp2_p = standard_unop("exp2", precise(np.exp2), INEXACT)
+log_p = standard_unop("log", precise(np.log), INEXACT)
+log1p_p = standard_unop("log1p", precise(np.log1p), INEXACT)
+expm1_p = standard_unop("expm1", precise(np.expm1), INEXACT)
 
 # --- roots and powers ------------------------------------------------------------------------
-sqrt_p = unop("sqrt", via_float32(np.sqrt), INEXACT)
-rsqrt_p = unop("rsqrt", precise(lambda x: np.reciprocal(np.sqrt(x))), INEXACT)
-cbrt_p = unop("cbrt", precise(np.cbrt), FLOAT)
-square_p = unop("square", via_float32(np.square), NUMBER)
+sqrt_p = standard_unop("sqrt", via_float32(np.sqrt), INEXACT)
+rsqrt_p = standard_unop("rsqrt", precise(lambda x: np.reciprocal(np.sqrt(x))), INEXACT)
+cbrt_p = standard_unop("cbrt", precise(np.cbrt), FLOAT)
+square_p = standard_unop("square", via_float32(np.square), NUMBER)
 
 # --- trigonometric ---------------------------------------------------------------------------
-sin_p = unop("sin", precise(np.sin), INEXACT)
-cos_p = unop("cos", precise(np.cos), INEXACT)
-tan_p = unop("tan", precise(np.tan), INEXACT)
-asin_p = unop("asin", precise(np.arcsin), INEXACT)
-acos_p = unop("acos", precise(np.arccos), INEXACT)
-atan_p = unop("atan", precise(np.arctan), INEXACT)
-atan2_p = naryop("atan2", precise(np.arctan2), FLOAT)
+sin_p = standard_unop("sin", precise(np.sin), INEXACT)
+cos_p = standard_unop("cos", precise(np.cos), INEXACT)
+tan_p = standard_unop("tan", precise(np.tan), INEXACT)
+asin_p = standard_unop("asin", precise(np.arcsin), INEXACT)
+acos_p = standard_unop("acos", precise(np.arccos), INEXACT)
+atan_p = standard_unop("atan", precise(np.arctan), INEXACT)
+atan2_p = standard_binop("atan2", precise(np.arctan2), FLOAT)
 
 # --- hyperbolic ------------------------------------------------------------------------------
-sinh_p = unop("sinh", precise(np.sinh), INEXACT)
-cosh_p = unop("cosh", precise(np.cosh), INEXACT)
-tanh_p = unop("tanh", precise(np.tanh), INEXACT)
-asinh_p = unop("asinh", precise(np.arcsinh), INEXACT)
-acosh_p = unop("acosh", precise(np.arccosh), INEXACT)
-atanh_p = unop("atanh", precise(np.arctanh), INEXACT)
+sinh_p = standard_unop("sinh", precise(np.sinh), INEXACT)
+cosh_p = standard_unop("cosh", precise(np.cosh), INEXACT)
+tanh_p = standard_unop("tanh", precise(np.tanh), INEXACT)
+asinh_p = standard_unop("asinh", precise(np.arcsinh), INEXACT)
+acosh_p = standard_unop("acosh", precise(np.arccosh), INEXACT)
+atanh_p = standard_unop("atanh", precise(np.arctanh), INEXACT)
 
 # --- logistic and special functions ----------------------------------------------------------
 
@@ -129,12 +128,12 @@ def _digamma(x: np.ndarray) -> np.ndarray:
     return np.where((x <= 0) & (x == np.floor(x)), np.nan, out).astype(out.dtype)
 
 
-logistic_p = unop("logistic", precise(_logistic), INEXACT)
-erf_p = unop("erf", precise(scipy.special.erf), FLOAT)
-erfc_p = unop("erfc", precise(scipy.special.erfc), FLOAT)
-erf_inv_p = unop("erf_inv", precise(scipy.special.erfinv), FLOAT)
-lgamma_p = unop("lgamma", precise(scipy.special.gammaln), FLOAT)
-digamma_p = unop("digamma", precise(_digamma), FLOAT)
+logistic_p = standard_unop("logistic", precise(_logistic), INEXACT)
+erf_p = standard_unop("erf", precise(scipy.special.erf), FLOAT)
+erfc_p = standard_unop("erfc", precise(scipy.special.erfc), FLOAT)
+erf_inv_p = standard_unop("erf_inv", precise(scipy.special.erfinv), FLOAT)
+lgamma_p = standard_unop("lgamma", precise(scipy.special.gammaln), FLOAT)
+digamma_p = standard_unop("digamma", precise(_digamma), FLOAT)
 
 # --- wrappers (the lax API) ------------------------------------------------------------------
 exp, exp2, log, log1p, expm1 = (unary_wrapper(p) for p in (exp_p, exp2_p, log_p, log1p_p,

@@ -23,7 +23,7 @@ import optree
 from kiln import api_util
 from kiln.api import ShapeDtypeStruct
 from kiln.config import config as _config
-from kiln.core import dtypes, rules
+from kiln.core import dtypes
 from kiln.core.avals import ShapedArray, get_aval
 from kiln.core.interpreter import eval_jaxpr, jaxpr_effects
 from kiln.core.jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn
@@ -134,9 +134,12 @@ def _pjit_abstract_eval(*in_avals: ShapedArray, jaxpr: ClosedJaxpr, name: str):
     return [v.aval for v in jaxpr.jaxpr.outvars]
 
 
-rules.effects_rules[pjit_p] = lambda *, jaxpr, name: jaxpr_effects(jaxpr)
+@pjit_p.def_effects
+def _pjit_effects_rule(*, jaxpr, name):
+    return jaxpr_effects(jaxpr)
 
 
+@pjit_p.def_dce
 def _pjit_dce_rule(used_outputs: list[bool], eqn: JaxprEqn):
     """Drop unused outputs and unread inputs of a call; drop the call if nothing is left."""
     from kiln.compiler.passes.dce import dce_jaxpr
@@ -150,9 +153,6 @@ def _pjit_dce_rule(used_outputs: list[bool], eqn: JaxprEqn):
         outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
         params={**eqn.params, "jaxpr": ClosedJaxpr(inner, closed.consts)})
     return used_inputs, new_eqn
-
-
-rules.dce_rules[pjit_p] = _pjit_dce_rule
 
 
 # --- argument signatures -----------------------------------------------------------------------

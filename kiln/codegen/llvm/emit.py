@@ -209,14 +209,6 @@ class _KernelEmitter:
                 return scope[key]
         return None
 
-    def is_stable(self, node: Expr) -> bool:
-        """Whether node's value cannot change within the kernel (reads no written buffer)."""
-        for item in kir.toposort([node], skip=self.stable):
-            reads_written = isinstance(item, Load) and item.buffer in self.written
-            self.stable[item] = not reads_written and all(
-                self.stable[child] for child in item.children())
-        return self.stable[node]
-
     def free_vars(self, node: Expr) -> frozenset[Var]:
         return kir_rewrite.free_vars(node, self.free)
 
@@ -229,13 +221,14 @@ class _KernelEmitter:
         bound = set(self.vars)
         ready = [node for node in kir.toposort(roots)
                  if isinstance(node, Reduce) and self.lookup(node) is None
-                 and self.is_stable(node) and self.free_vars(node) <= bound]
+                 and kir_rewrite.is_stable(node, self.written, self.stable)
+                 and self.free_vars(node) <= bound]
         for group in _fusable_groups(ready):
             self.emit_reductions(group, {})
 
     def remember(self, key, node: Expr, value, local: dict) -> None:
         local[key] = value
-        if self.is_stable(node):
+        if kir_rewrite.is_stable(node, self.written, self.stable):
             self.scopes[-1][key] = value
 
     def value(self, root: Expr) -> ir.Value:

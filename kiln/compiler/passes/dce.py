@@ -1,7 +1,7 @@
 """Dead-code elimination: drop equations whose outputs nothing reads, and unused constants.
 
 Equations with effects (debug.print, io_callback, or a call whose body has them) are always
-kept. A primitive with sub-jaxprs may register a rule in `kiln.core.rules.dce_rules`:
+kept. A primitive with sub-jaxprs may register a rule with `Primitive.def_dce`:
 
     rule(used_outputs: list[bool], eqn) -> (used_inputs: list[bool], new_eqn | None)
 

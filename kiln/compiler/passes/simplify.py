@@ -27,15 +27,17 @@ import numpy as np
 from kiln.compiler.passes import rebuild, same_aval, substitute_eqn
 from kiln.core.interpreter import is_effectful
 from kiln.core.jaxpr import ClosedJaxpr, JaxprEqn, Literal
+from kiln.core.rules import RuleTable
+from kiln.primitives import elementwise as ew
+from kiln.primitives import shape as shape_prims
 
-_RULES: dict[str, Callable] = {}
+#: prim -> f(eqn, producer) -> replacement atom | rewritten equation | None.
+simplify_rules = RuleTable("simplify")
 
 
-def _rule(name: str):
-    def register(fn):
-        _RULES[name] = fn
-        return fn
-    return register
+def register(*prims) -> Callable[[Callable], Callable]:
+    """Decorator: `@register(mul_p)` stores the function as mul_p's simplification rule."""
+    return simplify_rules.register(*prims)
 
 
 def _literal_equals(atom, value: float, negative_zero: bool | None = None) -> bool:
@@ -63,7 +65,7 @@ def _pass_through(eqn: JaxprEqn, atom):
     return atom if same_aval(atom.aval, eqn.outvars[0].aval) else None
 
 
-@_rule("mul")
+@register(ew.mul_p)
 def _mul(eqn, producer):
     x, y = eqn.invars
     if not _is_real_or_int(eqn.outvars[0].aval):
@@ -75,7 +77,7 @@ def _mul(eqn, producer):
     return None
 
 
-@_rule("div")
+@register(ew.div_p)
 def _div(eqn, producer):
     x, y = eqn.invars
     if _is_real_or_int(eqn.outvars[0].aval) and _literal_equals(y, 1):
@@ -83,7 +85,7 @@ def _div(eqn, producer):
     return None
 
 
-@_rule("add")
+@register(ew.add_p)
 def _add(eqn, producer):
     x, y = eqn.invars
     aval = eqn.outvars[0].aval
@@ -97,7 +99,7 @@ def _add(eqn, producer):
     return None
 
 
-@_rule("sub")
+@register(ew.sub_p)
 def _sub(eqn, producer):
     x, y = eqn.invars
     aval = eqn.outvars[0].aval
@@ -109,22 +111,22 @@ def _sub(eqn, producer):
     return None
 
 
-@_rule("neg")
+@register(ew.neg_p)
 def _neg(eqn, producer):
     inner = producer.get(eqn.invars[0])
-    if inner is not None and inner.primitive.name == "neg":
+    if inner is not None and inner.primitive is ew.neg_p:
         return _pass_through(eqn, inner.invars[0])
     return None
 
 
-@_rule("transpose")
+@register(shape_prims.transpose_p)
 def _transpose(eqn, producer):
     permutation = eqn.params.get("permutation")
     if permutation is None:
         return None
     operand = eqn.invars[0]
     inner = producer.get(operand)
-    if inner is not None and inner.primitive.name == "transpose" \
+    if inner is not None and inner.primitive is shape_prims.transpose_p \
             and inner.params.get("permutation") is not None:
         # y = transpose(x, p) has y.shape[i] = x.shape[p[i]]; transposing y by q gives
         # x.shape[p[q[j]]]: one transpose by p∘q.
@@ -138,13 +140,13 @@ def _transpose(eqn, producer):
     return eqn.replace(invars=[operand], params={**eqn.params, "permutation": permutation})
 
 
-@_rule("reshape")
+@register(shape_prims.reshape_p)
 def _reshape(eqn, producer):
     if eqn.params.get("dimensions") is not None:
         return None
     operand = eqn.invars[0]
     inner = producer.get(operand)
-    if inner is not None and inner.primitive.name == "reshape" \
+    if inner is not None and inner.primitive is shape_prims.reshape_p \
             and inner.params.get("dimensions") is None:
         operand = inner.invars[0]
     if operand.aval.shape == eqn.outvars[0].aval.shape:
@@ -154,7 +156,7 @@ def _reshape(eqn, producer):
     return eqn.replace(invars=[operand])
 
 
-@_rule("broadcast_in_dim")
+@register(shape_prims.broadcast_in_dim_p)
 def _broadcast_in_dim(eqn, producer):
     operand = eqn.invars[0]
     if operand.aval.shape == eqn.outvars[0].aval.shape and \
@@ -163,12 +165,12 @@ def _broadcast_in_dim(eqn, producer):
     return None
 
 
-@_rule("convert_element_type")
+@register(ew.convert_element_type_p)
 def _convert_element_type(eqn, producer):
     return _pass_through(eqn, eqn.invars[0])
 
 
-@_rule("select_n")
+@register(ew.select_n_p)
 def _select_n(eqn, producer):
     which, *cases = eqn.invars
     if all(c is cases[0] for c in cases[1:]) and type(cases[0]) is not Literal:
@@ -189,7 +191,7 @@ def simplify(closed: ClosedJaxpr) -> ClosedJaxpr:
     changed = False
     for eqn in jaxpr.eqns:
         eqn = substitute_eqn(eqn, subst)
-        rule = _RULES.get(eqn.primitive.name)
+        rule = simplify_rules.get(eqn.primitive)
         if rule is not None and len(eqn.outvars) == 1 and not is_effectful(eqn):
             result = rule(eqn, producer)
             if isinstance(result, JaxprEqn):
