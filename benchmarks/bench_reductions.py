@@ -1,8 +1,9 @@
 """Long float32 reductions: time and accuracy of kiln (jit), NumPy and JAX side by side.
 
-Sums and means of 16M floats, row and column sums of a 4096x4096 array, logsumexp over rows
-and a cumulative sum. Times are the best of several runs; the error columns are relative to
-the same reduction in float64. Run: .venv/bin/python benchmarks/bench_reductions.py
+Sums and means of 16M floats, row and column sums of a 4096x4096 array, logsumexp over rows,
+a cumulative sum and the dot product of two 16M vectors. Times are the best of several runs;
+the error columns are relative to the same reduction in float64.
+Run: .venv/bin/python benchmarks/bench_reductions.py
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _jax_functions() -> dict:
     import jax.numpy as jnp
     return {"sum": jnp.sum, "mean": jnp.mean, "rows": lambda a: jnp.sum(a, axis=1),
             "columns": lambda a: jnp.sum(a, axis=0),
-            "logsumexp": lambda a: jnn.logsumexp(a, axis=1), "cumsum": jnp.cumsum}
+            "logsumexp": lambda a: jnn.logsumexp(a, axis=1), "cumsum": jnp.cumsum,
+            "dot": jnp.dot}
 
 
 def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
@@ -34,25 +36,32 @@ def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
 
 
 def _workloads() -> list[tuple]:
-    """(name, kind, kiln function, NumPy function, input, float64 reference) per workload."""
+    """(name, kind, kiln function, NumPy function, inputs, float64 reference) per workload."""
     rng = np.random.default_rng(0)
     flat = rng.random(N, dtype=np.float32)
+    other = rng.random(N, dtype=np.float32)
     square = rng.random((SIDE, SIDE), dtype=np.float32)
     tenths = np.full(N, 0.1, np.float32)
+    ones = np.ones(N, np.float32)
     wide_square = square.astype(np.float64)
     return [
-        ("sum, 16M float32", "sum", knp.sum, np.sum, flat, flat.astype(np.float64).sum()),
-        ("mean, 16M float32", "mean", knp.mean, np.mean, flat, flat.astype(np.float64).mean()),
-        ("sum of 16M copies of 0.1", "sum", knp.sum, np.sum, tenths,
+        ("sum, 16M float32", "sum", knp.sum, np.sum, (flat,), flat.astype(np.float64).sum()),
+        ("mean, 16M float32", "mean", knp.mean, np.mean, (flat,),
+         flat.astype(np.float64).mean()),
+        ("sum of 16M copies of 0.1", "sum", knp.sum, np.sum, (tenths,),
          N * float(np.float32(0.1))),
         ("row sums, 4096x4096", "rows", lambda a: knp.sum(a, axis=1), lambda a: a.sum(axis=1),
-         square, wide_square.sum(axis=1)),
+         (square,), wide_square.sum(axis=1)),
         ("column sums, 4096x4096", "columns", lambda a: knp.sum(a, axis=0),
-         lambda a: a.sum(axis=0), square, wide_square.sum(axis=0)),
+         lambda a: a.sum(axis=0), (square,), wide_square.sum(axis=0)),
         ("logsumexp over rows, 4096x4096", "logsumexp", lambda a: nn.logsumexp(a, axis=1),
-         _logsumexp_rows, square, _logsumexp_rows(wide_square)),
-        ("cumsum, 16M float32", "cumsum", knp.cumsum, np.cumsum, flat,
+         _logsumexp_rows, (square,), _logsumexp_rows(wide_square)),
+        ("cumsum, 16M float32", "cumsum", knp.cumsum, np.cumsum, (flat,),
          np.cumsum(flat, dtype=np.float64)),
+        ("dot 16M, float32", "dot", knp.dot, np.dot, (flat, other),
+         np.dot(flat.astype(np.float64), other.astype(np.float64))),
+        ("dot 16M, copies of 0.1 with ones", "dot", knp.dot, np.dot, (tenths, ones),
+         N * float(np.float32(0.1))),
     ]
 
 
@@ -68,17 +77,17 @@ def main() -> None:
     for name, kind, kiln_fn, numpy_fn, data, reference in _workloads():
         jax_fn = jax_functions.get(kind)
         kiln_jit = kiln.jit(kiln_fn)
-        kiln_data = knp.asarray(data)
-        row_times = {"kiln": best_time(lambda: kiln_jit(kiln_data)),
-                     "numpy": best_time(lambda: numpy_fn(data))}
-        row_errors = {"kiln": _error(kiln_jit(kiln_data), reference),
-                      "numpy": _error(numpy_fn(data), reference)}
+        kiln_data = [knp.asarray(x) for x in data]
+        row_times = {"kiln": best_time(lambda: kiln_jit(*kiln_data)),
+                     "numpy": best_time(lambda: numpy_fn(*data))}
+        row_errors = {"kiln": _error(kiln_jit(*kiln_data), reference),
+                      "numpy": _error(numpy_fn(*data), reference)}
         if jax_fn is not None:
             import jax
             jax_jit = jax.jit(jax_fn)
-            jax_data = jax.device_put(data)
-            row_times["jax"] = best_time(lambda: jax_jit(jax_data).block_until_ready())
-            row_errors["jax"] = _error(jax_jit(jax_data), reference)
+            jax_data = [jax.device_put(x) for x in data]
+            row_times["jax"] = best_time(lambda: jax_jit(*jax_data).block_until_ready())
+            row_errors["jax"] = _error(jax_jit(*jax_data), reference)
         times.append((name, row_times))
         errors.append((name, row_errors))
     print_table("Long float32 reductions (time per call; kiln/x is the time ratio)", times)
