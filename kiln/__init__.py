@@ -1,7 +1,7 @@
 """kiln: composable transformations of numerical Python programs, compiled to native code."""
 from kiln.config import config
 from kiln.api import ShapeDtypeStruct, clear_caches, make_jaxpr
-from kiln.runtime.array import Array
+from kiln.core.array import Array
 
 from kiln import lax, numpy, nn, tree_util  # noqa: E402  (the public namespaces)
 

@@ -9,9 +9,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import optree
 
+from kiln.core.array import Array
 from kiln.core.avals import ShapedArray, get_aval
 from kiln.core.trace import Tracer
-from kiln.runtime.array import Array
 
 NAMESPACE = "kiln"
 

@@ -11,9 +11,9 @@ from typing import Any, Callable
 import numpy as np
 import optree
 
+from kiln.core.array import Array
 from kiln.core.primitive import Primitive
 from kiln.core.trace import Tracer, current_trace_state
-from kiln.runtime.array import Array
 
 __all__ = ["print", "callback", "debug_callback_p"]
 

@@ -22,12 +22,12 @@ import numpy as np
 from kiln import lax
 from kiln import numpy as jnp
 from kiln.core import dtypes
+from kiln.core.array import Array
 from kiln.core.shapes import canonicalize_shape
 from kiln.core.trace import Tracer
 from kiln.primitives.random_bits import (fma, threefry_fold_in, threefry_random_bits,
                                          threefry_split, xla_erf, xla_erf_inv, xla_log,
                                          xla_log1p)
-from kiln.runtime.array import Array
 
 __all__ = [
     "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl", "split", "fold_in", "clone",

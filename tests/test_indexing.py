@@ -12,8 +12,8 @@ import kiln
 import kiln.numpy as jnp
 from kiln import lax
 from kiln.core import errors
+from kiln.core.array import Array
 from kiln.core.jaxpr import Literal, typecheck_jaxpr
-from kiln.runtime.array import Array
 from tests._testing import ALL, assert_close, check_record_eager, check_record_jit, rand
 from tests.op_records import (COMBINES, INDEXING_RECORDS, ROWS, gather_reference,
                               np_dynamic_slice, np_dynamic_update_slice, scatter_reference)

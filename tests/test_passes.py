@@ -19,10 +19,10 @@ import kiln.numpy as jnp
 from kiln.compiler import pipeline
 from kiln.compiler.passes import cse, dce, fold_constants, inline_calls, simplify
 from kiln.core import dtypes, rules
+from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
 from kiln.core.interpreter import eval_jaxpr
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Jaxpr, JaxprEqn, Literal, Var, typecheck_jaxpr
-from kiln.runtime.array import Array
 from kiln.transforms.jit import pjit_p
 
 # --- a parser for the printed jaxpr format ---------------------------------------------------

@@ -15,8 +15,8 @@ from hypothesis import given, settings, strategies as st
 import kiln
 import kiln.numpy as jnp
 from kiln import lax
+from kiln.core.array import Array
 from kiln.core.jaxpr import Literal, typecheck_jaxpr
-from kiln.runtime.array import Array
 from tests._testing import ALL, OpRecord, check_record_eager, check_record_jit, make_args
 from tests.op_records import (SHAPE_LAX_RECORDS, SHAPE_NUMPY_RECORDS, SHAPE_TRACE_RECORDS,
                               np_pad_reference)

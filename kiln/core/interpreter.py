@@ -11,13 +11,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from kiln.core import rules
+from kiln.core.array import Array
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Jaxpr, JaxprEqn, Literal
 
 
 def _literal_value(literal: Literal):
     """A literal as a kiln value: a weakly typed literal must stay weak when rebound eagerly
     (a bare NumPy scalar would count as strongly typed)."""
-    from kiln.runtime.array import Array
     value = np.asarray(literal.val, dtype=literal.aval.dtype)
     return Array._wrap(np.array(value), literal.aval.weak_type)
 

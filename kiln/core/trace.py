@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kiln.core import dtypes, errors, rules
+from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
 
 
@@ -168,7 +169,7 @@ def leaked_tracer_error(tracer: Tracer) -> errors.UnexpectedTracerError:
 
 def to_numpy_and_weak(x: Any) -> tuple[np.ndarray, bool]:
     """Unwrap an eager operand: kiln.Array, NumPy value or Python scalar."""
-    if type(x) is (_Array or _array_class()):
+    if type(x) is Array:
         return x._value, x.weak_type
     if isinstance(x, Tracer):
         raise leaked_tracer_error(x)
@@ -204,26 +205,15 @@ def _eager_out_avals(primitive, values, weak, params):
     return out
 
 
-_Array = None  # kiln.runtime.array.Array, bound on first use (that module imports this one)
-
-
-def _array_class():
-    global _Array
-    from kiln.runtime.array import Array
-    _Array = Array
-    return Array
-
-
 def _wrap_output(value, aval):
     value = np.asarray(value)
     if value.dtype != aval.dtype:
         value = value.astype(aval.dtype)
-    return (_Array or _array_class())._wrap(value, aval.weak_type)
+    return Array._wrap(value, aval.weak_type)
 
 
 def eval_primitive(primitive, args, params):
     """Run a primitive eagerly on concrete values through its NumPy impl."""
-    Array = _Array or _array_class()
     values, weak = [], []
     for a in args:
         if type(a) is Array:

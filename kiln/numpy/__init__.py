@@ -12,7 +12,7 @@ from kiln.numpy.sorting import *  # noqa: F401,F403
 from kiln.numpy.products import *  # noqa: F401,F403
 from kiln.numpy.indexing import *  # noqa: F401,F403
 from kiln.numpy import linalg  # noqa: F401
-from kiln.runtime.array import Array as ndarray  # noqa: F401
+from kiln.core.array import Array as ndarray  # noqa: F401
 
 from kiln.numpy.scalar_types import *  # noqa: F401,F403 (dtype names, dtype queries)
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None

@@ -8,8 +8,8 @@ import warnings
 
 import numpy as np
 
+from kiln.core.array import Array
 from kiln.core.trace import Tracer, current_trace_state
-from kiln.runtime.array import Array
 
 # The eager fast path calls a NumPy ufunc directly; like XLA, kiln produces inf/nan silently,
 # so the floating-point warnings NumPy raises from that one call site are filtered (entering

@@ -18,10 +18,10 @@ import numpy as np
 
 from kiln import lax
 from kiln.core import dtypes, errors
+from kiln.core.array import Array
 from kiln.core.shapes import canonicalize_shape
 from kiln.core.trace import Tracer
 from kiln.numpy.util import check_arraylike, to_kiln
-from kiln.runtime.array import Array
 
 __all__ = [
     "array", "asarray", "copy", "zeros", "ones", "full", "empty", "zeros_like", "ones_like",

@@ -17,6 +17,7 @@ import numpy as np
 
 from kiln import lax
 from kiln.core import dtypes, errors
+from kiln.core.array import Array
 from kiln.core.trace import Tracer, current_trace_state
 from kiln.numpy.indexing_functions import *  # noqa: F401,F403
 from kiln.numpy.indexing_functions import __all__ as _functions_all
@@ -24,7 +25,6 @@ from kiln.numpy.indexing_functions import (concrete_value, index_dtype_for,
                                            normalize_index_host, normalize_index_traced)
 from kiln.primitives.indexing_gather import GatherScatterMode
 from kiln.primitives.shape import result_from_view
-from kiln.runtime.array import Array
 
 __all__ = ["_getitem", "_rewriting_take", "_IndexUpdateHelper", "_IndexUpdateRef",
            *_functions_all]

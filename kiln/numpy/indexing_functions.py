@@ -15,11 +15,11 @@ import numpy as np
 
 from kiln import lax
 from kiln.core import dtypes, errors
+from kiln.core.array import Array
 from kiln.core.shapes import canonicalize_shape
 from kiln.core.trace import Tracer
 from kiln.numpy.util import (check_arraylike, normalize_axis, promote_dtypes, to_kiln)
 from kiln.primitives.indexing_gather import GatherScatterMode
-from kiln.runtime.array import Array
 
 __all__ = [
     "take", "take_along_axis", "put", "nonzero", "argwhere", "flatnonzero", "compress",

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 
 from kiln import lax
+from kiln.core.array import Array
 from kiln.core.trace import Tracer
 from kiln.numpy.manipulation_shape import (atleast_1d, atleast_2d, atleast_3d, broadcast_to,
                                            moveaxis, ravel)
 from kiln.numpy.util import check_arraylike, promote_dtypes, to_kiln
 from kiln.primitives.shape import canonicalize_axis, operand_shape
-from kiln.runtime.array import Array
 
 __all__ = [
     "concatenate", "concat", "stack", "hstack", "vstack", "dstack", "column_stack", "block",

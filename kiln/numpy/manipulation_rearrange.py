@@ -11,12 +11,12 @@ import numpy as np
 
 from kiln import lax
 from kiln.core import errors
+from kiln.core.array import Array
 from kiln.core.trace import Tracer
 from kiln.numpy.manipulation_shape import broadcast_to, canonicalize_axes, ravel, reshape
 from kiln.numpy.util import check_arraylike, to_kiln
 from kiln.primitives.elementwise import convert_element_type
 from kiln.primitives.shape import canonicalize_axis
-from kiln.runtime.array import Array
 
 __all__ = ["flip", "fliplr", "flipud", "roll", "rot90", "tile", "repeat", "pad", "resize"]
 

@@ -9,11 +9,11 @@ import numpy as np
 
 from kiln import lax
 from kiln.core import dtypes
+from kiln.core.array import Array
 from kiln.core.errors import ConcretizationTypeError
 from kiln.core.trace import Tracer
 from kiln.numpy.reductions import isnan_, reduction_axes
 from kiln.numpy.util import check_arraylike, promote_dtypes, to_kiln
-from kiln.runtime.array import Array
 
 __all__ = ["sort", "argsort", "lexsort", "msort", "sort_complex", "partition", "argpartition",
            "searchsorted", "unique"]

@@ -15,11 +15,11 @@ import numpy as np
 
 from kiln import lax
 from kiln.core import dtypes
+from kiln.core.array import Array
 from kiln.core.trace import Tracer, current_trace_state
 from kiln.numpy.util import (_broadcast_to, broadcast_arrays_for_lax, check_arraylike,
                              promote_dtypes, promote_dtypes_inexact, promote_dtypes_numeric,
                              shape as _shape, to_kiln)
-from kiln.runtime.array import Array
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder", "mod",

@@ -6,11 +6,11 @@ import numpy as np
 
 from kiln import lax
 from kiln.core import dtypes
+from kiln.core.array import Array
 from kiln.core.trace import Tracer
 from kiln.numpy.util import (broadcast_arrays_for_lax, check_arraylike, check_int_scalars,
                              promote_dtypes, promote_dtypes_inexact, to_kiln)
 from kiln.numpy.ufuncs import (_args, _args_inexact, _const, _kind, _shape, _where, isnan, isfinite, equal)
-from kiln.runtime.array import Array
 
 __all__ = ["nan_to_num", "isclose", "allclose", "array_equal", "array_equiv", "frexp", "ldexp",
            "modf"]

@@ -6,8 +6,8 @@ from typing import Any
 import numpy as np
 
 from kiln.core import dtypes
+from kiln.core.array import Array
 from kiln.core.trace import Tracer
-from kiln.runtime.array import Array
 
 _SCALARS = (bool, int, float, complex)
 

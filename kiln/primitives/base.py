@@ -8,6 +8,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from kiln.core import dtypes
+from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 
@@ -100,7 +101,6 @@ def ignore_fp_errors(fn: Callable) -> Callable:
 
 def scalar_to_array(value, dtype: np.dtype, weak: bool = True):
     """A Python scalar as a (weakly typed) kiln constant of `dtype`, converted on the host."""
-    from kiln.runtime.array import Array
     return Array._wrap(np.asarray(value, dtype=dtype), weak)
 
 

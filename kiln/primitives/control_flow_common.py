@@ -16,11 +16,12 @@ import numpy as np
 
 from kiln import api_util
 from kiln.core import dtypes
+from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
 from kiln.core.interpreter import eval_jaxpr, jaxpr_effects
 from kiln.core.jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, JaxprTypeError, Var
+from kiln.core.jaxpr_dce import dce_jaxpr
 from kiln.core.trace import Tracer, set_current_trace
-from kiln.runtime.array import Array
 from kiln.transforms.staging import DebugInfo, function_name, function_source, trace_to_jaxpr
 
 _VALID_LEAF = (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)
@@ -344,7 +345,6 @@ def dce_sub_jaxpr(closed: ClosedJaxpr, used_outputs: Sequence[bool]
                   ) -> tuple[ClosedJaxpr, list[bool]]:
     """Remove what `closed` computes only for unused outputs; the result keeps only the used
     outputs but all inputs. Returns it and which inputs it still reads."""
-    from kiln.compiler.passes.dce import dce_jaxpr
     jaxpr, used_inputs = dce_jaxpr(closed.jaxpr, list(used_outputs))
     return ClosedJaxpr(jaxpr, closed.consts), used_inputs
 

@@ -19,6 +19,8 @@ from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives import control_flow_common as cf
 from kiln.primitives.elementwise import add, convert_element_type, lt
+from kiln.primitives.shape import expand_dims, operand_shape
+from kiln.primitives.shape_slice import concatenate
 
 __all__ = ["while_loop", "fori_loop", "scan", "map", "while_p", "scan_p"]
 
@@ -379,7 +381,6 @@ def _trace_scan(f, in_tree, init_avals, x_avals) -> cf.Traced:
 
 def _scan_in_python(f, init, xs, xs_tree, xs_leaves, length, reverse):
     """scan under config.disable_jit: a Python loop over concrete values."""
-    from kiln.numpy import stack
     carry, ys = init, []
     steps = range(length - 1, -1, -1) if reverse else range(length)
     for i in steps:
@@ -392,7 +393,19 @@ def _scan_in_python(f, init, xs, xs_tree, xs_leaves, length, reverse):
         raise ValueError("scan with config.disable_jit cannot infer the ys of an empty scan")
     y_leaves = [cf.flatten(y)[0] for y in ys]
     y_tree = cf.flatten(ys[0])[1]
-    return carry, cf.unflatten(y_tree, [stack(parts) for parts in zip(*y_leaves)])
+    return carry, cf.unflatten(y_tree, [_stack(parts) for parts in zip(*y_leaves)])
+
+
+def _stack(parts: tuple) -> Any:
+    """Join same-shape values along a new leading axis, promoting them to their common dtype
+    (what jnp.stack does, in lax-level operations: primitives/ does not import kiln.numpy)."""
+    shapes = [operand_shape(p) for p in parts]
+    if any(s != shapes[0] for s in shapes[1:]):
+        raise ValueError(f"All input arrays must have the same shape. Got "
+                         f"{', '.join(str(s) for s in shapes)}.")
+    dtype, weak = dtypes.result_type_with_weak(*(dtypes.dtype_and_weak_of(p) for p in parts))
+    return concatenate([expand_dims(convert_element_type(p, dtype, weak), (0,))
+                        for p in parts], 0)
 
 
 def map(f: Callable, xs: Any, *, batch_size: int | None = None) -> Any:  # noqa: A001

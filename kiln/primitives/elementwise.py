@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from kiln.core import dtypes
+from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives.base import (ANY, BOOL, COMPLEX, FLOAT, INT, INTEGRAL, NUMBER,
@@ -501,7 +502,6 @@ def convert_element_type(operand, new_dtype, weak_type: bool = False):
     new_dtype = dtypes.canonicalize(new_dtype)
     if isinstance(operand, (bool, int, float, builtins.complex, np.generic)) or (
             isinstance(operand, np.ndarray)):
-        from kiln.runtime.array import Array
         with np.errstate(all="ignore"):
             value = np.asarray(operand)
             value = _convert_element_type_impl(value, new_dtype=new_dtype, weak_type=weak_type)

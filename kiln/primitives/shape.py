@@ -15,11 +15,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from kiln.core import dtypes
+from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.core.shapes import canonicalize_shape
 from kiln.core.trace import Tracer
-from kiln.runtime.array import Array
 
 __all__ = [
     "broadcast_in_dim", "broadcast", "broadcast_to_rank", "full", "full_like",

@@ -32,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from kiln.config import config
+from kiln.core.array import Array
 
 # --- content keys of functions -----------------------------------------------------------------
 
@@ -404,7 +405,6 @@ _WATCHED_TYPES: tuple = (bool, int, float, complex)
 
 
 def _is_array(value: Any) -> bool:
-    from kiln.runtime.array import Array
     return isinstance(value, (Array, np.ndarray, np.generic))
 
 

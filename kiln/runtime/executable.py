@@ -24,9 +24,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from kiln.core import rules
+from kiln.core.array import CPU, Array, Device
 from kiln.core.avals import ShapedArray
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Literal
-from kiln.runtime.array import CPU, Array, Device
 
 
 class Executable:

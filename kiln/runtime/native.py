@@ -26,9 +26,9 @@ import numpy as np
 
 from kiln.compiler import fusion, kir, kir_rewrite, kir_schedule, lower
 from kiln.config import config
+from kiln.core.array import Array
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Literal, _Names, pp_eqn, pp_jaxpr
 from kiln.runtime import engine
-from kiln.runtime.array import Array
 from kiln.runtime.executable import Executable, impl_call_lines
 
 __all__ = ["NativeExecutable", "PARALLEL_MIN_WORK", "num_threads"]

@@ -24,13 +24,14 @@ from kiln import api_util
 from kiln.api import ShapeDtypeStruct
 from kiln.config import config as _config
 from kiln.core import dtypes
+from kiln.core.array import Array
 from kiln.core.avals import ShapedArray, get_aval
 from kiln.core.interpreter import eval_jaxpr, jaxpr_effects
 from kiln.core.jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn
+from kiln.core.jaxpr_dce import dce_jaxpr
 from kiln.core.primitive import Primitive
 from kiln.core.trace import Tracer, current_trace_state, eval_primitive, leaked_tracer_error
 from kiln.runtime import cache
-from kiln.runtime.array import Array
 from kiln.transforms import jit_options
 from kiln.transforms.staging import (DebugInfo, DynamicJaxprTrace, function_name,
                                      function_source, trace_to_jaxpr)
@@ -142,7 +143,6 @@ def _pjit_effects_rule(*, jaxpr, name):
 @pjit_p.def_dce
 def _pjit_dce_rule(used_outputs: list[bool], eqn: JaxprEqn):
     """Drop unused outputs and unread inputs of a call; drop the call if nothing is left."""
-    from kiln.compiler.passes.dce import dce_jaxpr
     closed = eqn.params["jaxpr"]
     effects = jaxpr_effects(closed)
     if not any(used_outputs) and not effects:

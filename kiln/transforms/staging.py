@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from kiln.core import rules
+from kiln.core.array import Array
 from kiln.core.avals import ShapedArray, get_aval
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Jaxpr, JaxprEqn, Literal, Var
 from kiln.core.trace import Trace, Tracer, leaked_tracer_error, set_current_trace
@@ -138,7 +139,6 @@ class DynamicJaxprTrace(Trace):
         tracer = self._const_tracers.get(id(value))
         if tracer is None:
             if not isinstance(value, Tracer) and not hasattr(value, "_value"):
-                from kiln.runtime.array import Array
                 value = Array(value)
             var = Var(aval)
             self.constvars.append(var)

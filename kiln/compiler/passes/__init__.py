@@ -64,9 +64,9 @@ def call_jaxpr(eqn: JaxprEqn) -> ClosedJaxpr | None:
 
 # The passes (imported last: they use the helpers above).
 from kiln.compiler.passes.inline import inline_calls  # noqa: E402
-from kiln.compiler.passes.dce import dce, dce_jaxpr  # noqa: E402
+from kiln.compiler.passes.dce import dce  # noqa: E402
 from kiln.compiler.passes.cse import cse  # noqa: E402
 from kiln.compiler.passes.fold import fold_constants  # noqa: E402
 from kiln.compiler.passes.simplify import simplify  # noqa: E402
 
-__all__ = ["inline_calls", "dce", "dce_jaxpr", "cse", "fold_constants", "simplify"]
+__all__ = ["inline_calls", "dce", "cse", "fold_constants", "simplify"]

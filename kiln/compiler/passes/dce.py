@@ -1,56 +1,13 @@
 """Dead-code elimination: drop equations whose outputs nothing reads, and unused constants.
 
-Equations with effects (debug.print, io_callback, or a call whose body has them) are always
-kept. A primitive with sub-jaxprs may register a rule with `Primitive.def_dce`:
-
-    rule(used_outputs: list[bool], eqn) -> (used_inputs: list[bool], new_eqn | None)
-
-It returns which of the equation's inputs are still read (one flag per input of the original
-equation) and the rewritten equation (None to delete it); every input of the rewritten equation
-is live. The rule, not this pass, is then responsible for keeping effects.
+The equation-level work (effects, `Primitive.def_dce` rules) is `core.jaxpr_dce.dce_jaxpr`,
+shared with the control-flow primitives; this pass adds the pruning of unused constants.
 """
 from __future__ import annotations
 
 from kiln.compiler.passes import rebuild
-from kiln.core import rules
-from kiln.core.interpreter import is_effectful
-from kiln.core.jaxpr import ClosedJaxpr, DropVar, Jaxpr, Literal
-
-
-def dce_jaxpr(jaxpr: Jaxpr, used_outputs: list[bool] | None = None,
-              prune_invars: bool = False) -> tuple[Jaxpr, list[bool]]:
-    """Dead-code-eliminate `jaxpr`, keeping the outputs marked in `used_outputs` (all by
-    default). Returns the new jaxpr and which invars it still reads; with `prune_invars` the
-    unread invars are removed from the result (constvars are never removed here)."""
-    outvars = jaxpr.outvars if used_outputs is None else \
-        [v for v, used in zip(jaxpr.outvars, used_outputs) if used]
-    live = {v for v in outvars if type(v) is not Literal}
-    kept = []
-    for eqn in reversed(jaxpr.eqns):
-        used = [not isinstance(v, DropVar) and v in live for v in eqn.outvars]
-        rule = rules.dce_rules.get(eqn.primitive)
-        if rule is not None:
-            used_inputs, new_eqn = rule(used, eqn)
-            if new_eqn is None:
-                continue
-            # Everything the rewritten equation reads is live. (`used_inputs` is aligned
-            # with the original equation's inputs, which a rule may have pruned.)
-            live.update(a for a in new_eqn.invars if type(a) is not Literal)
-            kept.append(new_eqn)
-            continue
-        if not any(used) and not is_effectful(eqn):
-            continue
-        if not all(used):
-            eqn = eqn.replace(outvars=[v if u else DropVar(v.aval)
-                                       for v, u in zip(eqn.outvars, used)])
-        live.update(a for a in eqn.invars if type(a) is not Literal)
-        kept.append(eqn)
-    kept.reverse()
-    used_invars = [v in live for v in jaxpr.invars]
-    invars = [v for v, u in zip(jaxpr.invars, used_invars) if u] if prune_invars \
-        else jaxpr.invars
-    new = Jaxpr(jaxpr.constvars, invars, outvars, kept, jaxpr.effects)
-    return new, used_invars
+from kiln.core.jaxpr import ClosedJaxpr, Literal
+from kiln.core.jaxpr_dce import dce_jaxpr
 
 
 def dce(closed: ClosedJaxpr) -> ClosedJaxpr:

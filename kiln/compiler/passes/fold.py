@@ -16,6 +16,7 @@ import numpy as np
 
 from kiln.compiler.passes import call_jaxpr, rebuild, substitute_eqn
 from kiln.core import rules
+from kiln.core.array import Array
 from kiln.core.interpreter import is_effectful
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Literal, Var
 
@@ -39,7 +40,6 @@ def _foldable(eqn) -> bool:
 
 def fold_constants(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Evaluate equations on constant inputs at compile time."""
-    from kiln.runtime.array import Array
     jaxpr = closed.jaxpr
     known = {v: c for v, c in zip(jaxpr.constvars, closed.consts)
              if hasattr(c, "_value") or isinstance(c, np.ndarray)}

@@ -1,7 +1,8 @@
 """kiln.Array: an immutable array backed by a read-only NumPy buffer.
 
 The buffer is never written after creation, so `np.asarray(x)` can hand out a read-only view
-without copying. Operators and methods are attached by `kiln.numpy.array_methods`.
+without copying. Array is the value every layer handles, so it lives in core/ and depends on
+core/ only; its operators and methods are attached from above by `kiln.numpy.array_methods`.
 """
 from __future__ import annotations
 

@@ -1,0 +1,116 @@
+"""The package layers of ARCHITECTURE.md hold: core/ and primitives/ never import the compiler,
+codegen, runtime or kiln.numpy, and kiln/ never imports JAX or PyTorch.
+
+Every file is parsed with `ast`, so an import inside a function counts as much as one at the top
+of the module. Where a lower layer needs something from above at run time, the upper layer
+registers a hook (as kiln.numpy.array_methods attaches the operators of kiln.Array); there is no
+exception list.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+KILN = pathlib.Path(__file__).resolve().parent.parent / "kiln"
+
+LOWER_PACKAGES = ("core", "primitives")
+UPPER_MODULES = ("kiln.compiler", "kiln.codegen", "kiln.runtime", "kiln.numpy")
+# Imports of an upper module allowed from core/ or primitives/, as (file, module) pairs. Keep it
+# empty: a genuine run-time need goes through a hook that the upper layer registers.
+ALLOWED_UPWARD_IMPORTS: set[tuple[str, str]] = set()
+FOREIGN_FRAMEWORKS = ("jax", "jaxlib", "torch")
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(KILN.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imported_modules(path: pathlib.Path) -> list[tuple[int, str]]:
+    """Every module `path` imports, anywhere in the file, as (line, absolute dotted name).
+    `from a import b` yields both `a` and `a.b`, since `b` may be a submodule; relative imports
+    are resolved against the file's package; `importlib.import_module("...")` and
+    `__import__("...")` with a literal name count too."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = _module_name(path)
+    if path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            found.append((node.lineno, module))
+            found.extend((node.lineno, f"{module}.{alias.name}") for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in ("import_module", "__import__"):
+                found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def _is_within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _files(*packages: str) -> list[pathlib.Path]:
+    roots = [KILN / p for p in packages] if packages else [KILN]
+    return sorted(f for root in roots for f in root.rglob("*.py"))
+
+
+def test_the_scanned_packages_exist():
+    # A renamed package would otherwise make the checks below pass vacuously.
+    for package in LOWER_PACKAGES:
+        assert len(_files(package)) > 3, package
+    for module in UPPER_MODULES:
+        assert (KILN / module.split(".")[1]).is_dir(), module
+
+
+@pytest.mark.parametrize("package", LOWER_PACKAGES)
+def test_lower_layers_do_not_import_upper_layers(package):
+    violations = []
+    for path in _files(package):
+        relative = str(path.relative_to(KILN.parent))
+        for line, module in _imported_modules(path):
+            for upper in UPPER_MODULES:
+                if _is_within(module, upper) and (relative, upper) not in ALLOWED_UPWARD_IMPORTS:
+                    violations.append(f"{relative}:{line} imports {module}")
+    assert not violations, "\n".join(violations)
+
+
+def test_kiln_never_imports_a_foreign_framework():
+    violations = []
+    for path in _files():
+        for line, module in _imported_modules(path):
+            if module.split(".")[0] in FOREIGN_FRAMEWORKS:
+                violations.append(f"{path.relative_to(KILN.parent)}:{line} imports {module}")
+    assert not violations, "\n".join(violations)
+
+
+def test_the_import_scanner_sees_lazy_and_relative_imports(tmp_path, monkeypatch):
+    # The checker itself must be able to fail: a function-level import, a `from kiln import
+    # numpy`, a relative import and an import_module call are all found.
+    package = tmp_path / "kiln" / "core"
+    package.mkdir(parents=True)
+    source = package / "probe.py"
+    source.write_text(
+        "import importlib\n"
+        "def f():\n"
+        "    from kiln.runtime import engine\n"
+        "    from kiln import numpy\n"
+        "    from ..compiler import lower\n"
+        "    importlib.import_module('kiln.codegen.llvm')\n")
+    monkeypatch.setitem(globals(), "KILN", tmp_path / "kiln")
+    modules = {m for _, m in _imported_modules(source)}
+    assert {"kiln.runtime", "kiln.numpy", "kiln.compiler.lower", "kiln.codegen.llvm"} <= modules
