@@ -17,6 +17,11 @@ def _env_bool(name: str, default: bool = False) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
 class Config:
     """Holds kiln's flags; `kiln.config.update(name, value)` changes one."""
 
@@ -53,6 +58,11 @@ class Config:
             os.environ.get("KILN_LLVM_IN_PROCESS_COMPILES", "256"))
         # The persistent object cache's directory (None: no disk cache).
         self.cache_dir = os.environ.get("KILN_CACHE_DIR") or None
+        # Raise native-backend errors instead of falling back to the interpreter (the tests
+        # turn it on; KILN_NATIVE_STRICT=1 does too).
+        self.native_strict = os.environ.get("KILN_NATIVE_STRICT", "") == "1"
+        # Threads a large native kernel is split across (None: one per core).
+        self.num_threads = _env_int("KILN_NUM_THREADS")
 
     def _canonical_name(self, name: str) -> str:
         name = self._aliases.get(name, name)

@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 import kiln
 import kiln.numpy as jnp
 from kiln.codegen.llvm import vmath
-from kiln.runtime import native as native_runtime
 from tests import _program_gen as gen
 
 #: Examples of the main test in the default run; KILN_FUZZ_EXAMPLES (`make fuzz`) replaces it,
@@ -48,10 +47,10 @@ def fuzz_settings(default: int, shrink: bool = True):
 @pytest.fixture(autouse=True, scope="module")
 def strict_native():
     """Backend errors fail the test instead of silently falling back to the interpreter."""
-    previous = native_runtime.STRICT
-    native_runtime.STRICT = True
+    previous = kiln.config.native_strict
+    kiln.config.native_strict = True
     yield
-    native_runtime.STRICT = previous
+    kiln.config.native_strict = previous
 
 
 @contextlib.contextmanager

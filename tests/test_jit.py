@@ -16,7 +16,8 @@ import kiln.numpy as jnp
 from kiln.core import errors
 from kiln.core.interpreter import eval_jaxpr
 from kiln.core.jaxpr import typecheck_jaxpr
-from kiln.transforms.jit import StaleCaptureWarning, pjit_p
+from kiln.primitives.pjit import pjit_p
+from kiln.transforms.jit import StaleCaptureWarning
 
 needs_matmul = pytest.mark.skipif(not hasattr(jnp, "matmul"), reason="matmul not written yet")
 

@@ -1,5 +1,6 @@
 """The package layers of ARCHITECTURE.md hold: core/ and primitives/ never import the compiler,
-codegen, runtime or kiln.numpy, and kiln/ never imports JAX or PyTorch.
+codegen, runtime or kiln.numpy, kiln/ never imports JAX or PyTorch, and only kiln/config.py
+reads the environment.
 
 Every file is parsed with `ast`, so an import inside a function counts as much as one at the top
 of the module. Where a lower layer needs something from above at run time, the upper layer
@@ -21,6 +22,9 @@ UPPER_MODULES = ("kiln.compiler", "kiln.codegen", "kiln.runtime", "kiln.numpy")
 # empty: a genuine run-time need goes through a hook that the upper layer registers.
 ALLOWED_UPWARD_IMPORTS: set[tuple[str, str]] = set()
 FOREIGN_FRAMEWORKS = ("jax", "jaxlib", "torch")
+# The one module that reads environment variables; every other module asks `config`.
+ENVIRONMENT_READER = "config.py"
+ENVIRONMENT_NAMES = ("environ", "environb", "getenv", "getenvb")
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -114,3 +118,42 @@ def test_the_import_scanner_sees_lazy_and_relative_imports(tmp_path, monkeypatch
     monkeypatch.setitem(globals(), "KILN", tmp_path / "kiln")
     modules = {m for _, m in _imported_modules(source)}
     assert {"kiln.runtime", "kiln.numpy", "kiln.compiler.lower", "kiln.codegen.llvm"} <= modules
+
+
+def _environment_reads(path: pathlib.Path) -> list[tuple[int, str]]:
+    """Every place `path` touches the process environment, as (line, what): `os.environ`,
+    `os.getenv` and their bytes forms, whether reached as attributes of `os` or imported by
+    name (`from os import environ`)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ENVIRONMENT_NAMES \
+                and isinstance(node.value, ast.Name) and node.value.id == "os":
+            found.append((node.lineno, f"os.{node.attr}"))
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            found.extend((node.lineno, f"from os import {alias.name}") for alias in node.names
+                         if alias.name in ENVIRONMENT_NAMES)
+    return found
+
+
+def test_only_config_reads_the_environment():
+    violations = []
+    for path in _files():
+        relative = path.relative_to(KILN)
+        if str(relative) == ENVIRONMENT_READER:
+            continue
+        for line, what in _environment_reads(path):
+            violations.append(f"kiln/{relative}:{line} uses {what}")
+    assert not violations, "\n".join(violations)
+    assert _environment_reads(KILN / ENVIRONMENT_READER), "config.py no longer reads anything"
+
+
+def test_the_environment_scanner_sees_every_form(tmp_path):
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "import os\n"
+        "from os import environ as env\n"
+        "def f():\n"
+        "    return os.environ.get('A'), os.getenv('B'), os.environ['C']\n")
+    found = [what for _, what in _environment_reads(source)]
+    assert sorted(found) == ["from os import environ", "os.environ", "os.environ", "os.getenv"]

@@ -31,7 +31,7 @@ SHAPES = [(), (0,), (5,), (3, 4), (2, 3, 4)]
 @pytest.fixture(autouse=True)
 def strict_native(monkeypatch):
     """Backend errors fail the test instead of silently falling back to the interpreter."""
-    monkeypatch.setattr(native, "STRICT", True)
+    monkeypatch.setattr(kiln.config, "native_strict", True)
 
 
 def run_both(fn, args):

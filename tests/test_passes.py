@@ -23,7 +23,7 @@ from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
 from kiln.core.interpreter import eval_jaxpr
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Jaxpr, JaxprEqn, Literal, Var, typecheck_jaxpr
-from kiln.transforms.jit import pjit_p
+from kiln.primitives.pjit import pjit_p
 
 # --- a parser for the printed jaxpr format ---------------------------------------------------
 

@@ -4,7 +4,8 @@ the executable, and run it on later calls with as little Python as possible.
 At top level a call flattens its arguments, builds the signature key from each leaf's
 (shape, dtype, weak_type) and looks it up in the function's entry table (kiln.runtime.cache);
 a hit runs the executable directly. Under an outer trace (make_jaxpr, an enclosing jit, grad)
-the function is staged as one `pjit` equation calling its traced jaxpr.
+the function is staged as one `pjit` equation calling its traced jaxpr (the primitive lives in
+kiln/primitives/pjit.py; this module installs the compiler its eager impl runs through).
 """
 from __future__ import annotations
 
@@ -26,17 +27,14 @@ from kiln.config import config as _config
 from kiln.core import dtypes
 from kiln.core.array import Array
 from kiln.core.avals import ShapedArray, get_aval
-from kiln.core.interpreter import eval_jaxpr, jaxpr_effects
-from kiln.core.jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn
-from kiln.core.jaxpr_dce import dce_jaxpr
-from kiln.core.primitive import Primitive
-from kiln.core.trace import Tracer, current_trace_state, eval_primitive, leaked_tracer_error
+from kiln.core.jaxpr import ClosedJaxpr, Jaxpr
+from kiln.core.trace import Tracer, current_trace_state, leaked_tracer_error
+from kiln.primitives.pjit import pjit_p, set_executable_builder
 from kiln.runtime import cache
 from kiln.transforms import jit_options
-from kiln.transforms.staging import (DebugInfo, DynamicJaxprTrace, function_name,
-                                     function_source, trace_to_jaxpr)
+from kiln.transforms.staging import DebugInfo, function_name, function_source, trace_to_jaxpr
 
-__all__ = ["jit", "pjit_p", "Lowered", "Compiled", "StaleCaptureWarning",
+__all__ = ["jit", "Lowered", "Compiled", "StaleCaptureWarning",
            "RecompilationWarning"]
 
 logger = logging.getLogger("kiln")
@@ -59,41 +57,7 @@ class RecompilationWarning(UserWarning):
     """A jitted function keeps being compiled for new signatures."""
 
 
-# --- the pjit call primitive -------------------------------------------------------------------
-
-class PjitPrimitive(Primitive):
-    """A call of a traced jaxpr (param `jaxpr`, a ClosedJaxpr; `name`, the function's name).
-
-    Staging traces record it as one equation; other transformations that have not opted in
-    (by setting `handles_call_primitives = True` on their Trace and registering a rule) see
-    the callee's equations inlined; eagerly it compiles through the cache and runs."""
-
-    call_jaxpr_param = "jaxpr"
-
-    def bind(self, *args, **params):
-        trace = _trace_state.trace
-        if trace is None:
-            return eval_primitive(self, args, params)
-        if isinstance(trace, DynamicJaxprTrace) or getattr(trace, "handles_call_primitives",
-                                                           False):
-            return trace.process_primitive(self, args, params)
-        closed = params["jaxpr"]
-        return eval_jaxpr(closed.jaxpr, closed.consts, *args)
-
-
-pjit_p = PjitPrimitive("pjit", multiple_results=True)
-
-@pjit_p.def_impl
-def _pjit_impl(*args, jaxpr: ClosedJaxpr, name: str):
-    executable = _executable_for_jaxpr(jaxpr, name)
-    borrowed = [_borrow(np.asarray(a, dtype=aval.dtype))
-                for a, aval in zip(args, executable.in_avals)]
-    inputs = {id(a) for a in args}
-    # An output may be an input buffer; copy it so the caller's wrapping never marks a
-    # user's NumPy array read-only.
-    return [o._value.copy() if id(o._value) in inputs else o._value
-            for o in executable.execute(borrowed)]
-
+# --- compiling the jaxpr of an eager pjit call ---------------------------------------------------
 
 def _executable_for_jaxpr(jaxpr: ClosedJaxpr, name: str):
     """Compile a staged jaxpr through the compile cache, keyed by the jaxpr's identity (the
@@ -118,41 +82,7 @@ def _executable_for_jaxpr(jaxpr: ClosedJaxpr, name: str):
     return entry.executable
 
 
-def _borrow(value: np.ndarray) -> Array:
-    """A kiln Array over `value` for the length of one call (executables never write their
-    inputs, and outputs that alias an input are copied by the caller)."""
-    return Array._wrap(value)
-
-
-@pjit_p.def_abstract_eval
-def _pjit_abstract_eval(*in_avals: ShapedArray, jaxpr: ClosedJaxpr, name: str):
-    expected = jaxpr.in_avals
-    if len(in_avals) != len(expected) or any(
-            a.shape != e.shape or a.dtype != e.dtype for a, e in zip(in_avals, expected)):
-        raise TypeError(f"pjit of {name}: called with arguments "
-                        f"({', '.join(a.str_short() for a in in_avals)}) but the jaxpr takes "
-                        f"({', '.join(e.str_short() for e in expected)})")
-    return [v.aval for v in jaxpr.jaxpr.outvars]
-
-
-@pjit_p.def_effects
-def _pjit_effects_rule(*, jaxpr, name):
-    return jaxpr_effects(jaxpr)
-
-
-@pjit_p.def_dce
-def _pjit_dce_rule(used_outputs: list[bool], eqn: JaxprEqn):
-    """Drop unused outputs and unread inputs of a call; drop the call if nothing is left."""
-    closed = eqn.params["jaxpr"]
-    effects = jaxpr_effects(closed)
-    if not any(used_outputs) and not effects:
-        return [False] * len(eqn.invars), None
-    inner, used_inputs = dce_jaxpr(closed.jaxpr, used_outputs, prune_invars=True)
-    new_eqn = eqn.replace(
-        invars=[a for a, u in zip(eqn.invars, used_inputs) if u],
-        outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
-        params={**eqn.params, "jaxpr": ClosedJaxpr(inner, closed.consts)})
-    return used_inputs, new_eqn
+set_executable_builder(_executable_for_jaxpr)
 
 
 # --- argument signatures -----------------------------------------------------------------------

@@ -128,7 +128,7 @@ COMPOSED = {"log2": ("log", 1.5), "log10": ("log", 1.5)}
 def strict_native(monkeypatch):
     """A native-backend failure must fail the test, not fall back to the interpreter (which
     would make jit agree with eager trivially)."""
-    monkeypatch.setattr(native, "STRICT", True)
+    monkeypatch.setattr(kiln.config, "native_strict", True)
 
 
 def _jit_and_eager(dtype: str):

@@ -15,7 +15,7 @@ from kiln.runtime import native
 
 @pytest.fixture(autouse=True)
 def strict_native(monkeypatch):
-    monkeypatch.setattr(native, "STRICT", True)
+    monkeypatch.setattr(kiln.config, "native_strict", True)
 
 
 def compiled_native(fn, *args):

@@ -12,12 +12,12 @@ import pytest
 import kiln
 import kiln.numpy as jnp
 from kiln.compiler import fusion, kir, lower
-from kiln.runtime import native
+from kiln.runtime import native, native_call, native_segment
 
 
 @pytest.fixture(autouse=True)
 def strict_native(monkeypatch):
-    monkeypatch.setattr(native, "STRICT", True)
+    monkeypatch.setattr(kiln.config, "native_strict", True)
 
 
 def compile_native(fn, *args):
@@ -292,8 +292,8 @@ def test_kernel_work_weighs_transcendentals():
 
 def test_large_kernels_split_their_outer_loop(monkeypatch):
     monkeypatch.setattr(native, "num_threads", lambda: 2)
-    monkeypatch.setattr(native, "PARALLEL_MIN_WORK", 1000)
-    monkeypatch.setattr(native, "MIN_CHUNK_WORK", 1000)
+    monkeypatch.setattr(native_segment, "PARALLEL_MIN_WORK", 1000)
+    monkeypatch.setattr(native_segment, "MIN_CHUNK_WORK", 1000)
     x = f32(64, 50)
     fn = lambda x: kiln.nn.softmax(jnp.sin(x), axis=-1)  # noqa: E731
     executable, compiled = compile_native(fn, x)
@@ -308,8 +308,8 @@ def test_large_kernels_split_their_outer_loop(monkeypatch):
 
 def test_rank1_chunks_are_cache_line_aligned(monkeypatch):
     monkeypatch.setattr(native, "num_threads", lambda: 2)
-    monkeypatch.setattr(native, "PARALLEL_MIN_WORK", 1000)
-    monkeypatch.setattr(native, "CHUNKS_PER_THREAD", 1)
+    monkeypatch.setattr(native_segment, "PARALLEL_MIN_WORK", 1000)
+    monkeypatch.setattr(native_segment, "CHUNKS_PER_THREAD", 1)
     x = f32(1000)
     executable, compiled = compile_native(lambda x: x * 3 - 1, x)
     (segment,) = segments(executable)
@@ -319,8 +319,8 @@ def test_rank1_chunks_are_cache_line_aligned(monkeypatch):
 
 def test_split_column_reduction_keeps_constant_bounds(monkeypatch):
     monkeypatch.setattr(native, "num_threads", lambda: 2)
-    monkeypatch.setattr(native, "PARALLEL_MIN_WORK", 1000)
-    monkeypatch.setattr(native, "MIN_CHUNK_WORK", 1000)
+    monkeypatch.setattr(native_segment, "PARALLEL_MIN_WORK", 1000)
+    monkeypatch.setattr(native_segment, "MIN_CHUNK_WORK", 1000)
     x = f32(40, 300)
     executable, compiled = compile_native(lambda x: x.sum(axis=0), x)
     (segment,) = segments(executable)
@@ -331,7 +331,7 @@ def test_split_column_reduction_keeps_constant_bounds(monkeypatch):
 
 
 def test_pool_runs_every_chunk_once():
-    pool = native._pool(2)
+    pool = native_call.thread_pool(2)
     seen = []
     tasks = [(lambda table, n=n: seen.append(n), 0) for n in range(10)]
     pool.run(tasks)
