@@ -265,3 +265,20 @@ def per_target_cache(function):
     def wrapper(*args):
         return cached(target.current_target(), *args)
     return wrapper
+
+
+# --- 64-bit mode -----------------------------------------------------------------------------
+
+def x64_mode(enabled: bool):
+    """Context manager: run the block with jax_enable_x64 set to `enabled`, then restore it."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def switched():
+        previous = kiln.config.read("jax_enable_x64")
+        kiln.config.update("jax_enable_x64", enabled)
+        try:
+            yield enabled
+        finally:
+            kiln.config.update("jax_enable_x64", previous)
+    return switched()

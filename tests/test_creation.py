@@ -14,7 +14,7 @@ import kiln
 import kiln.numpy as jnp
 from kiln.core import errors
 from kiln.core.jaxpr import typecheck_jaxpr
-from tests._testing import ALL, assert_close
+from tests._testing import ALL, assert_close, x64_mode
 from tests.test_shape_ops import run_jaxpr
 
 F32, F64, I32, I64 = (np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64))
@@ -23,11 +23,8 @@ C64, C128 = np.dtype(np.complex64), np.dtype(np.complex128)
 
 @pytest.fixture
 def x64():
-    kiln.config.update("jax_enable_x64", True)
-    try:
+    with x64_mode(True):
         yield
-    finally:
-        kiln.config.update("jax_enable_x64", False)
 
 
 def check(out, expected, dtype, weak=False, tol=None):

@@ -9,6 +9,7 @@ import kiln
 import kiln.numpy as jnp
 from kiln import lax
 from kiln.core import dtypes
+from tests._testing import x64_mode
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -76,22 +77,14 @@ def _value(label: str):
 
 @pytest.fixture
 def x64():
-    previous = kiln.config.read("jax_enable_x64")
-    kiln.config.update("jax_enable_x64", True)
-    try:
+    with x64_mode(True):
         yield
-    finally:
-        kiln.config.update("jax_enable_x64", previous)
 
 
 @pytest.fixture
 def x32():
-    previous = kiln.config.read("jax_enable_x64")
-    kiln.config.update("jax_enable_x64", False)
-    try:
+    with x64_mode(False):
         yield
-    finally:
-        kiln.config.update("jax_enable_x64", previous)
 
 
 def test_table_is_symmetric_and_complete():

@@ -11,6 +11,7 @@ import pytest
 import kiln
 import kiln.numpy as jnp
 from kiln import lax
+from tests._testing import x64_mode as switch_x64
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 INTEGER_DTYPES = [np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
@@ -22,22 +23,14 @@ BIG_MESSAGE = f"Python int -?{BIG} too large to convert to int32"
 @pytest.fixture(params=[False, True], ids=["x32", "x64"])
 def x64_mode(request):
     """Runs the test with jax_enable_x64 off and on, restoring the flag afterwards."""
-    previous = kiln.config.read("jax_enable_x64")
-    kiln.config.update("jax_enable_x64", request.param)
-    try:
+    with switch_x64(request.param):
         yield request.param
-    finally:
-        kiln.config.update("jax_enable_x64", previous)
 
 
 @pytest.fixture
 def x32():
-    previous = kiln.config.read("jax_enable_x64")
-    kiln.config.update("jax_enable_x64", False)
-    try:
+    with switch_x64(False):
         yield
-    finally:
-        kiln.config.update("jax_enable_x64", previous)
 
 
 def _eager_and_jit(fn, *args):

@@ -10,7 +10,6 @@ sequence, and KILN_FUZZ_SHRINK=1 lets hypothesis shrink a failing case (slow).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
@@ -24,6 +23,7 @@ import kiln
 import kiln.numpy as jnp
 from kiln.codegen.llvm import vmath
 from tests import _program_gen as gen
+from tests._testing import x64_mode
 
 #: Examples of the main test in the default run; KILN_FUZZ_EXAMPLES (`make fuzz`) replaces it,
 #: and every other test's count scales with it.
@@ -51,16 +51,6 @@ def strict_native():
     kiln.config.native_strict = True
     yield
     kiln.config.native_strict = previous
-
-
-@contextlib.contextmanager
-def x64_mode(enabled: bool):
-    previous = kiln.config.read("jax_enable_x64")
-    kiln.config.update("jax_enable_x64", enabled)
-    try:
-        yield
-    finally:
-        kiln.config.update("jax_enable_x64", previous)
 
 
 def leaves(result) -> list[np.ndarray]:
