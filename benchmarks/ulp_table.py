@@ -456,6 +456,27 @@ class Kernels:
 
 # ---- JAX, for comparison ----------------------------------------------------------------------
 
+#: Each measured op as a path in a JAX-like namespace (jnp.* or lax.*): resolved against JAX
+#: in the oracle process and against kiln in the tests, so both run the same public function.
+FUNCTION_PATHS = {
+    "exp": "jnp.exp", "exp2": "jnp.exp2", "expm1": "jnp.expm1", "log": "jnp.log",
+    "log1p": "jnp.log1p", "log2": "jnp.log2", "log10": "jnp.log10", "pow": "lax.pow",
+    "sin": "jnp.sin", "cos": "jnp.cos", "tan": "jnp.tan", "asin": "jnp.arcsin",
+    "acos": "jnp.arccos", "atan": "jnp.arctan", "atan2": "jnp.arctan2", "sinh": "jnp.sinh",
+    "cosh": "jnp.cosh", "tanh": "jnp.tanh", "asinh": "jnp.arcsinh", "acosh": "jnp.arccosh",
+    "atanh": "jnp.arctanh", "erf": "lax.erf", "erfc": "lax.erfc", "erf_inv": "lax.erf_inv",
+    "lgamma": "lax.lgamma", "digamma": "lax.digamma", "logistic": "lax.logistic",
+    "cbrt": "jnp.cbrt", "sqrt": "jnp.sqrt", "rsqrt": "lax.rsqrt",
+}
+
+
+def resolve_functions(jnp, lax) -> dict:
+    """FUNCTION_PATHS resolved in one namespace pair (kiln's or JAX's)."""
+    namespaces = {"jnp": jnp, "lax": lax}
+    return {op: getattr(namespaces[path.split(".")[0]], path.split(".")[1])
+            for op, path in FUNCTION_PATHS.items()}
+
+
 _JAX_SNIPPET = """
 import json, sys
 import numpy as np
@@ -464,15 +485,9 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_platforms", "cpu")
 import jax.numpy as jnp
 from jax import lax
-functions = {
-    "exp": jnp.exp, "exp2": jnp.exp2, "expm1": jnp.expm1, "log": jnp.log, "log1p": jnp.log1p,
-    "log2": jnp.log2, "log10": jnp.log10, "pow": lax.pow, "sin": jnp.sin, "cos": jnp.cos,
-    "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
-    "atan2": jnp.arctan2, "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh,
-    "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh, "erf": lax.erf,
-    "erfc": lax.erfc, "erf_inv": lax.erf_inv, "lgamma": lax.lgamma, "digamma": lax.digamma,
-    "logistic": lax.logistic, "cbrt": jnp.cbrt, "sqrt": jnp.sqrt, "rsqrt": lax.rsqrt,
-}
+namespaces = {"jnp": jnp, "lax": lax}
+functions = {op: getattr(namespaces[path.split(".")[0]], path.split(".")[1])
+             for op, path in json.loads(sys.argv[4]).items()}
 data = dict(np.load(sys.argv[1]))
 out = {}
 for key in json.loads(sys.argv[2]):
@@ -497,7 +512,8 @@ def jax_values(cases: dict, python: str | None) -> dict | None:
         np.savez(source, **arrays)
         keys = json.dumps([f"{op}|{dtype}" for op, dtype in cases])
         env = dict(os.environ, JAX_PLATFORMS="cpu")
-        subprocess.run([python, "-c", _JAX_SNIPPET, source, keys, result], check=True, env=env)
+        subprocess.run([python, "-c", _JAX_SNIPPET, source, keys, result,
+                        json.dumps(FUNCTION_PATHS)], check=True, env=env)
         with np.load(result) as loaded:
             return {tuple(key.split("|")): loaded[key] for key in loaded.files}
 

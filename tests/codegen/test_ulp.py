@@ -106,16 +106,8 @@ def test_large_trig_arguments_on_every_target(name):
             assert objects.undefined_symbols(code) == [], name
 
 
-# kiln's functions for each measured op, with the eager result computed by NumPy.
-KILN_FUNCTIONS = {
-    "exp": jnp.exp, "exp2": jnp.exp2, "expm1": jnp.expm1, "log": jnp.log, "log1p": jnp.log1p,
-    "log2": jnp.log2, "log10": jnp.log10, "pow": lax.pow, "sin": jnp.sin, "cos": jnp.cos,
-    "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
-    "atan2": jnp.arctan2, "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh,
-    "asinh": jnp.arcsinh, "acosh": jnp.arccosh, "atanh": jnp.arctanh, "erf": lax.erf,
-    "erfc": lax.erfc, "erf_inv": lax.erf_inv, "lgamma": lax.lgamma, "digamma": lax.digamma,
-    "logistic": lax.logistic, "cbrt": jnp.cbrt, "sqrt": jnp.sqrt, "rsqrt": lax.rsqrt,
-}
+# kiln's public function for each measured op (the eager result is computed by NumPy).
+KILN_FUNCTIONS = ulp_table.resolve_functions(jnp, lax)
 
 
 # kiln.numpy forms these as log(x) / log(base) (lax has no log2/log10 primitive), so kiln.jit
