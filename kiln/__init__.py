@@ -15,3 +15,11 @@ from kiln.runtime.executable import (block_until_ready, default_backend, device_
                                      devices)
 from kiln.runtime.cache import cache_stats as jit_cache_stats  # noqa: E402
 from kiln import random  # noqa: E402
+
+# differentiation and batching
+from kiln.transforms.ad import (grad, hessian, jacfwd, jacobian, jacrev, jvp,  # noqa: E402
+                                linear_transpose, linearize, value_and_grad, vjp)
+from kiln.transforms.vmap import vmap  # noqa: E402
+from kiln import custom_derivatives  # noqa: E402
+from kiln.custom_derivatives import custom_jvp, custom_vjp, closure_convert  # noqa: E402
+from kiln import test_util  # noqa: E402

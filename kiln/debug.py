@@ -2,6 +2,7 @@
 
 Both stage one effectful `debug_callback` equation: it is never removed, merged or folded by the
 optimizer, and the interpreter runs it in program order. Called eagerly, they run at once.
+Under differentiation they see the primal values; under vmap they run once per batch element.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import optree
 from kiln.core.array import Array
 from kiln.core.primitive import Primitive
 from kiln.core.trace import Tracer, current_trace_state
+from kiln.primitives.base import batch_size
+from kiln.primitives.shape_slice import index_in_dim
 
 __all__ = ["print", "callback", "debug_callback_p"]
 
@@ -71,6 +74,30 @@ def _debug_callback_abstract_eval(*avals, callback: _HostCall, effect: str) -> l
 @debug_callback_p.def_effects
 def _debug_callback_effects_rule(*, callback, effect):
     return frozenset({effect})
+
+
+@debug_callback_p.def_jvp
+def _debug_callback_jvp_rule(primals, tangents, *, callback: _HostCall, effect: str):
+    # The callback has no results, so there is no tangent to give; it sees the primal values.
+    debug_callback_p.bind(*primals, callback=callback, effect=effect)
+    return [], []
+
+
+@debug_callback_p.def_transpose
+def _debug_callback_transpose_rule(cotangents, *args, callback: _HostCall, effect: str):
+    # Nothing flows back through a callback without results.
+    return [None] * len(args)
+
+
+@debug_callback_p.def_batching
+def _debug_callback_batching_rule(args, dims, *, callback: _HostCall, effect: str):
+    # As JAX does: the callback runs once per batch element, in order, with that element's
+    # slice of each batched argument (the unbatched ones are passed whole every time).
+    for i in range(batch_size(args, dims)):
+        example = [x if d is None else index_in_dim(x, i, d, keepdims=False)
+                   for x, d in zip(args, dims)]
+        debug_callback_p.bind(*example, callback=callback, effect=effect)
+    return [], []
 
 
 def _stage(fn: Callable, label: str, ordered: bool, args: tuple, kwargs: dict) -> None:

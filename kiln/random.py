@@ -435,8 +435,10 @@ def truncated_normal(key, lower, upper, shape: Sequence[int] | None = None, dtyp
     b = xla_erf(lax.mul(upper, inverse_sqrt2))
     u = _uniform(data, shape, dtype, a, b)
     out = lax.mul(xla_erf_inv(u), sqrt2)
-    above = lax.nextafter(lower, np.array(np.inf, dtype))
-    below = lax.nextafter(upper, np.array(-np.inf, dtype))
+    # The clip only keeps rounding inside the open interval: the bounds' derivatives reach the
+    # samples through erf alone (nextafter has none), as in JAX.
+    above = lax.nextafter(lax.stop_gradient(lower), np.array(np.inf, dtype))
+    below = lax.nextafter(lax.stop_gradient(upper), np.array(-np.inf, dtype))
     return jnp.clip(out, above, below)
 
 

@@ -13,7 +13,7 @@ from kiln.core.primitive import Primitive
 from kiln.primitives import base
 from kiln.primitives.elementwise import mul_p, neg_p
 
-KINDS = ["impl", "abstract_eval", "jvp", "transpose", "batching", "effects", "dce"]
+KINDS = ["impl", "abstract_eval", "jvp", "transpose", "batching", "effects", "dce", "partial_eval"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

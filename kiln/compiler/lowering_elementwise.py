@@ -32,7 +32,7 @@ def _elementwise(scalar_op: ScalarOp):
 
 
 _ONE_OP = {
-    ew.add_p: O.ADD, ew.sub_p: O.SUB, ew.mul_p: O.MUL, ew.div_p: O.DIV, ew.rem_p: O.REM,
+    ew.add_p: O.ADD, ew.add_any_p: O.ADD, ew.sub_p: O.SUB, ew.mul_p: O.MUL, ew.div_p: O.DIV, ew.rem_p: O.REM,
     ew.neg_p: O.NEG, ew.max_p: O.MAX, ew.min_p: O.MIN, ew.abs_p: O.ABS, ew.sign_p: O.SIGN,
     ew.floor_p: O.FLOOR, ew.ceil_p: O.CEIL, ew.is_finite_p: O.IS_FINITE,
     ew.nextafter_p: O.NEXTAFTER, ew.eq_p: O.EQ, ew.ne_p: O.NE, ew.lt_p: O.LT, ew.le_p: O.LE,

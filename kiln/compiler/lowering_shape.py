@@ -14,6 +14,7 @@ from kiln.compiler import kir
 from kiln.compiler.kir import Expr, ScalarOp
 from kiln.compiler.lower import NotLowerable, register_lowering
 from kiln.primitives import shape as shape_prims
+from kiln.primitives.custom_derivatives import stop_gradient_p
 from kiln.primitives import shape_slice
 
 O = ScalarOp
@@ -101,6 +102,7 @@ def _rev_lowering_rule(ctx, index, x, *, dimensions):
 
 
 @register_lowering(shape_prims.copy_p)
+@register_lowering(stop_gradient_p)
 def _copy_lowering_rule(ctx, index, x):
     return x.read(index)
 

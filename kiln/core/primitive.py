@@ -11,6 +11,8 @@ class Primitive:
     """An operation kiln knows how to evaluate, trace, differentiate, batch and lower."""
 
     multiple_results = False
+    #: Why differentiating through this primitive is an error (None: it has a jvp rule).
+    non_differentiable_reason: str | None = None
 
     def __init__(self, name: str, multiple_results: bool = False):
         self.name = name
@@ -43,6 +45,11 @@ class Primitive:
     def def_batching(self, fn: Callable) -> Callable:
         """vmap: `fn(args, batch_dims, **params) -> (outs, out_dims)`."""
         return rules.batching_rules.register(self)(fn)
+
+    def def_partial_eval(self, fn: Callable) -> Callable:
+        """Splitting a call into known and unknown parts (primitives with sub-jaxprs):
+        `fn(trace, args, **params) -> out | list` (see transforms/partial_eval.py)."""
+        return rules.partial_eval_rules.register(self)(fn)
 
     def def_effects(self, fn: Callable) -> Callable:
         """Side effects: `fn(**params) -> frozenset` of effect names."""

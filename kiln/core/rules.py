@@ -37,10 +37,13 @@ batching_rules = RuleTable("batching")  # f(args, batch_dims, **params) -> (outs
 effects_rules = RuleTable("effects")    # f(**params) -> frozenset of effect names; an equation
 #                                         with effects is never removed, merged, folded or
 #                                         reordered
+partial_eval_rules = RuleTable("partial_eval")  # f(trace, args, **params) -> out | list:
+#   how a primitive with sub-jaxprs splits into a known part (run now) and an unknown part
+#   (staged), when some of `args` are the partial-evaluation trace's unknown tracers
 dce_rules = RuleTable("dce")  # f(used_outputs, eqn) -> (used_inputs, new_eqn | None): dead code
 #                               of primitives with sub-jaxprs
 
 #: Every kind a primitive registers through `Primitive.def_<kind>`.
 PRIMITIVE_RULE_TABLES = {table.kind: table for table in (
     impl_rules, abstract_eval_rules, jvp_rules, transpose_rules, batching_rules, effects_rules,
-    dce_rules)}
+    dce_rules, partial_eval_rules)}

@@ -155,11 +155,35 @@ def deflinear(prim: Primitive, transpose_fn: Callable) -> Callable:
     return jvp_rule
 
 
+def defjvp_zero(prim: Primitive) -> Callable:
+    """Declare an op whose output has a zero derivative everywhere it has one (an integer or
+    bool result, or a piecewise-constant function such as floor or sign)."""
+    def jvp_rule(primals, tangents, **params):
+        out = prim.bind(*primals, **params)
+        return (out, [None] * len(out)) if prim.multiple_results else (out, None)
+    return prim.def_jvp(jvp_rule)
+
+
+def def_non_differentiable(prim: Primitive, reason: str) -> Callable:
+    """Declare an op that cannot be differentiated: differentiating through it with a non-zero
+    tangent raises a TypeError that gives `reason` (and the way out, if any)."""
+    prim.non_differentiable_reason = reason
+
+    def jvp_rule(primals, tangents, **params):
+        raise TypeError(f"Differentiation rule for '{prim.name}' not implemented: {reason}")
+    return prim.def_jvp(jvp_rule)
+
+
 def zeros_like(x):
     """Zeros of x's shape, dtype and weak type."""
+    from kiln.core.avals import get_aval
+    return zeros_like_aval(get_aval(x))
+
+
+def zeros_like_aval(aval):
+    """Zeros of an abstract value's shape, dtype and weak type."""
     from kiln.primitives.shape import broadcast_in_dim
-    dtype, weak = dtypes.dtype_and_weak_of(x)
-    return broadcast_in_dim(scalar_to_array(0, dtype, weak), tuple(x.shape), ())
+    return broadcast_in_dim(scalar_to_array(0, aval.dtype, aval.weak_type), tuple(aval.shape), ())
 
 
 def broadcast_to_shape(x, shape: tuple):
@@ -175,3 +199,82 @@ def unbroadcast(cotangent, shape: tuple):
     if tuple(cotangent.shape) == tuple(shape):
         return cotangent
     return reduce_sum(cotangent, tuple(range(len(cotangent.shape))))
+
+
+def instantiate(tangent, primal):
+    """A tangent with symbolic zeros made concrete: zeros shaped like `primal` for None."""
+    return zeros_like(primal) if tangent is None else tangent
+
+
+# --- batching rules ----------------------------------------------------------------------------
+# A batching rule sees each operand with its batch dimension (an int, or None for an operand
+# that is the same for every batch element) and returns the result(s) with theirs. Rules run
+# with the enclosing trace current, so the lax ops they call batch nothing themselves.
+
+def move_bdim(x, src: int | None, dst: int):
+    """x with its batch dimension `src` moved to position `dst` (x unchanged if it is there)."""
+    from kiln.primitives.shape import transpose
+    if src is None or src == dst:
+        return x
+    perm = [d for d in range(len(x.shape)) if d != src]
+    perm.insert(dst, src)
+    return transpose(x, tuple(perm))
+
+
+def bdim_at_front(x, bdim: int | None, size: int):
+    """x with its batch dimension first; an unbatched x is broadcast to `size` copies."""
+    from kiln.primitives.shape import broadcast_in_dim
+    if bdim is None:
+        shape = tuple(x.shape)
+        return broadcast_in_dim(x, (size,) + shape, tuple(range(1, len(shape) + 1)))
+    return move_bdim(x, bdim, 0)
+
+
+def batch_size(args, dims) -> int:
+    """The size of the batch dimension of the batched operands."""
+    for x, d in zip(args, dims):
+        if d is not None:
+            return x.shape[d]
+    raise ValueError("batch_size: no operand is batched")
+
+
+def broadcast_batched_operands(args, dims):
+    """Operands of a lax elementwise op (equal shapes, rank-0 broadcasting) with every batched
+    operand's batch dimension first and every operand shaped like the batched result, except
+    unbatched rank-0 operands, which broadcast as they are. Returns the new operands."""
+    from kiln.primitives.shape import broadcast_in_dim
+    size = batch_size(args, dims)
+    moved = [move_bdim(x, d, 0) for x, d in zip(args, dims)]
+    # the per-example shape: that of any operand of non-zero per-example rank
+    example_shape = ()
+    for x, d in zip(moved, dims):
+        rank = len(x.shape) - (d is not None)
+        if rank:
+            example_shape = tuple(x.shape[1:]) if d is not None else tuple(x.shape)
+            break
+    out_shape = (size,) + example_shape
+    result = []
+    for x, d in zip(moved, dims):
+        if d is None:
+            if len(x.shape) == 0:
+                result.append(x)
+            else:
+                result.append(broadcast_in_dim(x, out_shape, tuple(range(1, len(out_shape)))))
+        elif tuple(x.shape) != out_shape:  # a batched per-example scalar among larger operands
+            result.append(broadcast_in_dim(x, out_shape, (0,)))
+        else:
+            result.append(x)
+    return result
+
+
+def elementwise_batching(prim: Primitive) -> Callable:
+    """Declare the batching rule of an elementwise op (any number of operands, any mix of
+    batched and unbatched ones): the op runs once on operands broadcast to the batched shape,
+    with the batch dimension first."""
+    def batching_rule(args, dims, **params):
+        operands = broadcast_batched_operands(args, dims)
+        out = prim.bind(*operands, **params)
+        if prim.multiple_results:
+            return out, [0] * len(out)
+        return out, 0
+    return prim.def_batching(batching_rule)

@@ -19,7 +19,7 @@ from kiln.core import dtypes
 from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
 from kiln.core.interpreter import eval_jaxpr, jaxpr_effects
-from kiln.core.jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, JaxprTypeError, Var
+from kiln.core.jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, JaxprTypeError, Literal, Var
 from kiln.core.jaxpr_dce import dce_jaxpr
 from kiln.core.trace import Tracer, set_current_trace
 from kiln.transforms.staging import DebugInfo, function_name, function_source, trace_to_jaxpr
@@ -356,3 +356,103 @@ def prune_inputs(closed: ClosedJaxpr, keep: Sequence[bool]) -> ClosedJaxpr:
     return ClosedJaxpr(Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns, jaxpr.effects),
                        closed.consts)
 
+
+
+# --- rewiring sub-jaxprs for the derivative and batching rules ----------------------------------
+# The jvp, partial-evaluation, transpose and batching rules build new sub-jaxprs from traced
+# ones: they reorder inputs and outputs, add inputs a jaxpr ignores, and turn the consts a
+# traced jaxpr captured into leading operands of the equation.
+
+def split_list(values: Sequence, sizes: Sequence[int]) -> list[list]:
+    """`values` cut into consecutive pieces of the given sizes, plus the rest."""
+    pieces, start = [], 0
+    for size in sizes:
+        pieces.append(list(values[start:start + size]))
+        start += size
+    pieces.append(list(values[start:]))
+    return pieces
+
+
+def select_mask(values: Sequence, mask: Sequence[bool], keep: bool = True) -> list:
+    """The entries of `values` whose flag in `mask` equals `keep`."""
+    return [v for v, m in zip(values, mask) if bool(m) == keep]
+
+
+def merge_masked(mask: Sequence[bool], when_true: Sequence, when_false: Sequence) -> list:
+    """Interleave two lists back into one, taking from `when_true` where `mask` is set."""
+    true_iter, false_iter = iter(when_true), iter(when_false)
+    return [next(true_iter) if m else next(false_iter) for m in mask]
+
+
+def permute_inputs(closed: ClosedJaxpr, order: Sequence[int]) -> ClosedJaxpr:
+    """`closed` taking its inputs in a new order: input k of the result is input `order[k]`."""
+    jaxpr = closed.jaxpr
+    invars = [jaxpr.invars[i] for i in order]
+    return ClosedJaxpr(Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns, jaxpr.effects),
+                       closed.consts)
+
+
+def permute_outputs(closed: ClosedJaxpr, order: Sequence[int]) -> ClosedJaxpr:
+    """`closed` returning its outputs in a new order: output k is output `order[k]`."""
+    jaxpr = closed.jaxpr
+    outvars = [jaxpr.outvars[i] for i in order]
+    return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, jaxpr.eqns, jaxpr.effects),
+                       closed.consts)
+
+
+def interleave_order(sizes: Sequence[int], groups: int) -> list[int]:
+    """The order that turns inputs laid out as `groups` blocks of parts [p0, p1, ...] (sizes
+    `sizes[g][i]`, flattened) into [p0 of every block, p1 of every block, ...].
+
+    A jvp jaxpr takes (consts, carry, xs, const tangents, carry tangents, xs tangents); a loop
+    body must take (consts, const tangents, carry, carry tangents, xs, xs tangents)."""
+    offsets, start = [], 0
+    for block in range(groups):
+        row = []
+        for size in sizes[block]:
+            row.append(start)
+            start += size
+        offsets.append(row)
+    order = []
+    for part in range(len(sizes[0])):
+        for block in range(groups):
+            order.extend(range(offsets[block][part], offsets[block][part] + sizes[block][part]))
+    return order
+
+
+def with_extra_inputs(closed: ClosedJaxpr, avals: Sequence[ShapedArray], at: int
+                      ) -> ClosedJaxpr:
+    """`closed` with inputs of types `avals`, which it ignores, inserted at position `at`."""
+    jaxpr = closed.jaxpr
+    extra = [Var(a) for a in avals]
+    invars = list(jaxpr.invars[:at]) + extra + list(jaxpr.invars[at:])
+    return ClosedJaxpr(Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns, jaxpr.effects),
+                       closed.consts)
+
+
+def trace_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray]) -> ClosedJaxpr:
+    """Trace `fun(*tracers) -> list` into a jaxpr (with the consts it captured)."""
+    closed, _ = trace_to_jaxpr(lambda *args: (list(fun(*args)), None), list(in_avals))
+    return closed
+
+
+def shared_consts(closed_jaxprs: Sequence[ClosedJaxpr]) -> tuple[list[ClosedJaxpr], list]:
+    """Const-free versions of several jaxprs (cond branches) that all take one shared list of
+    leading const inputs; returns them and the consts."""
+    traced = [Traced(*hoist_consts(c), None) for c in closed_jaxprs]
+    return merge_consts(traced)
+
+
+def inputs_only_from(jaxpr: Jaxpr, num_leading: int) -> list[bool]:
+    """For each output: whether it depends on nothing but the first `num_leading` inputs (and
+    constants). Used to find loop-invariant residuals of a scan body."""
+    varying = {v for v in jaxpr.invars[num_leading:]}
+    for eqn in jaxpr.eqns:
+        if any(type(a) is not Literal and a in varying for a in eqn.invars):
+            varying.update(eqn.outvars)
+    return [not (type(v) is not Literal and v in varying) for v in jaxpr.outvars]
+
+
+def avals_of(values: Sequence) -> list[ShapedArray]:
+    from kiln.core.avals import get_aval
+    return [get_aval(v) for v in values]

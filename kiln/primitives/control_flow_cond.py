@@ -237,3 +237,145 @@ def _cond_dce_rule(used_outputs: list[bool], eqn):
                           outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
                           params={**eqn.params, "branches": new_branches, "linear": linear})
     return [True] + used_inputs, new_eqn
+
+
+# --- differentiation and batching ----------------------------------------------------------
+# Every rule keeps one cond: the branches are transformed alike (the same inputs differentiated,
+# unknown or batched), then forced to agree on which outputs carry tangents, are unknown or are
+# batched, so that they keep identical types.
+
+def _bind_branches(index, operands: Sequence, branches: Sequence) -> list:
+    """Bind cond with branches that may have captured consts (passed as leading operands)."""
+    jaxprs, consts = cf.shared_consts(branches)
+    operands = [*consts, *operands]
+    return cond_p.bind(index, *operands, branches=tuple(jaxprs),
+                       linear=(False,) * len(operands))
+
+
+@cond_p.def_jvp
+def _cond_jvp_rule(primals, tangents, *, branches: tuple, linear: tuple):
+    from kiln.transforms.jvp import jvp_jaxpr
+    index, *operands = primals
+    nonzeros = [t is not None for t in tangents[1:]]
+    out_nonzeros = [False] * len(branches[0].out_avals)
+    for branch in branches:
+        _, branch_nonzeros = jvp_jaxpr(branch, nonzeros, instantiate=False)
+        out_nonzeros = [a or b for a, b in zip(out_nonzeros, branch_nonzeros)]
+    jvp_branches = [jvp_jaxpr(branch, nonzeros, instantiate=out_nonzeros)[0]
+                    for branch in branches]
+    operand_tangents = [t for t in tangents[1:] if t is not None]
+    outs = _bind_branches(index, [*operands, *operand_tangents], jvp_branches)
+    num_out = len(out_nonzeros)
+    return outs[:num_out], cf.merge_masked(out_nonzeros, outs[num_out:],
+                                           [None] * num_out)
+
+
+@cond_p.def_partial_eval
+def _cond_partial_eval_rule(trace, args, *, branches: tuple, linear: tuple):
+    """With a known index: the known half of every branch runs now as one cond, the unknown
+    half is staged as another. Each branch's residuals differ, so every known branch returns
+    the residuals of all branches (zeros for the others') and every unknown branch takes them
+    all. With an unknown index the whole cond is staged."""
+    from kiln.transforms.partial_eval import partial_eval_jaxpr
+    params = dict(branches=branches, linear=linear)
+    index, *operands = args
+    if trace.is_unknown(index):
+        return trace.stage(cond_p, args, params)
+    unknowns = [trace.is_unknown(x) for x in operands]
+    out_unknowns = [False] * len(branches[0].out_avals)
+    for branch in branches:
+        out_unknowns = [a or b for a, b in
+                        zip(out_unknowns, partial_eval_jaxpr(branch, unknowns)[2])]
+    splits = [partial_eval_jaxpr(branch, unknowns, instantiate=out_unknowns)
+              for branch in branches]
+    num_known_out = out_unknowns.count(False)
+    res_avals = [known.out_avals[num_known_out:] for known, _, _, _ in splits]
+    known_branches, unknown_branches = _join_residuals(splits, res_avals, num_known_out)
+
+    known_operands = cf.select_mask(operands, unknowns, keep=False)
+    known_outs = trace.run_known(_bind_branches, index, known_operands, known_branches)
+    residuals = known_outs[num_known_out:]
+    if not any(out_unknowns):
+        return known_outs
+    unknown_operands = cf.select_mask(operands, unknowns)
+    jaxprs, consts = cf.shared_consts(unknown_branches)
+    staged = [*consts, *residuals, *unknown_operands]
+    unknown_outs = trace.stage(cond_p, [index, *staged],
+                               dict(branches=tuple(jaxprs), linear=(False,) * len(staged)))
+    return cf.merge_masked(out_unknowns, unknown_outs, known_outs[:num_known_out])
+
+
+def _join_residuals(splits, res_avals, num_known_out):
+    """Known branches that all return (known outputs, residuals of branch 0, of branch 1, ...)
+    and unknown branches that all take (every branch's residuals, unknown operands)."""
+    from kiln.core.interpreter import eval_jaxpr
+    from kiln.primitives.base import zeros_like_aval
+    all_res = [a for avals in res_avals for a in avals]
+    known_branches, unknown_branches = [], []
+    for i, (known, unknown, _, _) in enumerate(splits):
+        def known_fun(*args, known=known, i=i):
+            outs = eval_jaxpr(known.jaxpr, known.consts, *args)
+            res = [[zeros_like_aval(a) for a in avals] for avals in res_avals]
+            res[i] = outs[num_known_out:]
+            return outs[:num_known_out] + [r for part in res for r in part]
+        known_branches.append(cf.trace_jaxpr(known_fun, known.in_avals))
+        before = sum(len(avals) for avals in res_avals[:i])
+        own_end = before + len(res_avals[i])
+        unknown = cf.with_extra_inputs(unknown, all_res[:before], 0)
+        unknown_branches.append(cf.with_extra_inputs(unknown, all_res[own_end:], own_end))
+    return known_branches, unknown_branches
+
+
+@cond_p.def_transpose
+def _cond_transpose_rule(cts, index, *operands, branches: tuple, linear: tuple):
+    from kiln.core.ad_util import is_undefined_primal
+    from kiln.primitives.base import zeros_like_aval
+    from kiln.transforms.transpose import transpose_jaxpr
+    if is_undefined_primal(index):
+        raise ValueError("cond: cannot transpose with respect to the branch index")
+    is_linear = [is_undefined_primal(x) for x in operands]
+    cts = [zeros_like_aval(a) if ct is None else ct
+           for ct, a in zip(cts, branches[0].out_avals)]
+    transposed = [transpose_jaxpr(branch, is_linear) for branch in branches]
+    nonlinear = cf.select_mask(operands, is_linear, keep=False)
+    outs = _bind_branches(index, [*nonlinear, *cts], transposed)
+    return [None] + cf.merge_masked(is_linear, outs, [None] * len(operands))
+
+
+@cond_p.def_batching
+def _cond_batching_rule(args, dims, *, branches: tuple, linear: tuple):
+    from kiln.core.interpreter import eval_jaxpr
+    from kiln.primitives.base import bdim_at_front, batch_size
+    from kiln.primitives.elementwise import select_n
+    from kiln.primitives.shape import broadcast_in_dim
+    from kiln.transforms.batching import batch_jaxpr
+    effects = cf.effects_of(*branches)
+    if effects & {"IO", "OrderedIO"}:
+        raise NotImplementedError("IO effect not supported in vmap-of-cond.")
+    size = batch_size(args, dims)
+    index, *operands = args
+    index_dim, *operand_dims = dims
+    num_out = len(branches[0].out_avals)
+    if index_dim is None:
+        out_batched = [False] * num_out
+        for branch in branches:
+            _, branch_dims = batch_jaxpr(branch, size, operand_dims)
+            out_batched = [a or d is not None for a, d in zip(out_batched, branch_dims)]
+        out_dims = [0 if b else None for b in out_batched]
+        batched = [batch_jaxpr(branch, size, operand_dims, out_dims)[0] for branch in branches]
+        return _bind_branches(index, operands, batched), out_dims
+
+    # A different branch per example: run every branch on the whole batch and pick each
+    # example's result with select_n (as JAX does; so every branch is evaluated).
+    index = bdim_at_front(index, index_dim, size)
+    operands = [bdim_at_front(x, d, size) for x, d in zip(operands, operand_dims)]
+    branch_outs = []
+    for branch in branches:
+        batched, _ = batch_jaxpr(branch, size, [0] * len(operands), [0] * num_out)
+        branch_outs.append(eval_jaxpr(batched.jaxpr, batched.consts, *operands))
+    outs = []
+    for cases in zip(*branch_outs):
+        shape = tuple(cases[0].shape)
+        which = broadcast_in_dim(index, shape, (0,))
+        outs.append(select_n(which, *cases))
+    return outs, [0] * num_out

@@ -1,26 +1,20 @@
-"""Loops: the `while` and `scan` primitives and `lax.while_loop`, `lax.fori_loop`, `lax.scan`,
-`lax.map`.
+"""Loops: the `while` primitive and `lax.while_loop` and `lax.fori_loop`.
 
-`while` repeats `body_jaxpr` on its carries while `cond_jaxpr` says so. `scan` runs `jaxpr` a
-static `length` times over a carry and the leading axis of its `xs`, stacking the per-step
-outputs `ys`. `fori_loop` becomes a scan when its trip count is known while tracing (concrete
-bounds) and a while loop otherwise; `map` is a scan without a carry.
+`while` repeats `body_jaxpr` on its carries while `cond_jaxpr` says so. `fori_loop` becomes a
+scan (control_flow_scan.py) when its trip count is known while tracing (concrete bounds), so
+that it can be differentiated in reverse mode, and a while loop otherwise.
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable
-
-import numpy as np
 
 from kiln.config import config
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives import control_flow_common as cf
+from kiln.primitives.control_flow_scan import _drop_prefix, _scan, map, scan, scan_p
 from kiln.primitives.elementwise import add, convert_element_type, lt
-from kiln.primitives.shape import expand_dims, operand_shape
-from kiln.primitives.shape_slice import concatenate
 
 __all__ = ["while_loop", "fori_loop", "scan", "map", "while_p", "scan_p"]
 
@@ -34,15 +28,7 @@ class _Required:
 _MISSING = _Required()
 
 
-class _ScanPrimitive(Primitive):
-    """scan prints its params as JAX does: `_split_transpose` stays hidden."""
-
-    def params_for_printing(self, params: dict) -> dict:
-        return {k: v for k, v in params.items() if k != "_split_transpose"}
-
-
 while_p = Primitive("while", multiple_results=True)
-scan_p = _ScanPrimitive("scan", multiple_results=True)
 
 
 # --- while_loop ------------------------------------------------------------------------------
@@ -266,234 +252,162 @@ def _while_dce_rule(used_outputs: list[bool], eqn):
     return keep_cond[:nc] + body_reads[:nb] + used_carry, new_eqn
 
 
+# --- differentiation and batching ----------------------------------------------------------
+# A while loop's trip count is only known when it has run, so no residuals can be saved per
+# step: forward mode carries the tangents through the loop, partial evaluation runs the known
+# carries now and re-runs the whole loop for the unknown ones, and reverse mode is refused.
 
-# --- scan ------------------------------------------------------------------------------------
-
-def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
-         reverse: bool = False, unroll: int | bool = 1,
-         _split_transpose: bool = False) -> tuple[Any, Any]:
-    """Loop `carry, y = f(carry, x)` over the leading axis of `xs`, stacking the `y`s.
-
-    Args:
-      f: the body, `(carry, x) -> (carry, y)`; the carry keeps its structure and types.
-      init: the initial carry (a pytree).
-      xs: a pytree of arrays scanned along their leading axis, or None (then `length` says
-        how many steps to run).
-      length: the number of steps; must agree with the leading axis of `xs`.
-      reverse: scan from the end of `xs` to the start (ys are still stored in place).
-      unroll: how many steps a compiled loop may unroll (True: all); does not change results.
-    Returns:
-      `(final_carry, stacked_ys)`.
-    """
-    return _scan(f, init, xs, length, reverse, unroll, _split_transpose,
-                 carry_name=cf.first_param_name(f) if callable(f) else None)
+def _bind_while(cond_jaxpr, body_jaxpr, cond_consts, body_consts, init) -> list:
+    """Bind while with jaxprs that may have captured consts (passed as leading consts)."""
+    cond_jaxpr, cond_captured = cf.hoist_consts(cond_jaxpr)
+    body_jaxpr, body_captured = cf.hoist_consts(body_jaxpr)
+    cond_consts = [*cond_captured, *cond_consts]
+    body_consts = [*body_captured, *body_consts]
+    return while_p.bind(*cond_consts, *body_consts, *init, cond_jaxpr=cond_jaxpr,
+                        body_jaxpr=body_jaxpr, cond_nconsts=len(cond_consts),
+                        body_nconsts=len(body_consts))
 
 
-def _scan(f: Callable, init: Any, xs: Any, length: int | None, reverse: bool,
-          unroll: int | bool, split_transpose: bool, carry_name: str | None,
-          carry_offset: int | None = None) -> tuple[Any, Any]:
-    """scan, naming the carry `carry_name` in errors; fori_loop's carry is `(i, val)`, and
-    with `carry_offset=1` its errors name components of `val` as the user's own."""
-    if not callable(f):
-        raise TypeError("lax.scan: f argument should be callable.")
-    xs_leaves, xs_tree = cf.flatten(xs)
-    xs_avals = cf.abstractify(xs_leaves, cf.leaf_paths(xs), "the xs of scan")
-    for leaf, aval in zip(xs_leaves, xs_avals):
-        if not aval.shape:
-            raise ValueError(f"scan got value with no leading axis to scan over: {leaf!r}")
-    if length is not None:
-        try:
-            length = operator.index(length)
-        except TypeError:
-            raise TypeError(f"The `length` argument to scan expects a concrete `int` value, "
-                            f"got {length!r}.") from None
-        if length < 0:
-            raise ValueError(f"scan got a negative length: {length}")
-    sizes = sorted({a.shape[0] for a in xs_avals})
-    if len(sizes) > 1:
-        raise ValueError("scan got values with different leading axis sizes: "
-                         f"{', '.join(str(a.shape[0]) for a in xs_avals)}.")
-    if length is None:
-        if not sizes:
-            raise ValueError("scan got no values to scan over and `length` not provided.")
-        length = sizes[0]
-    elif sizes and sizes[0] != length:
-        raise ValueError(f"scan got `length` argument of {length} which disagrees with "
-                         f"leading axis sizes {sizes}.")
-    if isinstance(unroll, bool):
-        unroll = max(length, 1) if unroll else 1
-    try:
-        unroll = operator.index(unroll)
-    except TypeError:
-        raise TypeError(f"The `unroll` argument to scan expects a concrete `int` or `bool` "
-                        f"value, got {unroll!r}.") from None
-    if unroll < 1:
-        raise ValueError("`unroll` must be a `bool` or a positive `int`.")
-
-    init_leaves, init_tree = cf.flatten(init)
-    init_paths = cf.leaf_paths(init)
-    init_avals = cf.abstractify(init_leaves, init_paths, "the initial carry of scan")
-    if config.disable_jit and all(cf.is_concrete(x) for x in init_leaves + xs_leaves):
-        return _scan_in_python(f, init, xs, xs_tree, xs_leaves, length, reverse)
-
-    x_avals = [a.update(shape=a.shape[1:]) for a in xs_avals]
-    if carry_offset is not None:
-        init_paths = [_drop_prefix(p, carry_offset) for p in init_paths]
-    in_tree = cf.flatten((init, xs))[1]
-    traced = _trace_scan(f, in_tree, init_avals, x_avals)
-    cf.check_carry_structure("scan body", carry_name, init_tree, traced.out_tree[0])
-    num_carry = len(init_leaves)
-    init_leaves, changed = cf.promote_weak_carries(init_leaves, init_avals,
-                                                   traced.out_avals[:num_carry])
-    if changed:
-        init_avals = [cf.aval_of(x) for x in init_leaves]
-        traced = _trace_scan(f, in_tree, init_avals, x_avals)
-    cf.check_carry_types("scan body", carry_name, init_paths, init_avals,
-                         traced.out_avals[:num_carry])
-
-    operands = [*traced.consts, *init_leaves, *xs_leaves]
-    outs = scan_p.bind(*operands, jaxpr=traced.jaxpr, length=length, reverse=bool(reverse),
-                       linear=(False,) * len(operands), unroll=unroll,
-                       num_consts=len(traced.consts), num_carry=num_carry,
-                       _split_transpose=bool(split_transpose))
-    carry_tree, ys_tree = traced.out_tree
-    return cf.unflatten(carry_tree, outs[:num_carry]), cf.unflatten(ys_tree, outs[num_carry:])
-
-
-def _drop_prefix(path: str, index: int) -> str:
-    prefix = f"[{index}]"
-    return path[len(prefix):] if path.startswith(prefix) else path
-
-
-def _trace_scan(f, in_tree, init_avals, x_avals) -> cf.Traced:
-    """Trace the scan body on (carry, x) of the given types; its `out_tree` is the pair
-    (carry_tree, ys_tree)."""
-    def split_output(out):
-        if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise TypeError(f"scan body output must be a pair, got {out!r}.")
-        carry_leaves, carry_tree = cf.flatten(out[0])
-        y_leaves, y_tree = cf.flatten(out[1])
-        return carry_leaves + y_leaves, (carry_tree, y_tree)
-
-    return cf.trace_function(f, in_tree, list(init_avals) + list(x_avals), "scan",
-                             split_output)
-
-
-def _scan_in_python(f, init, xs, xs_tree, xs_leaves, length, reverse):
-    """scan under config.disable_jit: a Python loop over concrete values."""
-    carry, ys = init, []
-    steps = range(length - 1, -1, -1) if reverse else range(length)
-    for i in steps:
-        x = cf.unflatten(xs_tree, [leaf[i] for leaf in xs_leaves])
-        carry, y = f(carry, x)
-        ys.append(y)
-    if reverse:
-        ys.reverse()
-    if not ys:
-        raise ValueError("scan with config.disable_jit cannot infer the ys of an empty scan")
-    y_leaves = [cf.flatten(y)[0] for y in ys]
-    y_tree = cf.flatten(ys[0])[1]
-    return carry, cf.unflatten(y_tree, [_stack(parts) for parts in zip(*y_leaves)])
-
-
-def _stack(parts: tuple) -> Any:
-    """Join same-shape values along a new leading axis, promoting them to their common dtype
-    (what jnp.stack does, in lax-level operations: primitives/ does not import kiln.numpy)."""
-    shapes = [operand_shape(p) for p in parts]
-    if any(s != shapes[0] for s in shapes[1:]):
-        raise ValueError(f"All input arrays must have the same shape. Got "
-                         f"{', '.join(str(s) for s in shapes)}.")
-    dtype, weak = dtypes.result_type_with_weak(*(dtypes.dtype_and_weak_of(p) for p in parts))
-    return concatenate([expand_dims(convert_element_type(p, dtype, weak), (0,))
-                        for p in parts], 0)
-
-
-def map(f: Callable, xs: Any, *, batch_size: int | None = None) -> Any:  # noqa: A001
-    """Apply `f` to each slice of `xs` along its leading axis and stack the results
-    (a scan without a carry: `f` is traced once)."""
-    if batch_size is not None:
-        raise NotImplementedError("lax.map(batch_size=...) needs vmap, which kiln does not "
-                                  "have yet; call lax.map without batch_size.")
-    _, ys = scan(lambda _, x: ((), f(x)), (), xs)
-    return ys
-
-
-@scan_p.def_impl
-def _scan_impl(*args, jaxpr, length: int, reverse: bool, linear: tuple, unroll: int,
-               num_consts: int, num_carry: int, _split_transpose: bool):
-    in_avals = jaxpr.in_avals
-    consts = cf.wrap_inputs(args[:num_consts], in_avals[:num_consts])
-    carry_avals = in_avals[num_consts:num_consts + num_carry]
-    x_avals = in_avals[num_consts + num_carry:]
-    carry = cf.wrap_inputs(args[num_consts:num_consts + num_carry], carry_avals)
-    xs = [np.asarray(x) for x in args[num_consts + num_carry:]]
-    y_avals = jaxpr.out_avals[num_carry:]
-    ys = [np.empty((length,) + a.shape, a.dtype) for a in y_avals]
-    for i in (range(length - 1, -1, -1) if reverse else range(length)):
-        x = cf.wrap_inputs([x[i] for x in xs], x_avals)
-        outs = cf.run_jaxpr(jaxpr, consts + carry + x)
-        carry = cf.wrap_inputs(outs[:num_carry], carry_avals)
-        for buffer, y in zip(ys, outs[num_carry:]):
-            buffer[i] = y._value
-    return cf.unwrap_outputs(carry, args) + ys
-
-
-@scan_p.def_abstract_eval
-def _scan_abstract_eval(*avals: ShapedArray, jaxpr, length: int, reverse: bool, linear: tuple,
-                        unroll: int, num_consts: int, num_carry: int, _split_transpose: bool):
-    cf.typecheck_sub_jaxpr("scan", "jaxpr", jaxpr)
-    if not isinstance(length, int) or length < 0:
-        raise TypeError(f"scan: length must be a non-negative int, got {length!r}")
-    if len(linear) != len(avals):
-        raise TypeError(f"scan: linear has {len(linear)} entries for {len(avals)} operands")
-    consts, carry = avals[:num_consts], avals[num_consts:num_consts + num_carry]
-    xs = avals[num_consts + num_carry:]
-    for i, x in enumerate(xs):
-        if not x.shape or x.shape[0] != length:
-            raise TypeError(f"scan: xs operand {i} has type {x.str_short()}, which has no "
-                            f"leading axis of the scan length {length}")
-    x_slices = [x.update(shape=x.shape[1:]) for x in xs]
-    cf.check_operands("scan", "jaxpr", list(consts) + list(carry) + x_slices, jaxpr.in_avals)
-    out = jaxpr.out_avals
-    if len(out) < num_carry or not all(
-            cf.same_type(a, b) for a, b in zip(carry, out)):
-        raise TypeError("scan: jaxpr must return the carry types "
-                        f"({', '.join(a.str_short() for a in carry)}) first, got "
-                        f"({', '.join(a.str_short() for a in out)})")
-    carry_out = cf.carry_out_avals(jaxpr.in_avals[num_consts:num_consts + num_carry],
-                                   out[:num_carry])
-    ys = [ShapedArray((length,) + y.shape, y.dtype, y.weak_type) for y in out[num_carry:]]
-    return carry_out + ys
-
-
-@scan_p.def_effects
-def _scan_effects_rule(*, jaxpr, **_):
-    return cf.effects_of(jaxpr)
-
-
-@scan_p.def_dce
-def _scan_dce_rule(used_outputs: list[bool], eqn):
-    """Keep the used ys and the carries that a used output, an effect or a kept carry's update
-    depends on; drop the loop when no output is used and the body has no effects."""
-    p = eqn.params
-    jaxpr, num_consts, num_carry = p["jaxpr"], p["num_consts"], p["num_carry"]
-    effects = cf.effects_of(jaxpr)
-    if not any(used_outputs) and not effects:
-        return [False] * len(eqn.invars), None
-    used_carry, used_ys = list(used_outputs[:num_carry]), list(used_outputs[num_carry:])
+@while_p.def_jvp
+def _while_jvp_rule(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts: int,
+                    body_nconsts: int):
+    from kiln.primitives.base import zeros_like
+    from kiln.transforms.jvp import jvp_jaxpr
+    cond_consts, body_consts, init = cf.split_list(primals, [cond_nconsts, body_nconsts])
+    _, body_const_tangents, init_tangents = cf.split_list(tangents, [cond_nconsts,
+                                                                     body_nconsts])
+    body_const_nonzeros = [t is not None for t in body_const_tangents]
+    # The carries with a tangent: those given one, and those the body gives one (a fixed
+    # point: each round adds at least one carry).
+    carry_nonzeros = [t is not None for t in init_tangents]
     while True:
-        new_jaxpr, reads = cf.dce_sub_jaxpr(jaxpr, used_carry + used_ys)
-        grown = [u or r for u, r in zip(used_carry, reads[num_consts:num_consts + num_carry])]
-        if grown == used_carry:
+        body_jvp, out_nonzeros = jvp_jaxpr(body_jaxpr, body_const_nonzeros + carry_nonzeros,
+                                           instantiate=carry_nonzeros)
+        if out_nonzeros == carry_nonzeros:
             break
-        used_carry = grown
-    keep = reads[:num_consts] + used_carry + reads[num_consts + num_carry:]
-    new_jaxpr = cf.prune_inputs(new_jaxpr, keep)
-    invars = [a for a, k in zip(eqn.invars, keep) if k]
-    new_eqn = eqn.replace(
-        invars=invars,
-        outvars=[v for v, k in zip(eqn.outvars, used_carry + used_ys) if k],
-        params={**p, "jaxpr": new_jaxpr, "num_consts": sum(reads[:num_consts]),
-                "num_carry": sum(used_carry),
-                "linear": tuple(l for l, k in zip(p["linear"], keep) if k)})
-    return keep, new_eqn
+        carry_nonzeros = [a or b for a, b in zip(carry_nonzeros, out_nonzeros)]
+    num_carry = len(init)
+    num_const_tangents, num_carry_tangents = sum(body_const_nonzeros), sum(carry_nonzeros)
+    # (consts, carry, const tangents, carry tangents) -> (consts, const tangents, carry,
+    # carry tangents), the layout of a while body's inputs.
+    order = cf.interleave_order([[body_nconsts, num_carry],
+                                 [num_const_tangents, num_carry_tangents]], 2)
+    body_jvp = cf.permute_inputs(body_jvp, order)
+    tangent_avals = [a for a, nz in zip(body_jaxpr.out_avals, carry_nonzeros) if nz]
+    cond_jvp = cf.with_extra_inputs(cond_jaxpr, tangent_avals, len(cond_jaxpr.in_avals))
+    init_dots = [zeros_like(x) if t is None else t
+                 for x, t, nz in zip(init, init_tangents, carry_nonzeros) if nz]
+    const_dots = [t for t in body_const_tangents if t is not None]
+    outs = _bind_while(cond_jvp, body_jvp, cond_consts, [*body_consts, *const_dots],
+                       [*init, *init_dots])
+    return outs[:num_carry], cf.merge_masked(carry_nonzeros, outs[num_carry:],
+                                             [None] * num_carry)
+
+
+@while_p.def_partial_eval
+def _while_partial_eval_rule(trace, args, *, cond_jaxpr, body_jaxpr, cond_nconsts: int,
+                             body_nconsts: int):
+    """The carries that depend only on known values come from a known while loop run now (if
+    the condition is known too); the others come from the whole loop, staged."""
+    from kiln.transforms.partial_eval import partial_eval_jaxpr
+    params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, cond_nconsts=cond_nconsts,
+                  body_nconsts=body_nconsts)
+    unknowns = [trace.is_unknown(x) for x in args]
+    cond_const_uk, body_const_uk, carry_uk = cf.split_list(unknowns, [cond_nconsts,
+                                                                      body_nconsts])
+    while True:
+        known_body, _, out_uk, _ = partial_eval_jaxpr(body_jaxpr, body_const_uk + carry_uk,
+                                                      instantiate=carry_uk)
+        out_uk = out_uk[:len(carry_uk)]
+        if out_uk == carry_uk:
+            break
+        carry_uk = [a or b for a, b in zip(carry_uk, out_uk)]
+    _, cond_reads = cf.dce_sub_jaxpr(cond_jaxpr, [True])
+    cond_uk = any(r and uk for r, uk in zip(cond_reads, cond_const_uk + carry_uk))
+    if cond_uk or all(carry_uk):
+        return trace.stage(while_p, args, params)
+
+    num_known = carry_uk.count(False)
+    known_body, _ = cf.dce_sub_jaxpr(known_body, [True] * num_known
+                                     + [False] * (len(known_body.out_avals) - num_known))
+    known_cond = cf.prune_inputs(cond_jaxpr, [not uk for uk in cond_const_uk + carry_uk])
+    cond_consts, body_consts, init = cf.split_list(args, [cond_nconsts, body_nconsts])
+    known_outs = trace.run_known(
+        _bind_while, known_cond, known_body,
+        cf.select_mask(cond_consts, cond_const_uk, keep=False),
+        cf.select_mask(body_consts, body_const_uk, keep=False),
+        cf.select_mask(init, carry_uk, keep=False))
+    staged = trace.stage(while_p, args, params)
+    return cf.merge_masked(carry_uk, cf.select_mask(staged, carry_uk), known_outs)
+
+
+@while_p.def_transpose
+def _while_transpose_rule(cts, *args, **params):
+    raise ValueError("Reverse-mode differentiation does not work for lax.while_loop or "
+                     "lax.fori_loop with dynamic start/stop values. Try using lax.scan, or "
+                     "using fori_loop with static start/stop.")
+
+
+@while_p.def_batching
+def _while_batching_rule(args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts: int,
+                         body_nconsts: int):
+    from kiln.core.interpreter import eval_jaxpr
+    from kiln.primitives.base import batch_size
+    from kiln.primitives.elementwise import select_n
+    from kiln.primitives.reductions import reduce_or
+    from kiln.primitives.shape import broadcast_in_dim
+    from kiln.transforms.batching import batch_jaxpr, move_to
+    effects = cf.effects_of(cond_jaxpr, body_jaxpr)
+    if "OrderedIO" in effects:
+        raise NotImplementedError("Ordered IO effects not supported in vmap.")
+    size = batch_size(args, dims)
+    cond_consts, body_consts, init = cf.split_list(args, [cond_nconsts, body_nconsts])
+    cond_const_dims, body_const_dims, init_dims = cf.split_list(dims, [cond_nconsts,
+                                                                       body_nconsts])
+    carry_batched = [d is not None for d in init_dims]
+    while True:
+        carry_dims = [0 if b else None for b in carry_batched]
+        _, out_dims = batch_jaxpr(body_jaxpr, size, body_const_dims + carry_dims)
+        out_batched = [a or d is not None for a, d in zip(carry_batched, out_dims)]
+        if out_batched == carry_batched:
+            break
+        carry_batched = out_batched
+    _, (pred_dim,) = batch_jaxpr(cond_jaxpr, size, cond_const_dims + carry_dims)
+
+    if pred_dim is None:
+        body_batched, _ = batch_jaxpr(body_jaxpr, size, body_const_dims + carry_dims,
+                                      carry_dims)
+        cond_batched, _ = batch_jaxpr(cond_jaxpr, size, cond_const_dims + carry_dims, [None])
+        init = [move_to(x, d, dst, size) for x, d, dst in zip(init, init_dims, carry_dims)]
+        return _bind_while(cond_batched, body_batched, cond_consts, body_consts,
+                           init), carry_dims
+
+    # Each example stops at its own step: loop while any example's condition holds, and
+    # update only the carries of the examples whose condition still holds.
+    if "IO" in effects:
+        raise NotImplementedError("Unordered IO effects not supported in while_loop with "
+                                  "batched predicate")
+    carry_dims = [0] * len(init)
+    body_batched, _ = batch_jaxpr(body_jaxpr, size, body_const_dims + carry_dims, carry_dims)
+    cond_batched, _ = batch_jaxpr(cond_jaxpr, size, cond_const_dims + carry_dims, [0])
+    init = [move_to(x, d, 0, size) for x, d in zip(init, init_dims)]
+    cond_const_avals = cf.avals_of(cond_consts)
+    carry_avals = cf.avals_of(init)
+
+    def any_example(*args):
+        (pred,) = eval_jaxpr(cond_batched.jaxpr, cond_batched.consts, *args)
+        return [reduce_or(pred, (0,))]
+
+    def masked_body(*args):
+        cond_args, body_args = args[:cond_nconsts], args[cond_nconsts:]
+        carry = body_args[body_nconsts:]
+        (pred,) = eval_jaxpr(cond_batched.jaxpr, cond_batched.consts, *cond_args, *carry)
+        new = eval_jaxpr(body_batched.jaxpr, body_batched.consts, *body_args)
+        return [select_n(broadcast_in_dim(pred, tuple(n.shape), (0,)), old, n)
+                for old, n in zip(carry, new)]
+
+    new_cond = cf.trace_jaxpr(any_example, cond_const_avals + carry_avals)
+    new_body = cf.trace_jaxpr(masked_body, cond_const_avals + cf.avals_of(body_consts)
+                              + carry_avals)
+    return _bind_while(new_cond, new_body, cond_consts, [*cond_consts, *body_consts],
+                       init), carry_dims

@@ -18,11 +18,16 @@ import numpy as np
 from kiln.core import dtypes
 from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
+from kiln.core.ad_util import is_undefined_primal
 from kiln.core.primitive import Primitive
 from kiln.primitives.base import (ANY, BOOL, COMPLEX, FLOAT, INT, INTEGRAL, NUMBER,
-                                  SINT, check_dtype, check_same_dtypes, ignore_fp_errors,
-                                  lax_operands, real_dtype, standard_binop, standard_unop,
-                                  to_bool)
+                                  SINT, batch_size, bdim_at_front, broadcast_to_shape,
+                                  check_dtype, check_same_dtypes, def_non_differentiable,
+                                  defjvp, defjvp_zero, deflinear, elementwise_batching,
+                                  ignore_fp_errors, lax_operands, real_dtype, scalar_to_array,
+                                  standard_binop, standard_unop, to_bool, unbroadcast,
+                                  zeros_like)
+from kiln.primitives.shape import broadcast_in_dim
 
 __all__ = [
     "add", "sub", "mul", "div", "rem", "neg", "max", "min", "integer_pow", "abs", "sign",
@@ -73,10 +78,75 @@ def unary_wrapper(prim: Primitive, name: str | None = None, doc: str = "") -> Ca
     return wrapper
 
 
+# --- pieces shared by derivative and batching rules ------------------------------------------
+
+def filled_like(x, value):
+    """An array of x's shape and dtype (weakly typed) holding `value` everywhere."""
+    return broadcast_in_dim(scalar_to_array(value, x.dtype), tuple(x.shape), ())
+
+
+def defjvp_from_result(prim: Primitive, *jvp_fns: Callable) -> Callable:
+    """Declare the jvp of an elementwise op whose derivative is best written with its result
+    (exp, sqrt, max), as base.defjvp does otherwise: `jvp_fns[i](g, out, *primals)` is the
+    output tangent that operand i's tangent g contributes."""
+    def jvp_rule(primals, tangents):
+        out = prim.bind(*primals)
+        out_tangent = None
+        for jvp_fn, tangent in zip(jvp_fns, tangents):
+            if tangent is not None:
+                term = broadcast_to_shape(jvp_fn(tangent, out, *primals), out.shape)
+                out_tangent = term if out_tangent is None else add(out_tangent, term)
+        return out, out_tangent
+    return prim.def_jvp(jvp_rule)
+
+
+def batched_operand(x, dim: int | None, size: int, shape: tuple, keep_scalar: bool):
+    """x as an operand of a batched op whose full-size operands have `shape` (batch first). An
+    unbatched rank-0 x stays rank-0 where the op broadcasts it (keep_scalar); a batched
+    per-example scalar is broadcast along the batch; anything else moves its batch first."""
+    if dim is None and not x.shape and keep_scalar:
+        return x
+    x = bdim_at_front(x, dim, size)
+    return x if tuple(x.shape) == shape else broadcast_in_dim(x, shape, (0,))
+
+
+def _linear_cotangents(args, make_cotangent: Callable) -> list:
+    """The cotangent `make_cotangent(i, arg)` of each linear (undefined) argument, None for the
+    known ones."""
+    return [make_cotangent(i, a) if is_undefined_primal(a) else None for i, a in enumerate(args)]
+
+
 # --- arithmetic ------------------------------------------------------------------------------
 add_p = standard_binop("add", via_float32(np.add), NUMBER)
 sub_p = standard_binop("sub", via_float32(np.subtract), NUMBER)
 mul_p = standard_binop("mul", via_float32(np.multiply), NUMBER)
+# The sum of two tangents or cotangents, as differentiation emits it (JAX's `add_any`): an add
+# that passes may treat as adding possibly-zero contributions.
+add_any_p = standard_binop("add_any", via_float32(np.add), NUMBER)
+
+# A rank-0 operand that the op broadcast receives its cotangent summed (unbroadcast).
+for _prim in (add_p, add_any_p):
+    defjvp(_prim, lambda g, x, y: g, lambda g, x, y: g)
+    _prim.def_transpose(lambda ct, x, y: _linear_cotangents(
+        (x, y), lambda i, a: unbroadcast(ct, a.shape)))
+defjvp(sub_p, lambda g, x, y: g, lambda g, x, y: neg(g))
+sub_p.def_transpose(lambda ct, x, y: _linear_cotangents(
+    (x, y), lambda i, a: unbroadcast(ct if i == 0 else neg(ct), a.shape)))
+defjvp(mul_p, lambda g, x, y: mul(g, y), lambda g, x, y: mul(x, g))
+
+
+@mul_p.def_transpose
+def _mul_transpose_rule(ct, x, y):
+    # mul is bilinear: it transposes in the one operand that is linear, the other is known.
+    if is_undefined_primal(x) and is_undefined_primal(y):
+        raise TypeError("mul of two linear values is not linear and cannot be transposed")
+    if is_undefined_primal(x):
+        return [unbroadcast(mul(ct, y), x.shape), None]
+    return [None, unbroadcast(mul(x, ct), y.shape)]
+
+
+for _prim in (add_p, add_any_p, sub_p, mul_p):
+    elementwise_batching(_prim)
 
 
 def _div_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -106,6 +176,19 @@ def _abs_uint64(x: np.ndarray) -> np.ndarray:
 
 
 div_p = standard_binop("div", ignore_fp_errors(via_float32(_div_impl)), NUMBER)
+defjvp(div_p, lambda g, x, y: div(g, y),
+       lambda g, x, y: mul(mul(neg(g), x), integer_pow(y, -2)))
+
+
+@div_p.def_transpose
+def _div_transpose_rule(ct, x, y):
+    if is_undefined_primal(y):
+        raise TypeError("div is linear only in its numerator; a linear denominator cannot be "
+                        "transposed")
+    return [unbroadcast(div(ct, y), x.shape), None]
+
+
+elementwise_batching(div_p)
 
 
 def _rem_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -121,7 +204,14 @@ def _rem_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 rem_p = standard_binop("rem", ignore_fp_errors(via_float32(_rem_impl)), (INT, FLOAT))
+# rem(x, y) = x - y * trunc(x / y), and trunc(x / y) is piecewise constant.
+defjvp(rem_p, lambda g, x, y: g,
+       lambda g, x, y: mul(neg(g), mul(sign(div(x, y)), floor(abs(div(x, y))))))
+elementwise_batching(rem_p)
+
 neg_p = standard_unop("neg", ignore_fp_errors(np.negative), NUMBER)
+deflinear(neg_p, lambda ct, x: [neg(ct)])
+elementwise_batching(neg_p)
 
 
 def _max_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -166,6 +256,20 @@ def _complex_lt(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 max_p = standard_binop("max", ignore_fp_errors(_max_impl), ANY)
 min_p = standard_binop("min", ignore_fp_errors(_min_impl), ANY)
 
+
+def _balanced_choice(operand, out, other):
+    """1 where `operand` is the result of max/min, 0.5 where `other` ties with it, else 0: the
+    derivative at a tie is split evenly between the operands, as in JAX."""
+    chosen = convert_element_type(eq(operand, out), out.dtype)
+    tied = convert_element_type(eq(other, out), out.dtype)
+    return div(chosen, add(tied, 1))
+
+
+for _prim in (max_p, min_p):
+    defjvp_from_result(_prim, lambda g, out, x, y: mul(g, _balanced_choice(x, out, y)),
+                       lambda g, out, x, y: mul(g, _balanced_choice(y, out, x)))
+    elementwise_batching(_prim)
+
 # --- integer_pow -----------------------------------------------------------------------------
 integer_pow_p = Primitive("integer_pow")
 
@@ -198,6 +302,22 @@ def _integer_pow_abstract_eval(x: ShapedArray, *, y: int) -> ShapedArray:
     return ShapedArray(x.shape, x.dtype, x.weak_type)
 
 
+@integer_pow_p.def_jvp
+def _integer_pow_jvp_rule(primals, tangents, *, y: int):
+    x, = primals
+    g, = tangents
+    out = integer_pow_p.bind(x, y=y)
+    if y == 0:  # a constant
+        return out, None
+    if y == 1:
+        return out, g
+    power = x if y == 2 else integer_pow(x, y - 1)
+    return out, mul(g, mul(power, y))
+
+
+elementwise_batching(integer_pow_p)
+
+
 def integer_pow(x, y: int):
     """x ** y for a static Python int exponent y (as a chain of multiplications)."""
     if isinstance(y, bool) or not isinstance(y, (int, np.integer)):
@@ -209,6 +329,18 @@ def integer_pow(x, y: int):
 # --- abs, sign -------------------------------------------------------------------------------
 abs_p = standard_unop("abs", ignore_fp_errors(np.abs), (SINT, FLOAT, COMPLEX),
                       result_dtype=real_dtype)
+
+
+def _abs_jvp(g, out, x):
+    if x.dtype.kind != "c":
+        return select(ge(x, 0), g, neg(g))  # JAX's choice: slope 1 at 0
+    # d|x| = Re(conj(x) / |x| * dx), and 0 at x == 0 (where any unit vector would do).
+    safe_out = select(eq(out, 0), filled_like(out, 1), out)
+    return real(mul(g, div(conj(x), convert_element_type(safe_out, x.dtype))))
+
+
+defjvp_from_result(abs_p, _abs_jvp)
+elementwise_batching(abs_p)
 
 
 def _sign_impl(x: np.ndarray) -> np.ndarray:
@@ -224,6 +356,8 @@ def _sign_impl(x: np.ndarray) -> np.ndarray:
 
 
 sign_p = standard_unop("sign", ignore_fp_errors(_sign_impl), NUMBER)
+defjvp_zero(sign_p)
+elementwise_batching(sign_p)
 
 # --- rounding --------------------------------------------------------------------------------
 
@@ -272,6 +406,15 @@ def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001 (lax'
 is_finite_p = standard_unop("is_finite", np.isfinite, FLOAT, result_dtype=to_bool)
 # np.nextafter has native float16 and bfloat16 (ml_dtypes) loops, which must not go via f32.
 nextafter_p = standard_binop("nextafter", ignore_fp_errors(np.nextafter), FLOAT)
+
+# Rounding is piecewise constant and is_finite boolean: zero tangents.
+for _prim in (floor_p, ceil_p, round_p, is_finite_p):
+    defjvp_zero(_prim)
+    elementwise_batching(_prim)
+
+def_non_differentiable(nextafter_p, "nextafter steps to an adjacent float; like JAX, kiln "
+                                    "defines no derivative for it")
+elementwise_batching(nextafter_p)
 
 # --- comparisons -----------------------------------------------------------------------------
 
@@ -357,6 +500,13 @@ shift_right_logical_p = standard_binop("shift_right_logical", _shift_right_logic
 shift_right_arithmetic_p = standard_binop("shift_right_arithmetic",
                                           _shift_right_arithmetic_impl, INT)
 
+# Comparisons, bitwise ops and shifts have boolean or integer results: zero tangents.
+for _prim in (eq_p, ne_p, lt_p, le_p, gt_p, ge_p, not_p, and_p, or_p, xor_p,
+              population_count_p, clz_p, shift_left_p, shift_right_logical_p,
+              shift_right_arithmetic_p):
+    defjvp_zero(_prim)
+    elementwise_batching(_prim)
+
 # --- complex parts ---------------------------------------------------------------------------
 real_p = standard_unop("real", lambda x: np.real(x).copy(), COMPLEX, result_dtype=real_dtype)
 imag_p = standard_unop("imag", lambda x: np.imag(x).copy(), COMPLEX, result_dtype=real_dtype)
@@ -388,6 +538,17 @@ def _complex_abstract_check(dtype: np.dtype) -> np.dtype:
 
 
 complex_p = standard_binop("complex", _complex_impl, FLOAT, result_dtype=_complex_abstract_check)
+
+# The complex parts are linear over the reals. Their transposes pair a complex cotangent c with
+# a complex value z by Re(c * z) (no conjugation), as JAX does: Re(c * real(z)) for real c is
+# Re(c * z), Re(c * imag(z)) is Re(-i c * z), Re(c * conj(z)) is Re(conj(c) * z).
+deflinear(real_p, lambda ct, x: [complex(ct, zeros_like(ct))])
+deflinear(imag_p, lambda ct, x: [complex(zeros_like(ct), neg(ct))])
+deflinear(conj_p, lambda ct, x: [conj(ct) if x.dtype.kind == "c" else real(ct)])
+deflinear(complex_p, lambda ct, x, y: _linear_cotangents(
+    (x, y), lambda i, a: unbroadcast(real(ct) if i == 0 else neg(imag(ct)), a.shape)))
+for _prim in (real_p, imag_p, conj_p, complex_p):
+    elementwise_batching(_prim)
 
 # --- select_n --------------------------------------------------------------------------------
 select_n_p = Primitive("select_n")
@@ -421,6 +582,40 @@ def _select_n_abstract_eval(which: ShapedArray, *cases: ShapedArray) -> ShapedAr
     return ShapedArray(first.shape, first.dtype, builtins.all(c.weak_type for c in cases))
 
 
+@select_n_p.def_jvp
+def _select_n_jvp_rule(primals, tangents):
+    which, *cases = primals
+    out = select_n_p.bind(which, *cases)
+    if builtins.all(t is None for t in tangents[1:]):
+        return out, None
+    case_tangents = [zeros_like(c) if t is None else t for c, t in zip(cases, tangents[1:])]
+    return out, select_n_p.bind(which, *case_tangents)
+
+
+@select_n_p.def_transpose
+def _select_n_transpose_rule(ct, which, *cases):
+    # Case i receives the cotangent where it was selected: select_n with ct in its place and
+    # zeros elsewhere, so out-of-range selectors clip exactly as the forward op does.
+    zeros = zeros_like(ct)
+    return [None] + [select_n_p.bind(which, *(ct if j == i else zeros for j in range(len(cases))))
+                     if is_undefined_primal(case) else None for i, case in enumerate(cases)]
+
+
+@select_n_p.def_batching
+def _select_n_batching_rule(args, dims):
+    which, *cases = args
+    which_dim, *case_dims = dims
+    size = batch_size(args, dims)
+    case_shape = next(tuple(c.shape[:d]) + tuple(c.shape[d + 1:]) if d is not None
+                      else tuple(c.shape) for c, d in zip(cases, case_dims))
+    shape = (size,) + case_shape
+    # The selector may stay an unbatched scalar; the cases all take the batched shape.
+    operands = [batched_operand(which, which_dim, size, shape, keep_scalar=True)]
+    operands += [batched_operand(c, d, size, shape, keep_scalar=False)
+                 for c, d in zip(cases, case_dims)]
+    return select_n_p.bind(*operands), 0
+
+
 def select_n(which, *cases):
     """cases[which] elementwise; a boolean `which` picks cases[1] where True."""
     return select_n_p.bind(which, *lax_operands(*cases))
@@ -451,6 +646,35 @@ def _clamp_abstract_eval(lo: ShapedArray, x: ShapedArray, hi: ShapedArray) -> Sh
             raise TypeError(f"clamp {bound} must be a scalar or have the operand's shape "
                             f"{x.shape}, got shape {aval.shape}")
     return ShapedArray(x.shape, x.dtype, lo.weak_type and x.weak_type and hi.weak_type)
+
+
+def _clamp_contribution(predicate: Callable) -> Callable:
+    """The tangent an operand of clamp passes on where `predicate(lo, x, hi)` holds (a rank-0
+    bound's tangent is broadcast to x's shape)."""
+    def jvp_fn(g, lo, x, hi):
+        g = broadcast_to_shape(g, x.shape)
+        return select(predicate(lo, x, hi), g, zeros_like(g))
+    return jvp_fn
+
+
+# As in JAX, a tie passes no tangent: the operand only strictly inside (lo, hi), the bound
+# only when strictly active.
+defjvp(clamp_p,
+       _clamp_contribution(lambda lo, x, hi: bitwise_and(gt(lo, x), lt(lo, hi))),
+       _clamp_contribution(lambda lo, x, hi: bitwise_and(gt(x, lo), lt(x, hi))),
+       _clamp_contribution(lambda lo, x, hi: lt(hi, x)))
+
+
+@clamp_p.def_batching
+def _clamp_batching_rule(args, dims):
+    size = batch_size(args, dims)
+    x, x_dim = args[1], dims[1]
+    shape = (size,) + (tuple(x.shape) if x_dim is None else
+                       tuple(x.shape[:x_dim]) + tuple(x.shape[x_dim + 1:]))
+    # x takes the batched shape; an unbatched scalar bound stays a scalar.
+    lo, x, hi = (batched_operand(a, d, size, shape, keep_scalar=i != 1)
+                 for i, (a, d) in enumerate(zip(args, dims)))
+    return clamp_p.bind(lo, x, hi), 0
 
 
 def clamp(min, x, max):  # noqa: A002 (lax's argument names)
@@ -497,6 +721,28 @@ def _convert_element_type_abstract_eval(x: ShapedArray, *, new_dtype, weak_type)
     return ShapedArray(x.shape, new_dtype, weak_type)
 
 
+@convert_element_type_p.def_jvp
+def _convert_element_type_jvp_rule(primals, tangents, *, new_dtype, weak_type):
+    out = convert_element_type_p.bind(*primals, new_dtype=new_dtype, weak_type=weak_type)
+    if not dtypes.is_inexact(new_dtype):  # an integer or bool result has no tangent
+        return out, None
+    return out, convert_element_type_p.bind(tangents[0], new_dtype=new_dtype,
+                                            weak_type=weak_type)
+
+
+@convert_element_type_p.def_transpose
+def _convert_element_type_transpose_rule(ct, operand, *, new_dtype, weak_type):
+    # Converting back is the transpose for every inexact pair: complex -> real keeps the real
+    # part and real -> complex adds a zero imaginary one, which are each other's transposes.
+    old = operand.aval
+    if not dtypes.is_inexact(old.dtype):
+        return [None]
+    return [convert_element_type_p.bind(ct, new_dtype=old.dtype, weak_type=old.weak_type)]
+
+
+elementwise_batching(convert_element_type_p)
+
+
 def convert_element_type(operand, new_dtype, weak_type: bool = False):
     """Convert to `new_dtype` (canonicalized). Python scalars convert on the host."""
     new_dtype = dtypes.canonicalize(new_dtype)
@@ -533,6 +779,11 @@ def _bitcast_convert_type_abstract_eval(x: ShapedArray, *, new_dtype) -> ShapedA
     return ShapedArray(x.shape, new_dtype, False)
 
 
+# As in JAX, the bits of a float reinterpreted are a piecewise-constant function of it.
+defjvp_zero(bitcast_convert_type_p)
+elementwise_batching(bitcast_convert_type_p)
+
+
 def bitcast_convert_type(operand, new_dtype):
     """Reinterpret the bits of each element as `new_dtype` (which must have the same width)."""
     return bitcast_convert_type_p.bind(operand, new_dtype=dtypes.canonicalize(new_dtype))
@@ -540,6 +791,7 @@ def bitcast_convert_type(operand, new_dtype):
 
 # --- wrappers (the lax API) ------------------------------------------------------------------
 add, sub, mul, div, rem = (binary_wrapper(p) for p in (add_p, sub_p, mul_p, div_p, rem_p))
+add_any = binary_wrapper(add_any_p, doc="The sum of two tangents (differentiation's add).")
 max, min = binary_wrapper(max_p), binary_wrapper(min_p)  # noqa: A001 (lax's names)
 nextafter = binary_wrapper(nextafter_p, doc="The next float after x in the direction of y.")
 eq, ne, lt, le, gt, ge = (binary_wrapper(p) for p in (eq_p, ne_p, lt_p, le_p, gt_p, ge_p))

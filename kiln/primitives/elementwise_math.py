@@ -10,16 +10,22 @@ all the rules of one primitive.
 from __future__ import annotations
 
 import builtins
+import math
 
 import numpy as np
 import scipy.special
 
+from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives.base import (FLOAT, INEXACT, NUMBER, broadcast_scalar_shapes,
-                                  check_dtype, lax_operands, standard_binop, standard_unop)
-from kiln.core import dtypes
-from kiln.primitives.elementwise import binary_wrapper, integer_pow, unary_wrapper, via_float32
+                                  check_dtype, def_non_differentiable, defjvp,
+                                  elementwise_batching, lax_operands, standard_binop,
+                                  standard_unop)
+from kiln.primitives.elementwise import (add, binary_wrapper, convert_element_type,
+                                         defjvp_from_result, div, eq, filled_like,
+                                         integer_pow, mul, neg, select, sub, unary_wrapper,
+                                         via_float32)
 
 _DOUBLE = {dtypes.float32: dtypes.float64, dtypes.complex64: dtypes.complex128}
 
@@ -72,6 +78,36 @@ def _pow_abstract_eval(x: ShapedArray, y: ShapedArray) -> ShapedArray:
     return ShapedArray(shape, x.dtype, x.weak_type and y.weak_type)
 
 
+def _replace_zero(x):
+    """x with its zeros replaced by ones."""
+    return select(eq(x, 0), filled_like(x, 1), x)
+
+
+@pow_p.def_jvp
+def _pow_jvp_rule(primals, tangents):
+    x, y = primals
+    x_tangent, y_tangent = tangents
+    out = pow_p.bind(x, y)
+    out_tangent = None
+    if x_tangent is not None:
+        if y.dtype == x.dtype:
+            slope = mul(y, pow_p.bind(x, sub(y, 1)))
+        else:
+            # An integer exponent: y * x**(y - 1), and exactly 0 for y == 0 (also at x == 0).
+            y_float = convert_element_type(y, x.dtype)
+            slope = mul(y_float, pow_p.bind(x, sub(y_float, 1)))
+            slope = select(eq(y, 0), filled_like(slope, 0), slope)
+        out_tangent = mul(x_tangent, slope)
+    if y_tangent is not None:
+        # d/dy x**y = log(x) x**y, taken as 0 at x == 0 (log(1) stands in for log(0)) as in JAX.
+        term = mul(y_tangent, mul(log(_replace_zero(x)), out))
+        out_tangent = term if out_tangent is None else add(out_tangent, term)
+    return out, out_tangent
+
+
+elementwise_batching(pow_p)
+
+
 def pow(x, y):  # noqa: A001 (lax's name)
     """x ** y elementwise; x is floating or complex, y has x's dtype or is an integer array."""
     x_is_scalar = isinstance(x, (bool, int, float, builtins.complex))
@@ -89,12 +125,22 @@ exp2_p = standard_unop("exp2", precise(np.exp2), INEXACT)
 log_p = standard_unop("log", precise(np.log), INEXACT)
 log1p_p = standard_unop("log1p", precise(np.log1p), INEXACT)
 expm1_p = standard_unop("expm1", precise(np.expm1), INEXACT)
+defjvp_from_result(exp_p, lambda g, out, x: mul(g, out))
+defjvp_from_result(exp2_p, lambda g, out, x: mul(g, mul(out, math.log(2))))
+defjvp(log_p, lambda g, x: div(g, x))
+defjvp(log1p_p, lambda g, x: div(g, add(x, 1)))
+defjvp_from_result(expm1_p, lambda g, out, x: mul(g, add(out, 1)))
 
 # --- roots and powers ------------------------------------------------------------------------
 sqrt_p = standard_unop("sqrt", via_float32(np.sqrt), INEXACT)
 rsqrt_p = standard_unop("rsqrt", precise(lambda x: np.reciprocal(np.sqrt(x))), INEXACT)
 cbrt_p = standard_unop("cbrt", precise(np.cbrt), FLOAT)
 square_p = standard_unop("square", via_float32(np.square), NUMBER)
+# The roots' derivatives read their results: d sqrt(x) = dx / (2 sqrt(x)), and so on.
+defjvp_from_result(sqrt_p, lambda g, out, x: mul(g, div(0.5, out)))
+defjvp_from_result(rsqrt_p, lambda g, out, x: mul(g, mul(div(out, x), -0.5)))
+defjvp_from_result(cbrt_p, lambda g, out, x: mul(g, mul(integer_pow(out, -2), 1 / 3)))
+defjvp(square_p, lambda g, x: mul(g, mul(x, 2)))
 
 # --- trigonometric ---------------------------------------------------------------------------
 sin_p = standard_unop("sin", precise(np.sin), INEXACT)
@@ -104,6 +150,15 @@ asin_p = standard_unop("asin", precise(np.arcsin), INEXACT)
 acos_p = standard_unop("acos", precise(np.arccos), INEXACT)
 atan_p = standard_unop("atan", precise(np.arctan), INEXACT)
 atan2_p = standard_binop("atan2", precise(np.arctan2), FLOAT)
+defjvp(sin_p, lambda g, x: mul(g, cos(x)))
+defjvp(cos_p, lambda g, x: neg(mul(g, sin(x))))
+defjvp_from_result(tan_p, lambda g, out, x: mul(g, add(square(out), 1)))
+defjvp(asin_p, lambda g, x: mul(g, rsqrt(sub(1, square(x)))))
+defjvp(acos_p, lambda g, x: neg(mul(g, rsqrt(sub(1, square(x))))))
+defjvp(atan_p, lambda g, x: div(g, add(square(x), 1)))
+# atan2(x, y) is the angle of the point (y, x).
+defjvp(atan2_p, lambda g, x, y: mul(g, div(y, add(square(x), square(y)))),
+       lambda g, x, y: mul(g, div(neg(x), add(square(x), square(y)))))
 
 # --- hyperbolic ------------------------------------------------------------------------------
 sinh_p = standard_unop("sinh", precise(np.sinh), INEXACT)
@@ -112,6 +167,13 @@ tanh_p = standard_unop("tanh", precise(np.tanh), INEXACT)
 asinh_p = standard_unop("asinh", precise(np.arcsinh), INEXACT)
 acosh_p = standard_unop("acosh", precise(np.arccosh), INEXACT)
 atanh_p = standard_unop("atanh", precise(np.arctanh), INEXACT)
+defjvp(sinh_p, lambda g, x: mul(g, cosh(x)))
+defjvp(cosh_p, lambda g, x: mul(g, sinh(x)))
+# 1 - tanh(x)**2 as (1 + t)(1 - t), which keeps its accuracy where t is near 1.
+defjvp_from_result(tanh_p, lambda g, out, x: mul(g, mul(add(out, 1), sub(1, out))))
+defjvp(asinh_p, lambda g, x: mul(g, rsqrt(add(square(x), 1))))
+defjvp(acosh_p, lambda g, x: mul(g, rsqrt(sub(square(x), 1))))
+defjvp(atanh_p, lambda g, x: div(g, mul(add(x, 1), sub(1, x))))
 
 # --- logistic and special functions ----------------------------------------------------------
 
@@ -134,6 +196,23 @@ erfc_p = standard_unop("erfc", precise(scipy.special.erfc), FLOAT)
 erf_inv_p = standard_unop("erf_inv", precise(scipy.special.erfinv), FLOAT)
 lgamma_p = standard_unop("lgamma", precise(scipy.special.gammaln), FLOAT)
 digamma_p = standard_unop("digamma", precise(_digamma), FLOAT)
+defjvp_from_result(logistic_p, lambda g, out, x: mul(g, mul(out, sub(1, out))))
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)  # erf'(x) = 2 / sqrt(pi) * exp(-x**2)
+defjvp(erf_p, lambda g, x: mul(g, mul(exp(neg(square(x))), _TWO_OVER_SQRT_PI)))
+defjvp(erfc_p, lambda g, x: mul(g, mul(exp(neg(square(x))), -_TWO_OVER_SQRT_PI)))
+# erf_inv'(x) = 1 / erf'(erf_inv(x))
+defjvp_from_result(erf_inv_p,
+                   lambda g, out, x: mul(g, div(exp(square(out)), _TWO_OVER_SQRT_PI)))
+defjvp(lgamma_p, lambda g, x: mul(g, digamma(x)))
+def_non_differentiable(digamma_p, "the derivative of digamma needs polygamma (the trigamma "
+                                  "function), which is not yet in kiln")
+
+# --- batching: every op here is elementwise, params (none) pass through ----------------------
+for _prim in (exp_p, exp2_p, log_p, log1p_p, expm1_p, sqrt_p, rsqrt_p, cbrt_p, square_p,
+              sin_p, cos_p, tan_p, asin_p, acos_p, atan_p, atan2_p, sinh_p, cosh_p, tanh_p,
+              asinh_p, acosh_p, atanh_p, logistic_p, erf_p, erfc_p, erf_inv_p, lgamma_p,
+              digamma_p):
+    elementwise_batching(_prim)
 
 # --- wrappers (the lax API) ------------------------------------------------------------------
 exp, exp2, log, log1p, expm1 = (unary_wrapper(p) for p in (exp_p, exp2_p, log_p, log1p_p,

@@ -1,6 +1,6 @@
 """Dynamic slicing primitives: dynamic_slice and dynamic_update_slice, whose start positions
 are runtime values, plus the lax helpers built on them. Gather and scatter live in
-indexing_gather.py.
+indexing_gather.py and indexing_scatter.py.
 
 As in XLA, start indices are clamped so that the slice (or the update) lies inside the operand;
 nothing is ever read or written out of bounds.
@@ -13,11 +13,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from kiln.core import dtypes
+from kiln.core.ad_util import is_undefined_primal
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.core.shapes import canonicalize_shape
 from kiln.core.trace import Tracer
-from kiln.primitives.shape import canonicalize_axis, operand_shape, result_from_view
+from kiln.primitives.base import batch_size, instantiate, move_bdim
+from kiln.primitives.shape import (broadcast_in_dim, canonicalize_axis, full_like,
+                                   operand_shape, result_from_view)
+from kiln.primitives.shape_slice import concatenate
 
 __all__ = [
     "dynamic_slice", "dynamic_update_slice", "dynamic_slice_in_dim", "dynamic_index_in_dim",
@@ -48,6 +52,28 @@ def _check_start_avals(name: str, operand: ShapedArray, starts: Sequence[ShapedA
                         f"{', '.join(s.dtype.name for s in starts)}")
 
 
+def _start_index_dtype(starts: Sequence[Any]) -> np.dtype:
+    return dtypes.dtype_and_weak_of(starts[0])[0] if starts else dtypes.default_int()
+
+
+def _batched_start_matrix(starts: Sequence[Any], start_dims: Sequence[int | None], size: int):
+    """The start indices of every batch element as a (size, len(starts)) matrix: row b holds
+    element b's starts (an unbatched start repeats down its column)."""
+    columns = [broadcast_in_dim(s, (size, 1), () if d is None else (0,))
+               for s, d in zip(starts, start_dims)]
+    return concatenate(columns, 1)
+
+
+def _with_bdim_at(x, bdim: int | None, size: int, dst: int):
+    """x with its batch dim at `dst`; an unbatched x is broadcast there to `size` copies."""
+    if bdim is not None:
+        return move_bdim(x, bdim, dst)
+    shape = list(x.shape)
+    kept = tuple(d + (d >= dst) for d in range(len(shape)))
+    shape.insert(dst, size)
+    return broadcast_in_dim(x, tuple(shape), kept)
+
+
 # --- dynamic_slice ---------------------------------------------------------------------------
 dynamic_slice_p = Primitive("dynamic_slice")
 
@@ -72,6 +98,54 @@ def _dynamic_slice_abstract_eval(operand: ShapedArray, *starts: ShapedArray,
                         f"the operand shape, got slice_sizes {slice_sizes} for operand shape "
                         f"{operand.shape}.")
     return ShapedArray(tuple(slice_sizes), operand.dtype, operand.weak_type)
+
+
+@dynamic_slice_p.def_jvp
+def _dynamic_slice_jvp_rule(primals, tangents, *, slice_sizes):
+    operand, *starts = primals
+    out = dynamic_slice_p.bind(operand, *starts, slice_sizes=slice_sizes)
+    if tangents[0] is None:  # start indices are integers: only the operand has a tangent
+        return out, None
+    return out, dynamic_slice_p.bind(tangents[0], *starts, slice_sizes=slice_sizes)
+
+
+@dynamic_slice_p.def_transpose
+def _dynamic_slice_transpose_rule(ct, operand, *starts, slice_sizes):
+    # Writing the cotangent into zeros at the same starts clamps them as the slice did.
+    zeros = full_like(ct, 0, shape=operand.shape)
+    return [dynamic_update_slice_p.bind(zeros, ct, *starts)] + [None] * len(starts)
+
+
+@dynamic_slice_p.def_batching
+def _dynamic_slice_batching_rule(args, dims, *, slice_sizes):
+    (operand, *starts), (operand_bdim, *start_dims) = args, dims
+    if all(d is None for d in start_dims):
+        # One window for all: the batch dim is sliced whole, from 0.
+        starts.insert(operand_bdim, np.zeros((), _start_index_dtype(starts)))
+        sizes = list(slice_sizes)
+        sizes.insert(operand_bdim, operand.shape[operand_bdim])
+        return dynamic_slice_p.bind(operand, *starts, slice_sizes=tuple(sizes)), operand_bdim
+    from kiln.primitives.indexing_gather import GatherDimensionNumbers, gather
+    # A window per batch element: a gather with one start row per element, clamped as
+    # dynamic_slice clamps. A batched operand is paired with the rows by a batching dim.
+    size = batch_size(args, dims)
+    indices = _batched_start_matrix(starts, start_dims, size)
+    window_dims = tuple(range(1, len(starts) + 1))
+    if operand_bdim is None:
+        dnums = GatherDimensionNumbers(offset_dims=window_dims, collapsed_slice_dims=(),
+                                       start_index_map=tuple(range(len(starts))))
+        sizes = tuple(slice_sizes)
+    else:
+        operand_dims = tuple(d for d in range(len(operand.shape)) if d != operand_bdim)
+        dnums = GatherDimensionNumbers(offset_dims=window_dims, collapsed_slice_dims=(),
+                                       start_index_map=operand_dims,
+                                       operand_batching_dims=(operand_bdim,),
+                                       start_indices_batching_dims=(0,))
+        sizes = list(slice_sizes)
+        sizes.insert(operand_bdim, 1)
+    out = gather(operand, indices, dnums, sizes, unique_indices=True,
+                 indices_are_sorted=True, mode="clip")
+    return out, 0
 
 
 # --- dynamic_update_slice --------------------------------------------------------------------
@@ -102,6 +176,59 @@ def _dynamic_update_slice_abstract_eval(operand: ShapedArray, update: ShapedArra
                         f"than the operand shape {operand.shape} in every dimension.")
     _check_start_avals("dynamic_update_slice", operand, starts)
     return ShapedArray(operand.shape, operand.dtype, operand.weak_type)
+
+
+@dynamic_update_slice_p.def_jvp
+def _dynamic_update_slice_jvp_rule(primals, tangents):
+    operand, update, *starts = primals
+    out = dynamic_update_slice_p.bind(operand, update, *starts)
+    operand_tangent, update_tangent = tangents[:2]
+    if operand_tangent is None and update_tangent is None:
+        return out, None
+    # Linear in (operand, update) together; the integer starts carry no tangent.
+    return out, dynamic_update_slice_p.bind(instantiate(operand_tangent, operand),
+                                            instantiate(update_tangent, update), *starts)
+
+
+@dynamic_update_slice_p.def_transpose
+def _dynamic_update_slice_transpose_rule(ct, operand, update, *starts):
+    operand_ct = update_ct = None
+    if is_undefined_primal(operand):
+        # The operand's values under the update never reach the result.
+        zeros = full_like(ct, 0, shape=update.shape)
+        operand_ct = dynamic_update_slice_p.bind(ct, zeros, *starts)
+    if is_undefined_primal(update):
+        update_ct = dynamic_slice_p.bind(ct, *starts, slice_sizes=tuple(update.shape))
+    return [operand_ct, update_ct] + [None] * len(starts)
+
+
+@dynamic_update_slice_p.def_batching
+def _dynamic_update_slice_batching_rule(args, dims):
+    (operand, update, *starts), (operand_bdim, update_bdim, *start_dims) = args, dims
+    size = batch_size(args, dims)
+    out_dim = operand_bdim if operand_bdim is not None else 0
+    operand = _with_bdim_at(operand, operand_bdim, size, out_dim)
+    if all(d is None for d in start_dims):
+        # One window for all: the update covers the whole batch dim, from 0.
+        update = _with_bdim_at(update, update_bdim, size, out_dim)
+        starts.insert(out_dim, np.zeros((), _start_index_dtype(starts)))
+        return dynamic_update_slice_p.bind(operand, update, *starts), out_dim
+    from kiln.primitives.indexing_gather import ScatterDimensionNumbers
+    from kiln.primitives.indexing_scatter import scatter
+    # A window per batch element: a scatter with one start row per element, clamped as
+    # dynamic_update_slice clamps, each row writing into its own batch slab.
+    update_dim = update_bdim if update_bdim is not None else 0
+    update = _with_bdim_at(update, update_bdim, size, update_dim)
+    indices = _batched_start_matrix(starts, start_dims, size)
+    rank = len(operand.shape)
+    dnums = ScatterDimensionNumbers(
+        update_window_dims=tuple(d for d in range(rank) if d != update_dim),
+        inserted_window_dims=(),
+        scatter_dims_to_operand_dims=tuple(d for d in range(rank) if d != out_dim),
+        operand_batching_dims=(out_dim,), scatter_indices_batching_dims=(0,))
+    out = scatter(operand, indices, update, dnums, indices_are_sorted=True,
+                  unique_indices=True, mode="clip")
+    return out, out_dim
 
 
 # --- wrappers (the lax API) ------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""Gather and scatter: XLA's general indexed reads and writes, with their dimension numbers.
+"""Gather: XLA's general indexed read, with the dimension numbers and out-of-bounds modes it
+shares with the scatter family (indexing_scatter.py).
 
-Both take an `indices` array whose last dimension holds one start vector per "batch" position.
-A gather reads a window of `slice_sizes` at every start; a scatter writes (or combines) a window
-of updates at every start. The NumPy impls below are vectorized: they build broadcastable index
-grids for all windows at once and use fancy indexing / `ufunc.at`, never a Python loop over
-windows.
+Gather and scatter take an `indices` array whose last dimension holds one start vector per
+"batch" position. A gather reads a window of `slice_sizes` at every start; a scatter writes (or
+combines) a window of updates at every start. The NumPy impls are vectorized: they build
+broadcastable index grids for all windows at once and use fancy indexing / `ufunc.at`, never a
+Python loop over windows.
 """
 from __future__ import annotations
 
@@ -15,16 +16,15 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from kiln.core import dtypes
+from kiln.core.ad_util import is_undefined_primal
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.core.shapes import canonicalize_shape
-from kiln.primitives.base import ANY, NUMBER, check_dtype, lax_operands
+from kiln.primitives.base import batch_size, move_bdim, scalar_to_array
+from kiln.primitives.shape import broadcast_in_dim
 
-__all__ = [
-    "GatherScatterMode", "GatherDimensionNumbers", "ScatterDimensionNumbers", "gather",
-    "scatter", "scatter_add", "scatter_mul", "scatter_min", "scatter_max", "gather_p",
-    "scatter_p", "scatter_add_p", "scatter_mul_p", "scatter_min_p", "scatter_max_p",
-]
+__all__ = ["GatherScatterMode", "GatherDimensionNumbers", "ScatterDimensionNumbers", "gather",
+           "gather_p"]
 
 
 class GatherScatterMode(enum.Enum):
@@ -326,153 +326,112 @@ def gather(operand, start_indices, dimension_numbers: GatherDimensionNumbers, sl
     return gather_p.bind(operand, start_indices, **params)
 
 
-# --- scatter family --------------------------------------------------------------------------
+# --- gather: derivatives and batching --------------------------------------------------------
+# A gather is linear in its operand. Its transpose scatters the cotangent back with the inverse
+# dimension numbers (a window dim of the output is a window dim of the updates, a collapsed dim
+# an inserted one), and its batching rule adds the batch as an operand window dim, an indices
+# batch dim, or a pair of batching dims, so the batched gather is again a single gather.
 
-class _ScatterPrimitive(Primitive):
-    def params_for_printing(self, params: dict) -> dict:
-        # JAX's scatters carry the combining computation as params; kiln's primitives are
-        # specialized instead, so print the values JAX shows for them.
-        return {**params, "update_consts": (), "update_jaxpr": None}
-
-
-def _scatter_window(operand: ShapedArray, updates: ShapedArray, dn) -> list[int]:
-    """The full-rank window size per operand dim (1 for inserted and batching dims)."""
-    window = [1] * operand.ndim
-    window_dims = [d for d in range(operand.ndim)
-                   if d not in dn.inserted_window_dims and d not in dn.operand_batching_dims]
-    for od, ud in zip(window_dims, dn.update_window_dims):
-        window[od] = updates.shape[ud]
-    return window
+def zeros(shape: tuple, dtype: np.dtype, weak: bool = False):
+    """Zeros of `shape` and `dtype` (for a cotangent, or the base of a scatter)."""
+    return broadcast_in_dim(scalar_to_array(0, dtype, weak), tuple(shape), ())
 
 
-def _scatter_abstract_eval_for(name: str, allowed):
-    def abstract_eval(operand: ShapedArray, indices: ShapedArray, updates: ShapedArray, *,
-                      dimension_numbers, indices_are_sorted, unique_indices,
-                      mode) -> ShapedArray:
-        dn = dimension_numbers
-        check_dtype(name, operand.dtype, allowed)
-        if updates.dtype != operand.dtype:
-            raise TypeError(f"{name} updates dtype {updates.dtype.name} must match the operand "
-                            f"dtype {operand.dtype.name}; convert it with "
-                            "lax.convert_element_type first.")
-        _check_indices(name, indices, dn.scatter_dims_to_operand_dims,
-                       "scatter_dims_to_operand_dims")
-        _check_sorted_unique(name, "update_window_dims", dn.update_window_dims, updates.ndim,
-                             "updates dims")
-        _check_sorted_unique(name, "inserted_window_dims", dn.inserted_window_dims,
-                             operand.ndim, "operand dims")
-        _check_sorted_unique(name, "operand_batching_dims", dn.operand_batching_dims,
-                             operand.ndim, "operand dims")
-        sd = dn.scatter_dims_to_operand_dims
-        if len(set(sd)) != len(sd) or any(not 0 <= d < operand.ndim for d in sd):
-            raise TypeError(f"{name} scatter_dims_to_operand_dims must hold distinct operand "
-                            f"dims, got {sd} for operand rank {operand.ndim}.")
-        if set(dn.inserted_window_dims) & set(dn.operand_batching_dims):
-            raise TypeError(f"{name} inserted_window_dims and operand_batching_dims must be "
-                            "disjoint.")
-        if set(sd) & set(dn.operand_batching_dims):
-            raise TypeError(f"{name} scatter_dims_to_operand_dims and operand_batching_dims "
-                            "must be disjoint.")
-        _check_batching(name, operand, indices, dn.operand_batching_dims,
-                        dn.scatter_indices_batching_dims, "scatter_indices_batching_dims")
-        n_window = operand.ndim - len(dn.inserted_window_dims) - len(dn.operand_batching_dims)
-        if len(dn.update_window_dims) != n_window:
-            raise TypeError(f"{name} update_window_dims must have one entry per operand dim "
-                            f"that is not inserted or batched ({n_window}), got "
-                            f"update_window_dims={dn.update_window_dims}.")
-        if updates.ndim != n_window + indices.ndim - 1:
-            raise TypeError(f"{name} updates must have rank {n_window + indices.ndim - 1} "
-                            f"(window dims plus the indices' batch dims), got updates shape "
-                            f"{updates.shape}.")
-        window = _scatter_window(operand, updates, dn)
-        window_dims = [d for d in range(operand.ndim) if d not in dn.inserted_window_dims
-                       and d not in dn.operand_batching_dims]
-        # (An inserted dim of size 0 is allowed: every update then falls outside and drops.)
-        if any(window[d] > operand.shape[d] for d in window_dims):
-            raise TypeError(f"{name} update window sizes {tuple(window)} must not exceed the "
-                            f"operand shape {operand.shape}.")
-        scatter_dims = [d for d in range(updates.ndim) if d not in dn.update_window_dims]
-        if tuple(updates.shape[d] for d in scatter_dims) != indices.shape[:-1]:
-            raise TypeError(f"{name} updates scatter dims {tuple(scatter_dims)} (sizes "
-                            f"{tuple(updates.shape[d] for d in scatter_dims)}) must match the "
-                            f"indices' batch shape {indices.shape[:-1]}.")
-        return ShapedArray(operand.shape, operand.dtype, operand.weak_type)
-    return abstract_eval
+def scatter_dnums_for_gather(dn: GatherDimensionNumbers) -> ScatterDimensionNumbers:
+    """The dimension numbers of the scatter that writes back what a gather read."""
+    return ScatterDimensionNumbers(
+        update_window_dims=dn.offset_dims, inserted_window_dims=dn.collapsed_slice_dims,
+        scatter_dims_to_operand_dims=dn.start_index_map,
+        operand_batching_dims=dn.operand_batching_dims,
+        scatter_indices_batching_dims=dn.start_indices_batching_dims)
 
 
-def _assign(out: np.ndarray, index: tuple, values: np.ndarray) -> None:
-    # With repeated indices the last write wins (XLA leaves the order unspecified).
-    out[index] = values
+def gather_for_scatter(dn: ScatterDimensionNumbers, operand_shape: tuple,
+                       updates_shape: tuple) -> tuple[GatherDimensionNumbers, tuple]:
+    """The dimension numbers and slice sizes of the gather that reads, from an array shaped
+    like a scatter's operand, one value per element of its updates (at the same positions)."""
+    gather_dn = GatherDimensionNumbers(
+        offset_dims=dn.update_window_dims, collapsed_slice_dims=dn.inserted_window_dims,
+        start_index_map=dn.scatter_dims_to_operand_dims,
+        operand_batching_dims=dn.operand_batching_dims,
+        start_indices_batching_dims=dn.scatter_indices_batching_dims)
+    sizes, window_sizes = [], iter(updates_shape[d] for d in dn.update_window_dims)
+    for d in range(len(operand_shape)):
+        pointwise = d in dn.inserted_window_dims or d in dn.operand_batching_dims
+        sizes.append(1 if pointwise else next(window_sizes))
+    return gather_dn, tuple(sizes)
 
 
-def _scatter_impl_for(combine):
-    def impl(operand: np.ndarray, indices: np.ndarray, updates: np.ndarray, *,
-             dimension_numbers, indices_are_sorted, unique_indices, mode) -> np.ndarray:
-        dn = dimension_numbers
-        out = operand.copy()
-        if updates.size == 0 or operand.size == 0:
-            return out
-        window = _scatter_window(operand, updates, dn)
-        scatter_dims = [d for d in range(updates.ndim) if d not in dn.update_window_dims]
-        # Put the scatter dims first, then lay the window out at full operand rank.
-        values = np.transpose(updates, scatter_dims + list(dn.update_window_dims))
-        values = values.reshape((-1,) + tuple(window))
-        starts = _window_starts(indices, operand.ndim, dn.scatter_dims_to_operand_dims,
-                                dn.operand_batching_dims, dn.scatter_indices_batching_dims)
-        upper = np.asarray(operand.shape, dtype=np.int64) - np.asarray(window, dtype=np.int64)
-        if mode == GatherScatterMode.CLIP:
-            starts = np.clip(starts, 0, upper)
-        else:  # FILL_OR_DROP, and PROMISE_IN_BOUNDS as XLA implements it: skip whole windows
-            keep = np.all((starts >= 0) & (starts <= upper), axis=1)
-            if not keep.all():
-                starts, values = starts[keep], values[keep]
-        target = out
-        if operand.ndim == 0:  # give fancy indexing an axis to index: a view of length 1
-            target, window = out.reshape(1), [1]
-            starts, values = np.zeros((len(values), 1), dtype=np.int64), values.reshape(-1, 1)
-        with np.errstate(all="ignore"):
-            combine(target, _window_grid(starts, window), values)
-        return out
-    return impl
+def _gather_jvp_rule(primals, tangents, **params):
+    operand, indices = primals
+    out = gather_p.bind(operand, indices, **params)
+    if tangents[0] is None:
+        return out, None
+    # The fill value is a constant: windows that are filled have a zero tangent.
+    fill = 0 if params["mode"] == GatherScatterMode.FILL_OR_DROP else None
+    return out, gather_p.bind(tangents[0], indices, **{**params, "fill_value": fill})
 
 
-def _define_scatter(name: str, combine, allowed) -> Primitive:
-    prim = _ScatterPrimitive(name)
-    prim.def_impl(_scatter_impl_for(combine))
-    prim.def_abstract_eval(_scatter_abstract_eval_for(name, allowed))
-    return prim
+def _gather_transpose_rule(ct, operand, indices, *, dimension_numbers, slice_sizes,
+                           indices_are_sorted, unique_indices, mode, fill_value):
+    from kiln.primitives.indexing_scatter import scatter_add_p
+    if not is_undefined_primal(operand):
+        return [None, None]
+    base = zeros(operand.shape, operand.dtype, operand.aval.weak_type)
+    # The same mode: windows a fill-mode gather filled are dropped, clamped ones clamp again.
+    operand_ct = scatter_add_p.bind(
+        base, indices, ct, dimension_numbers=scatter_dnums_for_gather(dimension_numbers),
+        indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode)
+    return [operand_ct, None]
 
 
-scatter_p = _define_scatter("scatter", _assign, ANY)
-scatter_add_p = _define_scatter("scatter-add", np.add.at, NUMBER)
-scatter_mul_p = _define_scatter("scatter-mul", np.multiply.at, NUMBER)
-scatter_min_p = _define_scatter("scatter-min", np.minimum.at, ANY)
-scatter_max_p = _define_scatter("scatter-max", np.maximum.at, ANY)
+def _shifted(dims: tuple) -> tuple:
+    return tuple(d + 1 for d in dims)
 
 
-def _scatter_wrapper(prim: Primitive, doc: str):
-    def wrapper(operand, scatter_indices, updates,
-                dimension_numbers: ScatterDimensionNumbers, *,
-                indices_are_sorted: bool = False, unique_indices: bool = False,
-                mode: "str | GatherScatterMode | None" = None):
-        dn = _canonical_scatter_dnums(dimension_numbers)
-        operand, updates = lax_operands(operand, updates)
-        params = dict(dimension_numbers=dn, indices_are_sorted=bool(indices_are_sorted),
-                      unique_indices=bool(unique_indices),
-                      mode=GatherScatterMode.from_any(mode))
-        return prim.bind(operand, scatter_indices, updates, **params)
-    wrapper.__name__ = prim.name.replace("-", "_")
-    wrapper.__doc__ = (
-        f"XLA's scatter: {doc} at the window starting at each index vector of "
-        "`scatter_indices` (see ScatterDimensionNumbers). Windows that do not fit are dropped "
-        "(mode None/'fill'/'drop') or clamped (mode 'clip').")
-    return wrapper
+def _gather_batching_rule(args, dims, *, dimension_numbers, slice_sizes, indices_are_sorted,
+                          unique_indices, mode, fill_value):
+    (operand, indices), (operand_bdim, indices_bdim) = args, dims
+    dn = dimension_numbers
+    params = dict(indices_are_sorted=indices_are_sorted, unique_indices=unique_indices,
+                  mode=mode, fill_value=fill_value)
+    if indices_bdim is None:
+        # The batch is one more window dim, read whole: it leads the output.
+        operand = move_bdim(operand, operand_bdim, 0)
+        batched_dn = GatherDimensionNumbers(
+            offset_dims=(0,) + _shifted(dn.offset_dims),
+            collapsed_slice_dims=_shifted(dn.collapsed_slice_dims),
+            start_index_map=_shifted(dn.start_index_map),
+            operand_batching_dims=_shifted(dn.operand_batching_dims),
+            start_indices_batching_dims=dn.start_indices_batching_dims)
+        out = gather_p.bind(operand, indices, dimension_numbers=batched_dn,
+                            slice_sizes=(operand.shape[0],) + tuple(slice_sizes), **params)
+        return out, 0
+    indices = move_bdim(indices, indices_bdim, 0)
+    if operand_bdim is None:
+        # The batch is one more index batch dim; indices from different examples may now
+        # repeat or be out of order.
+        batched_dn = dn._replace(
+            offset_dims=_shifted(dn.offset_dims),
+            start_indices_batching_dims=_shifted(dn.start_indices_batching_dims))
+        params.update(indices_are_sorted=False, unique_indices=False)
+        return gather_p.bind(operand, indices, dimension_numbers=batched_dn,
+                             slice_sizes=slice_sizes, **params), 0
+    # Both batched: example b reads only its own operand slab, through a pair of batching dims.
+    operand = move_bdim(operand, operand_bdim, 0)
+    batched_dn = GatherDimensionNumbers(
+        offset_dims=_shifted(dn.offset_dims),
+        collapsed_slice_dims=_shifted(dn.collapsed_slice_dims),
+        start_index_map=_shifted(dn.start_index_map),
+        operand_batching_dims=(0,) + _shifted(dn.operand_batching_dims),
+        start_indices_batching_dims=(0,) + _shifted(dn.start_indices_batching_dims))
+    if batch_size(args, dims) == 0:  # a batching dim needs a slice of size 1: nothing to read
+        shape = _gather_output_shape(operand, indices, batched_dn, (1,) + tuple(slice_sizes))
+        return zeros(shape, *dtypes.dtype_and_weak_of(operand)), 0
+    return gather_p.bind(operand, indices, dimension_numbers=batched_dn,
+                         slice_sizes=(1,) + tuple(slice_sizes), **params), 0
 
 
-scatter = _scatter_wrapper(scatter_p, "write `updates` (the last write wins for repeated "
-                                      "indices)")
-scatter_add = _scatter_wrapper(scatter_add_p, "add `updates` (repeated indices accumulate)")
-scatter_mul = _scatter_wrapper(scatter_mul_p, "multiply by `updates` (repeated indices "
-                                              "accumulate)")
-scatter_min = _scatter_wrapper(scatter_min_p, "take the minimum with `updates`")
-scatter_max = _scatter_wrapper(scatter_max_p, "take the maximum with `updates`")
+gather_p.def_jvp(_gather_jvp_rule)
+gather_p.def_transpose(_gather_transpose_rule)
+gather_p.def_batching(_gather_batching_rule)

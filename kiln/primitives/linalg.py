@@ -4,9 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 from kiln.core import dtypes
+from kiln.core.ad_util import is_undefined_primal
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives.base import check_dtype, lax_operands, NUMBER, BOOL
+from kiln.primitives.elementwise import add_any, convert_element_type
+from kiln.primitives.shape import transpose
 
 __all__ = ["dot_general", "dot", "batch_matmul"]
 
@@ -167,6 +170,96 @@ def _dot_general_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, dimension_
              + tuple(rhs.shape[d] for d in _free_dims(rhs.ndim, rc, rb)))
     dtype = preferred_element_type or lhs.dtype
     return ShapedArray(shape, dtype, lhs.weak_type and rhs.weak_type)
+
+
+# --- derivative and batching rules -----------------------------------------------------------
+# dot_general is bilinear: its tangent is the sum of the products with one tangent each, and
+# its transpose with respect to one operand contracts the cotangent with the other operand over
+# the dimensions the result got from that other one.
+
+@dot_general_p.def_jvp
+def _dot_general_jvp_rule(primals, tangents, **params):
+    (lhs, rhs), (lhs_tangent, rhs_tangent) = primals, tangents
+    out = dot_general_p.bind(lhs, rhs, **params)
+    out_tangent = None
+    if lhs_tangent is not None:
+        out_tangent = dot_general_p.bind(lhs_tangent, rhs, **params)
+    if rhs_tangent is not None:
+        term = dot_general_p.bind(lhs, rhs_tangent, **params)
+        out_tangent = term if out_tangent is None else add_any(out_tangent, term)
+    return out, out_tangent
+
+
+def _dot_general_operand_cotangent(cotangent, aval: ShapedArray, other, contract, other_contract,
+                                   batch, other_batch, precision, preferred_element_type,
+                                   operand_is_lhs: bool):
+    """The cotangent of one operand (of `aval`) of a dot_general whose other operand is
+    `other`; `contract`/`batch` are the operand's dimension numbers, `other_*` the other's."""
+    free = _free_dims(len(aval.shape), contract, batch)
+    other_free = _free_dims(len(other.shape), other_contract, other_batch)
+    # The cotangent's dimensions: batch, then lhs free, then rhs free.
+    n_batch = len(batch)
+    first_other = n_batch + (len(free) if operand_is_lhs else 0)
+    cotangent_other_free = tuple(range(first_other, first_other + len(other_free)))
+    dims = ((cotangent_other_free, tuple(other_free)), (tuple(range(n_batch)), tuple(other_batch)))
+    product = dot_general_p.bind(cotangent, other, dimension_numbers=dims, precision=precision,
+                                 preferred_element_type=preferred_element_type)
+    # The product's dimensions are the operand's batch, free, then contracting dimensions, the
+    # last in the order of the other operand's matching (uncontracted, so ascending) ones.
+    by_other = sorted(range(len(contract)), key=lambda i: other_contract[i])
+    produced = list(batch) + free + [contract[i] for i in by_other]
+    result = transpose(product, tuple(int(i) for i in np.argsort(produced)))
+    if result.dtype != aval.dtype:
+        result = convert_element_type(result, aval.dtype, aval.weak_type)
+    return result
+
+
+@dot_general_p.def_transpose
+def _dot_general_transpose_rule(cotangent, lhs, rhs, *, dimension_numbers, precision=None,
+                                preferred_element_type=None):
+    (lc, rc), (lb, rb) = dimension_numbers
+    lhs_cotangent = rhs_cotangent = None
+    if is_undefined_primal(lhs):
+        lhs_cotangent = _dot_general_operand_cotangent(
+            cotangent, lhs.aval, rhs, lc, rc, lb, rb, precision, preferred_element_type,
+            operand_is_lhs=True)
+    if is_undefined_primal(rhs):
+        rhs_cotangent = _dot_general_operand_cotangent(
+            cotangent, rhs.aval, lhs, rc, lc, rb, lb, precision, preferred_element_type,
+            operand_is_lhs=False)
+    return [lhs_cotangent, rhs_cotangent]
+
+
+def _batched_dimension_numbers(ndims: tuple, bdims: tuple, dimension_numbers):
+    """The dimension numbers of one dot_general over batched operands, and the result's batch
+    dimension: two batched operands pair their batch dimensions as a new leading batch
+    dimension of the product; one batched operand keeps it as one of its free dimensions."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    lbd, rbd = bdims
+
+    def shifted(dims, bdim):
+        return tuple(d + (d >= bdim) for d in dims)
+
+    if lbd is not None and rbd is not None:
+        new = ((shifted(lc, lbd), shifted(rc, rbd)),
+               ((lbd,) + shifted(lb, lbd), (rbd,) + shifted(rb, rbd)))
+        return new, 0
+    if lbd is not None:
+        lhs_free = _free_dims(ndims[0] - 1, lc, lb)
+        out_dim = len(lb) + sum(d < lbd for d in lhs_free)
+        return ((shifted(lc, lbd), rc), (shifted(lb, lbd), rb)), out_dim
+    rhs_free = _free_dims(ndims[1] - 1, rc, rb)
+    lhs_free = _free_dims(ndims[0], lc, lb)
+    out_dim = len(lb) + len(lhs_free) + sum(d < rbd for d in rhs_free)
+    return ((lc, shifted(rc, rbd)), (lb, shifted(rb, rbd))), out_dim
+
+
+@dot_general_p.def_batching
+def _dot_general_batching_rule(args, dims, *, dimension_numbers, **params):
+    lhs, rhs = args
+    new_numbers, out_dim = _batched_dimension_numbers(
+        (len(lhs.shape), len(rhs.shape)), tuple(dims), dimension_numbers)
+    return dot_general_p.bind(lhs, rhs, dimension_numbers=new_numbers, **params), out_dim
 
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):

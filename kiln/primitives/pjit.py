@@ -109,3 +109,56 @@ def _pjit_dce_rule(used_outputs: list[bool], eqn: JaxprEqn):
         outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
         params={**eqn.params, "jaxpr": ClosedJaxpr(inner, closed.consts)})
     return used_inputs, new_eqn
+
+
+# --- differentiation and batching: a call stays one call ------------------------------------
+
+@pjit_p.def_jvp
+def _pjit_jvp_rule(primals, tangents, *, jaxpr: ClosedJaxpr, name: str):
+    from kiln.transforms.jvp import jvp_jaxpr
+    nonzeros = [t is not None for t in tangents]
+    jvp_closed, out_nonzeros = jvp_jaxpr(jaxpr, nonzeros, instantiate=False)
+    outs = pjit_p.bind(*primals, *(t for t in tangents if t is not None), jaxpr=jvp_closed,
+                       name=name)
+    n = len(jaxpr.jaxpr.outvars)
+    out_tangents = iter(outs[n:])
+    return outs[:n], [next(out_tangents) if nz else None for nz in out_nonzeros]
+
+
+@pjit_p.def_partial_eval
+def _pjit_partial_eval_rule(trace, args, *, jaxpr: ClosedJaxpr, name: str):
+    """Run the known part of the callee now (one call) and stage the unknown part (another)."""
+    from kiln.transforms.partial_eval import partial_eval_jaxpr
+    unknowns = [trace.is_unknown(a) for a in args]
+    known, unknown, out_unknowns, num_res = partial_eval_jaxpr(jaxpr, unknowns)
+    known_args = [a for a, uk in zip(args, unknowns) if not uk]
+    known_outs = trace.run_known(pjit_p.bind, *known_args, jaxpr=known, name=name)
+    n_known = len(known_outs) - num_res
+    residuals = list(known_outs[n_known:])
+    unknown_args = [a for a, uk in zip(args, unknowns) if uk]
+    unknown_outs = trace.stage(pjit_p, residuals + unknown_args,
+                               dict(jaxpr=unknown, name=name))
+    known_iter, unknown_iter = iter(known_outs[:n_known]), iter(unknown_outs)
+    return [next(unknown_iter) if uk else next(known_iter) for uk in out_unknowns]
+
+
+@pjit_p.def_transpose
+def _pjit_transpose_rule(cts, *args, jaxpr: ClosedJaxpr, name: str):
+    from kiln.core.ad_util import is_undefined_primal
+    from kiln.primitives.base import zeros_like_aval
+    from kiln.transforms.transpose import transpose_jaxpr
+    linear = [is_undefined_primal(a) for a in args]
+    transposed = transpose_jaxpr(jaxpr, linear)
+    cts = [zeros_like_aval(v.aval) if ct is None else ct
+           for ct, v in zip(cts, jaxpr.jaxpr.outvars)]
+    nonlinear = [a for a, lin in zip(args, linear) if not lin]
+    outs = iter(pjit_p.bind(*nonlinear, *cts, jaxpr=transposed, name=name))
+    return [next(outs) if lin else None for lin in linear]
+
+
+@pjit_p.def_batching
+def _pjit_batching_rule(args, dims, *, jaxpr: ClosedJaxpr, name: str):
+    from kiln.primitives.base import batch_size
+    from kiln.transforms.batching import batch_jaxpr
+    batched, out_dims = batch_jaxpr(jaxpr, batch_size(args, dims), dims)
+    return pjit_p.bind(*args, jaxpr=batched, name=name), out_dims

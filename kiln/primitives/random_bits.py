@@ -26,10 +26,12 @@ from kiln.config import config
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
-from kiln.primitives.base import FLOAT, broadcast_scalar_shapes, standard_binop, standard_unop
-from kiln.primitives.elementwise import (bitwise_and, bitwise_or, bitwise_xor,
-                                         convert_element_type, mul, shift_left,
+from kiln.primitives.base import (FLOAT, broadcast_scalar_shapes, defjvp, defjvp_zero,
+                                  elementwise_batching, standard_binop, standard_unop)
+from kiln.primitives.elementwise import (add, bitwise_and, bitwise_or, bitwise_xor,
+                                         convert_element_type, div, mul, neg, shift_left,
                                          shift_right_logical)
+from kiln.primitives.elementwise_math import exp, square
 from kiln.primitives.shape import broadcast_in_dim, expand_dims, full, reshape
 from kiln.primitives.shape_slice import (broadcasted_iota, concatenate, iota, pad,
                                          slice as lax_slice)
@@ -97,6 +99,13 @@ def _threefry2x32_abstract_eval(k1: ShapedArray, k2: ShapedArray, x1: ShapedArra
     shape = broadcast_scalar_shapes("threefry2x32", *avals)
     out = ShapedArray(shape, dtypes.uint32, False)
     return [out, out]
+
+
+# Keys and counters are uint32, so they never carry tangents and the hash has none to give.
+defjvp_zero(threefry2x32_p)
+# The hash is elementwise in its four operands: a batch of keys or of counters (or both) is
+# hashed in one call, and each element's words are exactly those of the unbatched call.
+elementwise_batching(threefry2x32_p)
 
 
 def threefry2x32(k1, k2, x1, x2):
@@ -464,6 +473,37 @@ xla_log_p = standard_unop("xla_log", _xla_unary(_log_f32, _log_f64), FLOAT)
 xla_log1p_p = standard_unop("xla_log1p", _xla_unary(_log1p_f32, _log1p_f64), FLOAT)
 xla_erf_p = standard_unop("xla_erf", _xla_unary(_erf_f32, _erf_f64), FLOAT)
 xla_erf_inv_p = standard_unop("xla_erf_inv", _xla_unary(_erf_inv_f32, _erf_inv_f64), FLOAT)
+
+
+# --- derivatives and batching of the float functions -------------------------------------------
+# The samplers are differentiable in their parameters (a location, a scale, bounds) through
+# these functions, so they have the derivatives of the exact functions they approximate.
+# The tangents are computed with kiln's ordinary ops: only the primal values need XLA's bits.
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+_SQRT_PI_OVER_TWO = math.sqrt(math.pi) / 2
+
+defjvp(fma_p,
+       lambda g, a, b, c: mul(g, b),
+       lambda g, a, b, c: mul(a, g),
+       lambda g, a, b, c: g)
+defjvp(xla_log_p, lambda g, x: div(g, x))
+defjvp(xla_log1p_p, lambda g, x: div(g, add(x, 1)))
+defjvp(xla_erf_p, lambda g, x: mul(mul(g, exp(neg(square(x)))), _TWO_OVER_SQRT_PI))
+
+
+@xla_erf_inv_p.def_jvp
+def _xla_erf_inv_jvp_rule(primals, tangents):
+    # d/dx erfinv(x) = sqrt(pi)/2 * exp(erfinv(x)**2): the output itself gives the slope.
+    (x,), (g,) = primals, tangents
+    out = xla_erf_inv_p.bind(x)
+    return out, mul(mul(g, exp(square(out))), _SQRT_PI_OVER_TWO)
+
+
+elementwise_batching(fma_p)
+elementwise_batching(xla_log_p)
+elementwise_batching(xla_log1p_p)
+elementwise_batching(xla_erf_p)
+elementwise_batching(xla_erf_inv_p)
 
 
 def fma(a, b, c):

@@ -15,7 +15,17 @@ import numpy as np
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
-from kiln.primitives.base import ANY, BOOL, FLOAT, INT, INTEGRAL, NUMBER, check_dtype
+from kiln.primitives.base import (ANY, BOOL, FLOAT, INT, INTEGRAL, NUMBER, check_dtype,
+                                  deflinear, defjvp_zero, elementwise_batching)
+from kiln.primitives import elementwise
+from kiln.primitives.elementwise import abs as absolute
+from kiln.primitives.elementwise import max as maximum
+from kiln.primitives.elementwise import (add, convert_element_type, div, eq, is_finite, mul, neg,
+                                         select, sub)
+from kiln.primitives.elementwise_math import exp, log1p
+from kiln.primitives.shape import (broadcast_in_dim, expand_dims, full, reshape, rev,
+                                   transpose, zeros_like_array)
+from kiln.primitives.shape_slice import concatenate, slice_in_dim
 
 __all__ = [
     "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_and", "reduce_or",
@@ -239,6 +249,88 @@ reduce_or = _reduction_wrapper(reduce_or_p)
 reduce_xor = _reduction_wrapper(reduce_xor_p)
 
 
+# The derivative rules of the monoid reductions. reduce_sum is linear; reduce_prod's tangent
+# is the sum of each tangent times the product of the other elements, formed from exclusive
+# running products so that zeros in the operand need no division; reduce_max/min pass on the
+# tangent at the maximal (minimal) elements, averaged over ties, as JAX does.
+
+def _kept_dims(ndim: int, axes: tuple) -> tuple:
+    return tuple(d for d in range(ndim) if d not in axes)
+
+
+def _reduce_sum_transpose_rule(cotangent, operand, *, axes):
+    shape = operand.aval.shape
+    return [broadcast_in_dim(cotangent, shape, _kept_dims(len(shape), axes))]
+
+
+deflinear(reduce_sum_p, _reduce_sum_transpose_rule)
+
+
+def _product_of_others(x):
+    """For each position along axis 0 of x, the product of all the other entries along it:
+    the running product before it times the running product after it."""
+    length = x.shape[0]
+    ones = full((1,) + tuple(x.shape[1:]), 1, x.dtype)
+    if length == 1:
+        return ones
+    before = concatenate([ones, cumprod(slice_in_dim(x, 0, length - 1), 0)], 0)
+    after = concatenate([cumprod(slice_in_dim(x, 1, None), 0, reverse=True), ones], 0)
+    return mul(before, after)
+
+
+@reduce_prod_p.def_jvp
+def _reduce_prod_jvp_rule(primals, tangents, *, axes):
+    (operand,), (tangent,) = primals, tangents
+    out = reduce_prod_p.bind(operand, axes=axes)
+    shape = tuple(operand.shape)
+    if not axes:
+        return out, tangent
+    length = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    if length == 0:
+        return out, None
+    # The reduced axes, flattened into one leading axis.
+    kept = _kept_dims(len(shape), axes)
+    flat_shape = (length,) + tuple(shape[d] for d in kept)
+    order = tuple(axes) + kept
+    flat_operand = reshape(transpose(operand, order), flat_shape)
+    flat_tangent = reshape(transpose(tangent, order), flat_shape)
+    return out, reduce_sum(mul(flat_tangent, _product_of_others(flat_operand)), (0,))
+
+
+def _reduce_chooser_jvp_rule(prim: Primitive):
+    def jvp_rule(primals, tangents, *, axes):
+        (operand,), (tangent,) = primals, tangents
+        out = prim.bind(operand, axes=axes)
+        kept = _kept_dims(len(operand.shape), axes)
+        chosen = eq(operand, broadcast_in_dim(out, tuple(operand.shape), kept))
+        indicators = convert_element_type(chosen, tangent.dtype)
+        counts = reduce_sum(indicators, axes)
+        return out, div(reduce_sum(mul(tangent, indicators), axes), counts)
+    return jvp_rule
+
+
+reduce_max_p.def_jvp(_reduce_chooser_jvp_rule(reduce_max_p))
+reduce_min_p.def_jvp(_reduce_chooser_jvp_rule(reduce_min_p))
+for _prim in (reduce_and_p, reduce_or_p, reduce_xor_p):
+    defjvp_zero(_prim)
+
+
+def _reduction_batching_rule(prim: Primitive):
+    """The reduction over the same axes, renumbered around the batch dimension (which stays
+    where it is, less the reduced axes before it)."""
+    def batching_rule(args, dims, *, axes, **params):
+        (operand,), (bdim,) = args, dims
+        moved_axes = tuple(a + (a >= bdim) for a in axes)
+        out = prim.bind(operand, axes=moved_axes, **params)
+        return out, bdim - sum(a < bdim for a in axes)
+    return prim.def_batching(batching_rule)
+
+
+for _prim in (reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, reduce_and_p,
+              reduce_or_p, reduce_xor_p):
+    _reduction_batching_rule(_prim)
+
+
 # --- argmax / argmin -------------------------------------------------------------------------
 
 def _arg_extremum_impl(np_fn):
@@ -287,6 +379,11 @@ def _arg_wrapper(prim: Primitive, word: str):
 
 argmax = _arg_wrapper(argmax_p, "largest")
 argmin = _arg_wrapper(argmin_p, "smallest")
+
+
+for _prim in (argmax_p, argmin_p):
+    defjvp_zero(_prim)
+    _reduction_batching_rule(_prim)
 
 
 # --- cumulative reductions -------------------------------------------------------------------
@@ -374,6 +471,109 @@ cummin = _cumulative_wrapper(cummin_p, "minimum")
 cumlogsumexp = _cumulative_wrapper(cumlogsumexp_p, "log-sum-exp")
 
 
+# The derivative rules of the cumulative reductions. cumsum is linear (its transpose runs the
+# other way). The others differentiate a parallel prefix scan of (value, tangent) pairs, as
+# JAX does: the tangent combination of two partial results is the jvp of the combining op, so
+# ties of cummax/cummin split the tangent the way the scan's tree of max/min ops does in JAX.
+
+def _interleave(evens, odds, axis: int):
+    """evens[0], odds[0], evens[1], odds[1], ... along `axis` (evens has as many elements as
+    odds, or one more)."""
+    n_odd = odds.shape[axis]
+    last = None
+    if evens.shape[axis] > n_odd:
+        last = slice_in_dim(evens, n_odd, None, axis=axis)
+        evens = slice_in_dim(evens, 0, n_odd, axis=axis)
+    pairs = concatenate([expand_dims(evens, (axis + 1,)), expand_dims(odds, (axis + 1,))],
+                        axis + 1)
+    shape = list(evens.shape)
+    shape[axis] = 2 * n_odd
+    out = reshape(pairs, tuple(shape))
+    return out if last is None else concatenate([out, last], axis)
+
+
+def _prefix_scan(combine, elems: list, axis: int) -> list:
+    """The inclusive scan of `combine` (associative, on lists of arrays) along `axis`: pairs of
+    neighbours are combined, the half-length sequence is scanned, and the scan at the
+    remaining positions is one more combine."""
+    length = elems[0].shape[axis]
+    if length < 2:
+        return elems
+    pair_results = combine([slice_in_dim(e, 0, length - 1, 2, axis) for e in elems],
+                           [slice_in_dim(e, 1, None, 2, axis) for e in elems])
+    odd_scans = _prefix_scan(combine, pair_results, axis)    # at positions 1, 3, 5, ...
+    before_evens = odd_scans if length % 2 else [
+        slice_in_dim(s, 0, -1, axis=axis) for s in odd_scans]
+    even_scans = combine(before_evens, [slice_in_dim(e, 2, None, 2, axis) for e in elems])
+    even_scans = [concatenate([slice_in_dim(e, 0, 1, axis=axis), s], axis)
+                  for e, s in zip(elems, even_scans)]
+    return [_interleave(e, o, axis) for e, o in zip(even_scans, odd_scans)]
+
+
+def _combine_with_jvp(prim: Primitive):
+    """Combine (value, tangent) pairs with `prim` and its jvp rule."""
+    jvp_rule = prim.rule("jvp")
+
+    def combine(first, second):
+        out, out_tangent = jvp_rule((first[0], second[0]), (first[1], second[1]))
+        return [out, out_tangent]
+    return combine
+
+
+def _without_infinities(x):
+    return select(is_finite(x), x, zeros_like_array(x))
+
+
+def _logaddexp(x, y):
+    """log(exp(x) + exp(y)) without overflow; x + y where x - y is NaN (NaNs, or infinities
+    of the same sign)."""
+    largest = maximum(x, y)
+    delta = sub(x, y)
+    stable = add(largest, log1p(exp(neg(absolute(delta)))))
+    return select(eq(delta, delta), stable, add(x, y))
+
+
+def _logaddexp_combine(first, second):
+    (x, x_tangent), (y, y_tangent) = first, second
+    out = _logaddexp(x, y)
+    out_finite = _without_infinities(out)
+    x_weight = exp(sub(_without_infinities(x), out_finite))
+    y_weight = exp(sub(_without_infinities(y), out_finite))
+    return [out, add(mul(x_tangent, x_weight), mul(y_tangent, y_weight))]
+
+
+def _cumulative_jvp_rule(prim: Primitive, combine):
+    def jvp_rule(primals, tangents, *, axis, reverse):
+        (operand,), (tangent,) = primals, tangents
+        out = prim.bind(operand, axis=axis, reverse=reverse)
+        if reverse:
+            operand, tangent = rev(operand, (axis,)), rev(tangent, (axis,))
+        _, out_tangent = _prefix_scan(combine, [operand, tangent], axis)
+        if reverse:
+            out_tangent = rev(out_tangent, (axis,))
+        return out, out_tangent
+    return prim.def_jvp(jvp_rule)
+
+
+deflinear(cumsum_p, lambda cotangent, operand, *, axis, reverse: [
+    cumsum_p.bind(cotangent, axis=axis, reverse=not reverse)])
+_cumulative_jvp_rule(cumprod_p, _combine_with_jvp(elementwise.mul_p))
+_cumulative_jvp_rule(cummax_p, _combine_with_jvp(elementwise.max_p))
+_cumulative_jvp_rule(cummin_p, _combine_with_jvp(elementwise.min_p))
+_cumulative_jvp_rule(cumlogsumexp_p, _logaddexp_combine)
+
+
+def _cumulative_batching_rule(prim: Primitive):
+    def batching_rule(args, dims, *, axis, reverse):
+        (operand,), (bdim,) = args, dims
+        return prim.bind(operand, axis=axis + (axis >= bdim), reverse=reverse), bdim
+    return prim.def_batching(batching_rule)
+
+
+for _prim in (cumsum_p, cumprod_p, cummax_p, cummin_p, cumlogsumexp_p):
+    _cumulative_batching_rule(_prim)
+
+
 # --- reduce_precision ------------------------------------------------------------------------
 reduce_precision_p = Primitive("reduce_precision")
 
@@ -416,3 +616,9 @@ def reduce_precision(operand, exponent_bits: int, mantissa_bits: int):
     (e.g. 5 and 10 for float16), keeping its dtype."""
     return reduce_precision_p.bind(operand, exponent_bits=operator.index(exponent_bits),
                                    mantissa_bits=operator.index(mantissa_bits))
+
+
+# Rounding is treated as linear, as in JAX: the tangent and the cotangent are rounded too.
+deflinear(reduce_precision_p, lambda cotangent, operand, **params: [
+    reduce_precision_p.bind(cotangent, **params)])
+elementwise_batching(reduce_precision_p)

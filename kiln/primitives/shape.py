@@ -20,6 +20,7 @@ from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.core.shapes import canonicalize_shape
 from kiln.core.trace import Tracer
+from kiln.primitives.base import deflinear
 
 __all__ = [
     "broadcast_in_dim", "broadcast", "broadcast_to_rank", "full", "full_like",
@@ -119,6 +120,33 @@ def broadcast_in_dim(operand, shape, broadcast_dimensions):
                                    broadcast_dimensions=broadcast_dimensions)
 
 
+def _broadcast_in_dim_transpose_rule(ct, operand, *, shape, broadcast_dimensions):
+    from kiln.primitives.reductions import reduce_sum
+    # Every result dim the operand lacks, and every size-1 operand dim that was stretched,
+    # holds copies of one operand element: their cotangents add up.
+    summed = [d for d in range(len(shape)) if d not in broadcast_dimensions]
+    summed += [dst for src, dst in enumerate(broadcast_dimensions)
+               if operand.shape[src] == 1 and shape[dst] != 1]
+    if summed:
+        ct = reduce_sum(ct, tuple(sorted(summed)))
+    return [reshape(ct, operand.shape)]
+
+
+deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose_rule)
+
+
+@broadcast_in_dim_p.def_batching
+def _broadcast_in_dim_batching_rule(args, dims, *, shape, broadcast_dimensions):
+    (x,), (bdim,) = args, dims
+    # Place the batch dim right after the result dim of the operand dim before it, so the
+    # broadcast dimensions stay increasing and the operand needs no transpose.
+    out_dim = broadcast_dimensions[bdim - 1] + 1 if bdim else 0
+    moved = tuple(d + (d >= out_dim) for d in broadcast_dimensions)
+    new_dims = moved[:bdim] + (out_dim,) + moved[bdim:]
+    out_shape = shape[:out_dim] + (x.shape[bdim],) + shape[out_dim:]
+    return broadcast_in_dim(x, out_shape, new_dims), out_dim
+
+
 def broadcast(operand, sizes):
     """Add leading dimensions of `sizes` to `operand`."""
     ndim = operand_ndim(operand)
@@ -216,6 +244,26 @@ def reshape(operand, new_sizes, dimensions=None):
     return reshape_p.bind(operand, new_sizes=new_sizes, dimensions=dimensions)
 
 
+def _reshape_transpose_rule(ct, operand, *, new_sizes, dimensions):
+    if dimensions is None:
+        return [reshape(ct, operand.shape)]
+    # Undo the reshape into the transposed operand's shape, then the transpose.
+    transposed = reshape(ct, tuple(operand.shape[d] for d in dimensions))
+    return [transpose(transposed, tuple(np.argsort(dimensions)))]
+
+
+deflinear(reshape_p, _reshape_transpose_rule)
+
+
+@reshape_p.def_batching
+def _reshape_batching_rule(args, dims, *, new_sizes, dimensions):
+    (x,), (bdim,) = args, dims
+    # Row-major reshapes need the batch dim first; the reshape's own transpose puts it there.
+    order = range(len(x.shape) - 1) if dimensions is None else dimensions
+    permutation = (bdim,) + tuple(d + (d >= bdim) for d in order)
+    return reshape(x, (x.shape[bdim],) + tuple(new_sizes), permutation), 0
+
+
 def collapse(operand, start_dimension: int, stop_dimension: int | None = None):
     """Merge dimensions [start_dimension, stop_dimension) into one (lax.collapse)."""
     shape = operand_shape(operand)
@@ -266,6 +314,20 @@ def squeeze(array, dimensions: Sequence[int]):
     return squeeze_p.bind(array, dimensions=dims)
 
 
+def _squeeze_transpose_rule(ct, operand, *, dimensions):
+    return [reshape(ct, operand.shape)]
+
+
+deflinear(squeeze_p, _squeeze_transpose_rule)
+
+
+@squeeze_p.def_batching
+def _squeeze_batching_rule(args, dims, *, dimensions):
+    (x,), (bdim,) = args, dims
+    moved = tuple(d + (d >= bdim) for d in dimensions)
+    return squeeze(x, moved), bdim - sum(d < bdim for d in dimensions)
+
+
 def expand_dims(array, dimensions: Sequence[int]):
     """Insert size-1 dimensions at `dimensions` (positions in the result). Like JAX, this is
     a broadcast_in_dim, not a primitive of its own."""
@@ -308,6 +370,22 @@ def transpose(operand, permutation: Sequence[int]):
     return transpose_p.bind(operand, permutation=permutation)
 
 
+def _transpose_transpose_rule(ct, operand, *, permutation):
+    return [transpose(ct, tuple(np.argsort(permutation)))]
+
+
+deflinear(transpose_p, _transpose_transpose_rule)
+
+
+@transpose_p.def_batching
+def _transpose_batching_rule(args, dims, *, permutation):
+    (x,), (bdim,) = args, dims
+    # The batch dim stays where it is; the other dims move as in the unbatched transpose.
+    moved = [p + (p >= bdim) for p in permutation]
+    moved.insert(bdim, bdim)
+    return transpose(x, tuple(moved)), bdim
+
+
 # --- rev -------------------------------------------------------------------------------------
 rev_p = Primitive("rev")
 
@@ -332,6 +410,19 @@ def rev(operand, dimensions: Sequence[int]):
     return rev_p.bind(operand, dimensions=index_tuple(dimensions, "rev dimensions"))
 
 
+def _rev_transpose_rule(ct, operand, *, dimensions):
+    return [rev(ct, dimensions)]
+
+
+deflinear(rev_p, _rev_transpose_rule)
+
+
+@rev_p.def_batching
+def _rev_batching_rule(args, dims, *, dimensions):
+    (x,), (bdim,) = args, dims
+    return rev(x, tuple(d + (d >= bdim) for d in dimensions)), bdim
+
+
 # --- copy ------------------------------------------------------------------------------------
 copy_p = Primitive("copy")
 
@@ -349,3 +440,15 @@ def _copy_abstract_eval(x: ShapedArray) -> ShapedArray:
 def copy(operand):
     """A copy of `operand` (staged as the `copy` primitive, which jnp.copy uses)."""
     return copy_p.bind(operand)
+
+
+def _copy_transpose_rule(ct, operand):
+    return [copy(ct)]
+
+
+deflinear(copy_p, _copy_transpose_rule)
+
+
+@copy_p.def_batching
+def _copy_batching_rule(args, dims):
+    return copy(args[0]), dims[0]

@@ -9,12 +9,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from kiln.core import dtypes
+from kiln.core.ad_util import is_undefined_primal
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.core.shapes import canonicalize_shape
-from kiln.primitives.base import check_dtype, FLOAT, INT, COMPLEX, lax_operands
-from kiln.primitives.shape import (canonicalize_axis, index_tuple, is_kiln_value,
-                                   operand_shape, result_from_view, squeeze)
+from kiln.primitives.base import (check_dtype, FLOAT, INT, COMPLEX, bdim_at_front, batch_size,
+                                  deflinear, defjvp_zero, lax_operands)
+from kiln.primitives.shape import (broadcast_in_dim, canonicalize_axis, full, index_tuple,
+                                   is_kiln_value, operand_shape, result_from_view, squeeze)
 
 __all__ = [
     "slice", "slice_in_dim", "index_in_dim", "pad", "concatenate", "iota",
@@ -77,6 +79,33 @@ def slice(operand, start_indices: Sequence[int], limit_indices: Sequence[int],  
             and is_kiln_value(operand)):
         return operand
     return slice_p.bind(operand, start_indices=start, limit_indices=limit, strides=steps)
+
+
+def _slice_transpose_rule(ct, operand, *, start_indices, limit_indices, strides):
+    # The cotangent goes back where the slice read it, zeros elsewhere: edge padding up to the
+    # start and from the last element read, interior padding between strided elements.
+    steps = strides if strides is not None else (1,) * len(operand.shape)
+    config = []
+    for dim, start, size, step in zip(operand.shape, start_indices, ct.shape, steps):
+        end = start + (size - 1) * step + 1 if size else start
+        config.append((start, dim - end, step - 1))
+    return [pad(ct, 0, config)]
+
+
+deflinear(slice_p, _slice_transpose_rule)
+
+
+@slice_p.def_batching
+def _slice_batching_rule(args, dims, *, start_indices, limit_indices, strides):
+    (x,), (bdim,) = args, dims
+    start, limit = list(start_indices), list(limit_indices)
+    start.insert(bdim, 0)
+    limit.insert(bdim, x.shape[bdim])
+    steps = None
+    if strides is not None:
+        steps = list(strides)
+        steps.insert(bdim, 1)
+    return slice(x, start, limit, steps), bdim
 
 
 def slice_in_dim(operand, start_index: int | None, limit_index: int | None, stride: int = 1,
@@ -164,6 +193,44 @@ def pad(operand, padding_value, padding_config: Sequence[tuple[int, int, int]]):
     return pad_p.bind(operand, padding_value, padding_config=tuple(config))
 
 
+def _pad_transpose_rule(ct, operand, padding_value, *, padding_config):
+    from kiln.primitives.elementwise import sub
+    from kiln.primitives.reductions import reduce_sum
+    # Negated edge padding undoes the edges (crops what was added and restores what was
+    # cropped, as zeros); the operand's elements then sit every interior + 1 positions.
+    unpadded = pad(ct, 0, [(-lo, -hi, 0) for lo, hi, _ in padding_config])
+    operand_ct = slice(unpadded, (0,) * len(unpadded.shape), unpadded.shape,
+                       [interior + 1 for _, _, interior in padding_config])
+    padding_ct = None
+    if is_undefined_primal(padding_value):
+        # The padding value fills every result position the operand does not.
+        every_axis = tuple(range(len(ct.shape)))
+        padding_ct = sub(reduce_sum(ct, every_axis), reduce_sum(operand_ct, every_axis))
+    return [operand_ct if is_undefined_primal(operand) else None, padding_ct]
+
+
+deflinear(pad_p, _pad_transpose_rule)
+
+
+@pad_p.def_batching
+def _pad_batching_rule(args, dims, *, padding_config):
+    (operand, padding_value), (operand_bdim, padding_bdim) = args, dims
+    if padding_bdim is None:
+        config = list(padding_config)
+        config.insert(operand_bdim, (0, 0, 0))
+        return pad(operand, padding_value, config), operand_bdim
+    from kiln.primitives.elementwise import select
+    # One padding value per batch element: pad with anything, then select each element's
+    # value wherever a mask, padded the same way, says the operand is absent.
+    size = batch_size(args, dims)
+    operand = bdim_at_front(operand, operand_bdim, size)
+    padded = pad(operand, 0, ((0, 0, 0),) + tuple(padding_config))
+    present = pad(full(operand.shape[1:], True, dtypes.bool_), False, padding_config)
+    present = broadcast_in_dim(present, padded.shape, tuple(range(1, len(padded.shape))))
+    fill = broadcast_in_dim(padding_value, padded.shape, (0,))
+    return select(present, padded, fill), 0
+
+
 # --- concatenate -----------------------------------------------------------------------------
 concatenate_p = Primitive("concatenate")
 
@@ -210,6 +277,28 @@ def concatenate(operands: Sequence[Any], dimension: int):
     return concatenate_p.bind(*operands, dimension=dimension)
 
 
+def _concatenate_transpose_rule(ct, *operands, dimension):
+    cts, offset = [], 0
+    for operand in operands:
+        size = operand.shape[dimension]
+        if is_undefined_primal(operand):
+            cts.append(slice_in_dim(ct, offset, offset + size, 1, dimension))
+        else:
+            cts.append(None)
+        offset += size
+    return cts
+
+
+deflinear(concatenate_p, _concatenate_transpose_rule)
+
+
+@concatenate_p.def_batching
+def _concatenate_batching_rule(args, dims, *, dimension):
+    size = batch_size(args, dims)
+    operands = [bdim_at_front(x, d, size) for x, d in zip(args, dims)]
+    return concatenate(operands, dimension + 1), 0
+
+
 # --- iota ------------------------------------------------------------------------------------
 iota_p = Primitive("iota")
 
@@ -230,6 +319,15 @@ def _iota_abstract_eval(*, dtype, shape, dimension) -> ShapedArray:
         raise ValueError("iota dimension must be between 0 and len(shape), got "
                          f"dimension={dimension} for shape={shape}")
     return ShapedArray(shape, dtype, False)
+
+
+defjvp_zero(iota_p)
+
+
+@iota_p.def_batching
+def _iota_batching_rule(args, dims, **params):
+    # iota has no operands, so nothing of it can be batched: the one result serves all.
+    return iota_p.bind(**params), None
 
 
 def broadcasted_iota(dtype, shape, dimension: int):

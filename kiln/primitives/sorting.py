@@ -12,7 +12,10 @@ import numpy as np
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
-from kiln.primitives.base import ANY, BOOL, FLOAT, INT, check_dtype
+from kiln.primitives.base import ANY, BOOL, FLOAT, INT, check_dtype, move_bdim
+from kiln.primitives.indexing_gather import GatherDimensionNumbers, gather
+from kiln.primitives.shape import broadcast_in_dim, expand_dims, reshape
+from kiln.primitives.shape_slice import broadcasted_iota, concatenate
 
 __all__ = ["sort", "sort_key_val", "top_k", "sort_p", "top_k_p"]
 
@@ -88,6 +91,50 @@ def sort_key_val(keys, values, dimension: int = -1, is_stable: bool = True):
     return sort((keys, values), dimension, is_stable, num_keys=1)
 
 
+def _take_along_axis(x, indices, axis: int):
+    """x[..., indices, ...] along `axis`, indices shaped like x except along `axis`: a gather
+    of single elements by their full coordinates (the iota of every other dimension)."""
+    shape = tuple(indices.shape)
+    rank = len(shape)
+    if 0 in tuple(x.shape):
+        # No element to take (the result is empty too); a gather's windows would not fit.
+        return reshape(x, shape)
+    coordinates = [indices if d == axis else broadcasted_iota(indices.dtype, shape, d)
+                   for d in range(rank)]
+    index_vectors = concatenate([expand_dims(c, (rank,)) for c in coordinates], rank)
+    dimension_numbers = GatherDimensionNumbers(
+        offset_dims=(), collapsed_slice_dims=tuple(range(rank)),
+        start_index_map=tuple(range(rank)))
+    return gather(x, index_vectors, dimension_numbers, (1,) * rank)
+
+
+# The tangents of sorted operands are their tangents permuted the same way: the sort carries
+# an extra operand, the positions along `dimension`, which comes out as the permutation.
+@sort_p.def_jvp
+def _sort_jvp_rule(primals, tangents, *, dimension, is_stable, num_keys):
+    shape = tuple(primals[0].shape)
+    positions = broadcasted_iota(dtypes.int32, shape, dimension)
+    *outs, permutation = sort_p.bind(*primals, positions, dimension=dimension,
+                                     is_stable=is_stable, num_keys=num_keys)
+    out_tangents = [None if t is None else _take_along_axis(t, permutation, dimension)
+                    for t in tangents]
+    return outs, out_tangents
+
+
+@sort_p.def_batching
+def _sort_batching_rule(args, dims, *, dimension, is_stable, num_keys):
+    # Every operand gets the batch dimension where the first batched one has it; unbatched
+    # operands are broadcast along it.
+    template, bdim = next((x, d) for x, d in zip(args, dims) if d is not None)
+    shape = tuple(template.shape)
+    example_dims = tuple(d for d in range(len(shape)) if d != bdim)
+    operands = [broadcast_in_dim(x, shape, example_dims) if d is None
+                else move_bdim(x, d, bdim) for x, d in zip(args, dims)]
+    outs = sort_p.bind(*operands, dimension=dimension + (dimension >= bdim),
+                       is_stable=is_stable, num_keys=num_keys)
+    return outs, [bdim] * len(outs)
+
+
 # --- top_k -----------------------------------------------------------------------------------
 top_k_p = Primitive("top_k", multiple_results=True)
 
@@ -134,3 +181,21 @@ def top_k(operand, k: int):
     (ties keep the lower index first)."""
     values, indices = top_k_p.bind(operand, k=operator.index(k))
     return values, indices
+
+
+@top_k_p.def_jvp
+def _top_k_jvp_rule(primals, tangents, *, k):
+    (operand,), (tangent,) = primals, tangents
+    values, indices = top_k_p.bind(operand, k=k)
+    out_tangent = None if tangent is None else _take_along_axis(
+        tangent, indices, len(operand.shape) - 1)
+    return [values, indices], [out_tangent, None]
+
+
+@top_k_p.def_batching
+def _top_k_batching_rule(args, dims, *, k):
+    # top_k works on the last axis: a batch dimension there moves to the front.
+    (operand,), (bdim,) = args, dims
+    if bdim == len(operand.shape) - 1:
+        operand, bdim = move_bdim(operand, bdim, 0), 0
+    return top_k_p.bind(operand, k=k), [bdim, bdim]

@@ -30,6 +30,7 @@ from kiln.core.jaxpr import ClosedJaxpr, JaxprEqn, Literal
 from kiln.core.rules import RuleTable
 from kiln.primitives import elementwise as ew
 from kiln.primitives import shape as shape_prims
+from kiln.primitives.custom_derivatives import stop_gradient_p
 
 #: prim -> f(eqn, producer) -> replacement atom | rewritten equation | None.
 simplify_rules = RuleTable("simplify")
@@ -65,6 +66,11 @@ def _pass_through(eqn: JaxprEqn, atom):
     return atom if same_aval(atom.aval, eqn.outvars[0].aval) else None
 
 
+@register(stop_gradient_p)
+def _stop_gradient(eqn, producer):
+    return _pass_through(eqn, eqn.invars[0])
+
+
 @register(ew.mul_p)
 def _mul(eqn, producer):
     x, y = eqn.invars
@@ -85,7 +91,7 @@ def _div(eqn, producer):
     return None
 
 
-@register(ew.add_p)
+@register(ew.add_p, ew.add_any_p)
 def _add(eqn, producer):
     x, y = eqn.invars
     aval = eqn.outvars[0].aval
