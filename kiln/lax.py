@@ -11,3 +11,4 @@ from kiln.primitives.indexing_scatter import *  # noqa: F401,F403
 from kiln.primitives.elementwise_math import *  # noqa: F401,F403
 from kiln.primitives.custom_derivatives import stop_gradient  # noqa: F401
 from kiln.primitives.control_flow import *  # noqa: F401,F403
+from kiln.primitives.collectives import *  # noqa: F401,F403,E402

@@ -70,13 +70,15 @@ def _add_scaled(tree, tangent, scale: float):
     return api_util.unflatten(tree_def, [one(x, t) for x, t in zip(leaves, _leaves(tangent))])
 
 
-def _inner_product(xs, ys) -> complex:
+def _inner_product(xs, ys) -> float:
+    """The real inner product Re(sum(conj(x) * y)) over all leaves (complex numbers count as
+    pairs of reals, so the adjoint identity holds for real-linear maps of complex values)."""
     total = 0.0
     for x, y in zip(_leaves(xs), _leaves(ys)):
         if _is_float0(x) or _is_float0(y):
             continue
-        total = total + np.sum(_to_numpy(x).astype(np.complex128)
-                               * _to_numpy(y).astype(np.complex128))
+        total = total + float(np.real(np.sum(np.conj(_to_numpy(x).astype(np.complex128))
+                                             * _to_numpy(y).astype(np.complex128))))
     return total
 
 

@@ -72,3 +72,53 @@ def test_linalg_norm_and_nn_exist():
     for name in ("relu", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "logsumexp",
                  "one_hot", "silu", "softplus", "elu", "selu", "leaky_relu"):
         assert callable(getattr(kiln.nn, name, None)), f"kiln.nn.{name} is missing"
+
+
+# --- derivative and batching rules ------------------------------------------------------------
+
+from kiln.transforms.batching import collective_rules  # noqa: E402
+
+# The primitives that are linear in some operand: each must have a transpose rule.
+LINEAR = """
+add add_any sub neg mul div convert_element_type real imag conj complex select_n
+broadcast_in_dim reshape squeeze transpose rev copy slice pad concatenate dynamic_slice
+dynamic_update_slice gather scatter-add scatter scatter-mul reduce_sum cumsum reduce_precision
+dot_general pjit cond scan custom_lin psum
+""".split()
+
+
+def _all_primitives_with_extras() -> dict[str, Primitive]:
+    found = dict(PRIMITIVES)
+    import kiln.callbacks
+    import kiln.debug
+    for module in (kiln.callbacks, kiln.debug):
+        for value in vars(module).values():
+            if isinstance(value, Primitive):
+                found[value.name] = value
+    return found
+
+
+ALL_PRIMITIVES = _all_primitives_with_extras()
+
+
+@pytest.mark.parametrize("name", sorted(ALL_PRIMITIVES))
+def test_primitive_has_jvp_rule_or_says_why_not(name):
+    prim = ALL_PRIMITIVES[name]
+    if name == "custom_lin":  # the tangent map of a custom_vjp: transposed, never differentiated
+        return
+    assert prim.rule("jvp") is not None, f"{name} has no jvp rule"
+    if prim.non_differentiable_reason is not None:
+        assert len(prim.non_differentiable_reason) > 20
+
+
+@pytest.mark.parametrize("name", LINEAR)
+def test_linear_primitive_has_transpose_rule(name):
+    assert name in ALL_PRIMITIVES, f"primitive {name} is missing"
+    assert ALL_PRIMITIVES[name].rule("transpose") is not None, f"{name} has no transpose rule"
+
+
+@pytest.mark.parametrize("name", sorted(ALL_PRIMITIVES))
+def test_primitive_has_batching_rule(name):
+    prim = ALL_PRIMITIVES[name]
+    assert prim.rule("batching") is not None or prim in collective_rules, \
+        f"{name} has no batching rule"

@@ -145,8 +145,16 @@ def _flat_function(fun: Callable, in_tree, has_aux: bool, kwargs: dict | None = 
 
 
 def _strip_aux(aux):
-    """Aux data leaves come out as plain values of the enclosing computation (JAX semantics)."""
-    return aux
+    """Aux data leaves come out as plain values of the enclosing computation (JAX semantics):
+    the primal behind each tracer of the finished differentiation."""
+    from kiln.transforms.jvp import JVPTracer
+
+    def strip(leaf):
+        while isinstance(leaf, JVPTracer) and not leaf._trace.alive:
+            leaf = leaf.primal
+        return leaf
+    leaves, tree = api_util.flatten(aux)
+    return api_util.unflatten(tree, [strip(leaf) for leaf in leaves])
 
 
 def linearize(fun: Callable, *primals, has_aux: bool = False):

@@ -39,6 +39,39 @@ def _restore_rule_context(previous):
         _rule_context.trace = previous
 
 
+class _AxisEnv(threading.local):
+    def __init__(self):
+        self.frames: list = []
+
+
+# The named axes bound by the vmaps being traced (outermost first), as (name, size) pairs.
+_axis_env = _AxisEnv()
+
+
+@contextmanager
+def bind_axis(name, size: int):
+    """Within the block, collectives may name `name` (an axis of `size` examples)."""
+    if name is None:
+        yield
+        return
+    _axis_env.frames.append((name, size))
+    try:
+        yield
+    finally:
+        _axis_env.frames.pop()
+
+
+def bound_axis_names() -> set:
+    return {name for name, _ in _axis_env.frames}
+
+
+def bound_axis_size(name) -> int:
+    for n, size in reversed(_axis_env.frames):
+        if n == name:
+            return size
+    raise NameError(f"Found an unbound axis name: {name}.")
+
+
 def current_axis_name():
     trace = _rule_context.trace
     return None if trace is None else trace.axis_name
@@ -142,7 +175,7 @@ def batch_flat(fun: Callable, args: Sequence[Any], in_dims: Sequence[int | None]
     trace = BatchTrace(current_trace(), axis_size, axis_name, spmd_axis_name)
     try:
         tracers = [BatchTracer(trace, a, d) if d is not None else a for a, d in zip(args, in_dims)]
-        with set_current_trace(trace):
+        with set_current_trace(trace), bind_axis(axis_name, axis_size):
             outs = fun(*tracers)
         dims_out = out_dims(len(outs)) if callable(out_dims) else out_dims
         results = []
@@ -185,7 +218,7 @@ def batch_jaxpr(closed: ClosedJaxpr, axis_size: int, in_dims: Sequence[int | Non
         try:
             tracers = [BatchTracer(trace, a, d) if d is not None else a
                        for a, d in zip(args, in_dims)]
-            with set_current_trace(trace):
+            with set_current_trace(trace), bind_axis(axis_name, axis_size):
                 outs = eval_jaxpr(closed.jaxpr, closed.consts, *tracers)
             results, dims = [], []
             for i, o in enumerate(outs):

@@ -104,7 +104,8 @@ def vmap(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = No
                                  f"(its shape is {shape})")
             axis %= ndim
             dims.append(axis)
-            sizes.append((shape[axis], axis, name, get_aval(leaf).str_short()))
+            sizes.append((shape[axis], axis, name,
+                          f"{get_aval(leaf).dtype.name}[{','.join(map(str, shape))}]"))
         size = axis_size
         if sizes:
             distinct = {s[0] for s in sizes}

@@ -29,6 +29,8 @@ def _case(record):
     if not candidates:
         return None
     non_scalar = [s for s in candidates if any(len(shape) for shape in s)]
+    if not non_scalar and record.label.split("-")[0] in ("std", "nanstd"):
+        return None  # the standard deviation of one number: sqrt at 0, no derivative
     return (non_scalar or candidates)[0], dtype
 
 
@@ -67,14 +69,14 @@ def _run(record, shapes, dtype, wide: bool):
         xs = [next(floats) if f else next(ints) for f in is_float]
         return record.fn(*xs, **kwargs)
 
-    tol = TOL[dtype]
     float_args = [a for a, f in zip(args, is_float) if f]
-    if dtype.kind == "c":
-        # Complex rows (real, imag, conj, complex) are real-linear, not holomorphic: the
-        # second-order reverse check's bilinear adjoint identity does not apply to them.
-        check_grads(f, float_args, order=2, modes=("fwd",), atol=tol, rtol=tol, eps=EPS[dtype])
-        check_grads(f, float_args, order=1, modes=("rev",), atol=tol, rtol=tol, eps=EPS[dtype])
-        return
+    # A row whose output is narrower than its input (a conversion to float32) is compared at
+    # the output's precision.
+    out_leaves = kiln.tree_util.tree_leaves(f(*float_args))
+    narrow = [np.dtype(o.dtype) for o in out_leaves if np.dtype(o.dtype) in (F32, C64)]
+    if narrow and dtype in (F64, C128):
+        dtype = narrow[0]
+    tol = TOL[dtype]
     check_grads(f, float_args, order=2, modes=("fwd", "rev"), atol=tol, rtol=tol,
                 eps=EPS[dtype])
 
@@ -95,4 +97,3 @@ def test_check_grads_float64(record, shapes, dtype):
 def test_every_differentiable_row_is_checked():
     differentiable = [r for r in ALL_RECORDS if r.differentiable]
     assert len(CASES) >= 0.9 * len(differentiable), (len(CASES), len(differentiable))
-    del _testing
