@@ -331,7 +331,7 @@ abs_p = standard_unop("abs", ignore_fp_errors(np.abs), (SINT, FLOAT, COMPLEX),
                       result_dtype=real_dtype)
 
 
-def _abs_jvp(g, out, x):
+def _abs_jvp_rule(g, out, x):
     if x.dtype.kind != "c":
         return select(ge(x, 0), g, neg(g))  # JAX's choice: slope 1 at 0
     # d|x| = Re(conj(x) / |x| * dx), and 0 at x == 0 (where any unit vector would do).
@@ -339,7 +339,7 @@ def _abs_jvp(g, out, x):
     return real(mul(g, div(conj(x), convert_element_type(safe_out, x.dtype))))
 
 
-defjvp_from_result(abs_p, _abs_jvp)
+defjvp_from_result(abs_p, _abs_jvp_rule)
 elementwise_batching(abs_p)
 
 

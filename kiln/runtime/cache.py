@@ -560,6 +560,10 @@ def _add(guards: dict, kind: str, namespace, name: str, value: Any, seen: set,
         guards.setdefault((kind, id(namespace), name), Guard(kind, namespace, name, value))
     elif type(value) is types.FunctionType and _is_user_code(value.__code__):
         _collect(value, None, guards, seen, depth + 1)
+    elif callable(value) and not isinstance(value, (type, types.ModuleType)):
+        # A library function read through a variable (`fn = lax.sin`) is part of the trace:
+        # guard which function the name holds (by identity; never checked per call).
+        guards.setdefault((kind, id(namespace), name), Guard(kind, namespace, name, value))
 
 
 def _add_bound(guards: dict, name: str, value: Any, seen: set, depth: int) -> None:

@@ -28,12 +28,16 @@ from kiln.transforms.staging import function_name, function_source
 # --- argument handling -------------------------------------------------------------------------
 
 def _check_leaf(x: Any, where: str) -> Any:
+    """An argument leaf as a kiln value: Python scalars become weakly typed arrays and NumPy
+    values arrays, so rules always see arrays or tracers; float0 tangents pass as they are."""
     if isinstance(x, (Array, Tracer)):
         return x
-    if isinstance(x, (bool, int, float, complex, np.ndarray, np.generic)):
-        if isinstance(x, (np.ndarray, np.generic)) and x.dtype == float0:
-            return x
+    if isinstance(x, (np.ndarray, np.generic)) and x.dtype == float0:
         return x
+    if isinstance(x, (bool, int, float, complex, np.ndarray, np.generic)):
+        from kiln.core.trace import to_numpy_and_weak
+        value, weak = to_numpy_and_weak(x)
+        return Array._wrap(value, weak)
     raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type.")
 
 
