@@ -431,9 +431,10 @@ def with_extra_inputs(closed: ClosedJaxpr, avals: Sequence[ShapedArray], at: int
 
 
 def trace_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray]) -> ClosedJaxpr:
-    """Trace `fun(*tracers) -> list` into a jaxpr (with the consts it captured)."""
+    """Trace `fun(*tracers) -> list` into a jaxpr (with the consts it captured), without the
+    equations whose results it does not use."""
     closed, _ = trace_to_jaxpr(lambda *args: (list(fun(*args)), None), list(in_avals))
-    return closed
+    return ClosedJaxpr(dce_jaxpr(closed.jaxpr)[0], closed.consts)
 
 
 def shared_consts(closed_jaxprs: Sequence[ClosedJaxpr]) -> tuple[list[ClosedJaxpr], list]:

@@ -296,7 +296,7 @@ def _cond_partial_eval_rule(trace, args, *, branches: tuple, linear: tuple):
     known_outs = trace.run_known(_bind_branches, index, known_operands, known_branches)
     residuals = known_outs[num_known_out:]
     if not any(out_unknowns):
-        return known_outs
+        return known_outs[:num_known_out]
     unknown_operands = cf.select_mask(operands, unknowns)
     jaxprs, consts = cf.shared_consts(unknown_branches)
     staged = [*consts, *residuals, *unknown_operands]
@@ -346,7 +346,8 @@ def _cond_transpose_rule(cts, index, *operands, branches: tuple, linear: tuple):
 def _cond_batching_rule(args, dims, *, branches: tuple, linear: tuple):
     from kiln.core.interpreter import eval_jaxpr
     from kiln.primitives.base import bdim_at_front, batch_size
-    from kiln.primitives.elementwise import select_n
+    from kiln.primitives.custom_derivatives import stop_gradient
+    from kiln.primitives.elementwise import eq, select_n
     from kiln.primitives.shape import broadcast_in_dim
     from kiln.transforms.batching import batch_jaxpr
     effects = cf.effects_of(*branches)
@@ -366,13 +367,18 @@ def _cond_batching_rule(args, dims, *, branches: tuple, linear: tuple):
         return _bind_branches(index, operands, batched), out_dims
 
     # A different branch per example: run every branch on the whole batch and pick each
-    # example's result with select_n (as JAX does; so every branch is evaluated).
+    # example's result with select_n (as JAX does; so every branch is evaluated). A branch
+    # sees its operands through stop_gradient in the examples that do not take it, so that
+    # its derivative there (perhaps inf or nan) cannot reach the operands' cotangents.
     index = bdim_at_front(index, index_dim, size)
     operands = [bdim_at_front(x, d, size) for x, d in zip(operands, operand_dims)]
     branch_outs = []
-    for branch in branches:
+    for i, branch in enumerate(branches):
         batched, _ = batch_jaxpr(branch, size, [0] * len(operands), [0] * num_out)
-        branch_outs.append(eval_jaxpr(batched.jaxpr, batched.consts, *operands))
+        taken = eq(index, np.array(i, np.int32))
+        guarded = [select_n(broadcast_in_dim(taken, tuple(x.shape), (0,)), stop_gradient(x), x)
+                   for x in operands]
+        branch_outs.append(eval_jaxpr(batched.jaxpr, batched.consts, *guarded))
     outs = []
     for cases in zip(*branch_outs):
         shape = tuple(cases[0].shape)

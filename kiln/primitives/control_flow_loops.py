@@ -13,10 +13,12 @@ from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives import control_flow_common as cf
+# scan and map are importable from here as well (kiln.callbacks takes scan from this module).
 from kiln.primitives.control_flow_scan import _drop_prefix, _scan, map, scan, scan_p
 from kiln.primitives.elementwise import add, convert_element_type, lt
 
 __all__ = ["while_loop", "fori_loop", "scan", "map", "while_p", "scan_p"]
+
 
 class _Required:
     """The default of fori_loop's bound arguments, which may come by their other names."""

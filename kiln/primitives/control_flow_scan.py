@@ -355,16 +355,25 @@ def _scan_partial_eval_rule(trace, args, *, jaxpr, length: int, reverse: bool, l
     known_jaxpr = known.jaxpr
     res_vars = known_jaxpr.outvars[num_known_out:]
     xs_invars = known_jaxpr.invars[num_leading + len(known_init):]
+    # (With effects in the body, nothing is hoisted: they must run once per step, in order.)
     invariant = cf.inputs_only_from(known_jaxpr, num_leading)[num_known_out:]
+    if cf.effects_of(known):
+        invariant = [False] * num_res
     forwarded = [next((k for k, v in enumerate(xs_invars) if v is r), None) for r in res_vars]
-    kinds = ["invariant" if inv else "xs" if fwd is not None else "stacked"
-             for inv, fwd in zip(invariant, forwarded)]
+    # Residuals the unknown body does not read (after its dead code is removed) are dropped.
+    unknown_jaxpr, unknown_reads = dce_jaxpr(unknown.jaxpr)
+    unknown = cf.ClosedJaxpr(unknown_jaxpr, unknown.consts)
+    kinds = ["unused" if not read else "invariant" if inv else "xs" if fwd is not None
+             else "stacked" for read, inv, fwd in zip(unknown_reads, invariant, forwarded)]
 
     leading = [*captured, *known_consts]
-    hoisted_jaxpr, reads = dce_jaxpr(known_jaxpr, [False] * num_known_out
-                                     + [k == "invariant" for k in kinds], prune_invars=True)
-    hoisted = trace.run_known(eval_jaxpr, hoisted_jaxpr, [],
-                              *(a for a, r in zip(leading, reads) if r))
+    hoisted = []
+    if "invariant" in kinds:
+        hoisted_jaxpr, reads = dce_jaxpr(known_jaxpr, [False] * num_known_out
+                                         + [k == "invariant" for k in kinds],
+                                         prune_invars=True)
+        hoisted = trace.run_known(eval_jaxpr, hoisted_jaxpr, [],
+                                  *(a for a, r in zip(leading, reads) if r))
     body, _ = dce_jaxpr(known_jaxpr, [True] * num_known_out + [k == "stacked" for k in kinds])
     known_outs = trace.run_known(
         _bind_scan, cf.ClosedJaxpr(body, []), leading, known_init, known_xs, length=length,
@@ -390,8 +399,9 @@ def _scan_partial_eval_rule(trace, args, *, jaxpr, length: int, reverse: bool, l
     res_values = {"invariant": [next(hoisted_iter) for _ in positions["invariant"]],
                   "stacked": [next(stacked_iter) for _ in positions["stacked"]],
                   "xs": [known_xs[forwarded[k]] for k in positions["xs"]]}
-    unknown, captured = cf.hoist_consts(unknown)
-    staged_consts = [*captured, *res_values["invariant"], *cf.select_mask(consts, const_uk)]
+    unknown, unknown_captured = cf.hoist_consts(unknown)
+    staged_consts = [*unknown_captured, *res_values["invariant"],
+                     *cf.select_mask(consts, const_uk)]
     staged_xs = [*res_values["stacked"], *res_values["xs"], *cf.select_mask(xs, xs_uk)]
     staged = [*staged_consts, *cf.select_mask(init, carry_uk), *staged_xs]
     unknown_outs = trace.stage(scan_p, staged, dict(

@@ -7,6 +7,7 @@ from kiln.core import dtypes
 from kiln.core.ad_util import is_undefined_primal
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
+from kiln.primitives import blas
 from kiln.primitives.base import check_dtype, lax_operands, NUMBER, BOOL
 from kiln.primitives.elementwise import add_any, convert_element_type
 from kiln.primitives.shape import transpose
@@ -67,7 +68,10 @@ def _dot_general_impl(lhs, rhs, *, dimension_numbers, precision=None,
             and not _accumulates_in_blocks(out_dtype, lhs.shape[-1])):
         # The common vector/matrix products: np.dot is the reference and costs ~1 µs.
         with np.errstate(all="ignore"):
-            return np.asarray(np.dot(lhs, rhs))
+            if lhs.ndim == 2 and rhs.ndim == 2:
+                return blas.matmul(lhs, rhs)
+            with blas.blas_on_calling_thread():
+                return np.asarray(np.dot(lhs, rhs))
     lf, rf = _free_dims(lhs.ndim, lc, lb), _free_dims(rhs.ndim, rc, rb)
     # Bring both operands to (batch, free, contract) / (batch, contract, free) and use matmul.
     lhs_t = np.transpose(lhs, list(lb) + lf + list(lc))
@@ -87,7 +91,7 @@ def _dot_general_impl(lhs, rhs, *, dimension_numbers, precision=None,
         elif compute == np.bool_:
             out = np.matmul(a.astype(np.int32), b.astype(np.int32)) != 0
         else:
-            out = np.matmul(a, b)
+            out = blas.matmul(a, b)
         # One rounding from the accumulator to the result type.
         out = np.asarray(out).astype(out_dtype, copy=False)
     return out.reshape(batch_shape + lf_shape + rf_shape)
@@ -119,6 +123,11 @@ def _blocked_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # block results exist at once.
     out = np.zeros(batch + (m, n), wide)
     step = max(1, _PARTIALS_LIMIT // max(1, out.size))
+    with blas.blas_on_calling_thread():
+        return _sum_blocks(a, b, a_blocks, b_blocks, out, count, step, main, k, wide)
+
+
+def _sum_blocks(a, b, a_blocks, b_blocks, out, count, step, main, k, wide):
     for start in range(0, count, step):
         chunk = (Ellipsis, slice(start, start + step), slice(None), slice(None))
         partial = np.matmul(a_blocks[chunk], b_blocks[chunk])

@@ -1,0 +1,129 @@
+"""Running NumPy's BLAS without fighting kiln's own threads.
+
+NumPy's OpenBLAS keeps its worker threads spinning for a while after each call; when a compiled
+kiln program alternates BLAS products with its own multi-threaded kernels, those spinning
+threads take the cores the kernels need, and the kernels' threads slow the next product. On a
+2-core machine an MLP training step ran 11x slower than with one BLAS thread.
+
+So kiln owns the cores: every product runs with NumPy's BLAS pinned to the calling thread, and
+a large product is split by rows across kiln's threads, each chunk one single-threaded BLAS call
+(NumPy releases the GIL inside matmul). The user's own NumPy calls are unaffected: the previous
+BLAS thread count is restored after each product.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import numpy as np
+
+_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_", "openblas_set_num_threads")
+_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+            "openblas_get_num_threads64_", "openblas_get_num_threads")
+
+
+def _find_openblas():
+    """(set, get) of the OpenBLAS that NumPy uses, or None when it is another library."""
+    libs_dir = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(libs_dir, "*openblas*"))):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        setter = next((getattr(lib, n) for n in _SETTERS if hasattr(lib, n)), None)
+        getter = next((getattr(lib, n) for n in _GETTERS if hasattr(lib, n)), None)
+        if setter is not None and getter is not None:
+            setter.argtypes, setter.restype = [ctypes.c_int], None
+            getter.argtypes, getter.restype = [], ctypes.c_int
+            return setter, getter
+    return None
+
+
+_OPENBLAS = _find_openblas()
+_LOCK = threading.Lock()
+_depth = 0
+_saved = 1
+
+
+@contextmanager
+def blas_on_calling_thread():
+    """Within the block, NumPy's BLAS runs on the calling thread only."""
+    global _depth, _saved
+    if _OPENBLAS is None:
+        yield
+        return
+    setter, getter = _OPENBLAS
+    with _LOCK:
+        if _depth == 0:
+            _saved = getter()
+            if _saved != 1:
+                setter(1)
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _depth -= 1
+            if _depth == 0 and _saved != 1:
+                setter(_saved)
+
+
+# Products below this many multiply-adds run on one thread: splitting costs more than it saves.
+_PARALLEL_MIN_WORK = 1 << 22
+_executor: ThreadPoolExecutor | None = None
+_executor_threads = 0
+
+
+def _threads() -> int:
+    from kiln.config import config
+    if config.num_threads is not None:
+        return max(1, config.num_threads)
+    return max(1, os.cpu_count() or 1)
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    global _executor, _executor_threads
+    if _executor is None or _executor_threads < threads:
+        _executor = ThreadPoolExecutor(threads, thread_name_prefix="kiln-blas")
+        _executor_threads = threads
+    return _executor
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """np.matmul(a, b) with single-threaded BLAS, split by rows of `a` (or by batch) across
+    kiln's threads when the product is large."""
+    *batch, m, k = a.shape
+    n = b.shape[-1]
+    threads = _threads()
+    work = int(np.prod(batch, dtype=np.int64)) * m * n * k
+    with blas_on_calling_thread():
+        if threads == 1 or work < _PARALLEL_MIN_WORK or a.dtype.kind not in "fc":
+            return np.matmul(a, b)
+        out_shape = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2])) + (m, n)
+        out = np.empty(out_shape, np.result_type(a.dtype, b.dtype))
+        if m >= threads * 8:
+            bounds = np.linspace(0, m, threads + 1).astype(int)
+            futures = [_pool(threads).submit(_rows, a, b, out, lo, hi)
+                       for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+        else:  # few rows: split the columns of b instead
+            bounds = np.linspace(0, n, threads + 1).astype(int)
+            futures = [_pool(threads).submit(_columns, a, b, out, lo, hi)
+                       for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+        for f in futures:
+            f.result()
+        return out
+
+
+def _rows(a, b, out, lo, hi):
+    with blas_on_calling_thread():
+        np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :])
+
+
+def _columns(a, b, out, lo, hi):
+    with blas_on_calling_thread():
+        np.matmul(a, b[..., :, lo:hi], out=out[..., :, lo:hi])
