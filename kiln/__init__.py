@@ -23,3 +23,7 @@ from kiln.transforms.vmap import vmap  # noqa: E402
 from kiln import custom_derivatives  # noqa: E402
 from kiln.custom_derivatives import custom_jvp, custom_vjp, closure_convert  # noqa: E402
 from kiln import test_util  # noqa: E402
+
+# gradient checkpointing
+from kiln import ad_checkpoint  # noqa: E402
+from kiln.ad_checkpoint import checkpoint, checkpoint_policies, remat  # noqa: E402
