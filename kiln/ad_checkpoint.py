@@ -125,9 +125,10 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
 
     Args:
       fun: the function; its arguments and results are pytrees of arrays.
-      prevent_cse: accepted for compatibility with JAX and recorded on the equation. kiln's
-        compiler inlines checkpoints and places no barrier, so under `jit` its common
-        subexpression elimination may still merge a recomputation with the forward value.
+      prevent_cse: when the compiler inlines the recomputing half of a differentiated
+        checkpoint, pass its inputs through an optimization barrier, so common-subexpression
+        elimination cannot merge the recomputation with the forward values (which would keep
+        them alive and undo the checkpoint). False lets the optimizer merge them.
       policy: `policy(prim, *in_avals, **params) -> bool`, whether the outputs of an equation
         may be saved as residuals (see `checkpoint_policies`); None saves nothing but the
         inputs.

@@ -15,6 +15,7 @@ from kiln.compiler.kir import Expr, ScalarOp
 from kiln.compiler.lower import NotLowerable, register_lowering
 from kiln.primitives import shape as shape_prims
 from kiln.primitives.custom_derivatives import stop_gradient_p
+from kiln.primitives.remat import optimization_barrier_p
 from kiln.primitives import shape_slice
 
 O = ScalarOp
@@ -103,6 +104,7 @@ def _rev_lowering_rule(ctx, index, x, *, dimensions):
 
 @register_lowering(shape_prims.copy_p)
 @register_lowering(stop_gradient_p)
+@register_lowering(optimization_barrier_p)
 def _copy_lowering_rule(ctx, index, x):
     return x.read(index)
 

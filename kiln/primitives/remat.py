@@ -318,3 +318,31 @@ def _name_jvp_rule(primals, tangents, *, name: str):
 @name_p.def_batching
 def _name_batching_rule(args, dims, *, name: str):
     return name_p.bind(args[0], name=name), dims[0]
+
+
+# --- optimization_barrier: what keeps a recomputation from being merged away -------------------
+# The identity, opaque to the compiler's common-subexpression elimination. The compiler passes
+# the inputs of a differentiated checkpoint through it when it inlines the call (prevent_cse),
+# so the recomputed values cannot be merged with the forward pass's, which would keep the
+# forward values alive until the backward pass and undo the checkpoint.
+
+optimization_barrier_p = Primitive("optimization_barrier")
+optimization_barrier_p.def_impl(lambda x: x)
+optimization_barrier_p.def_abstract_eval(lambda x: x)
+
+
+@optimization_barrier_p.def_jvp
+def _barrier_jvp(primals, tangents):
+    out = optimization_barrier_p.bind(primals[0])
+    t = tangents[0]
+    return out, None if t is None else optimization_barrier_p.bind(t)
+
+
+@optimization_barrier_p.def_transpose
+def _barrier_transpose(ct, x):
+    return [ct]
+
+
+@optimization_barrier_p.def_batching
+def _barrier_batching(args, dims):
+    return optimization_barrier_p.bind(args[0]), dims[0]

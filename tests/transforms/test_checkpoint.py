@@ -405,3 +405,20 @@ def test_policy_split_of_a_jaxpr_composes_to_the_original(policy, num_res):
     (tangent,) = eval_jaxpr(unknown.jaxpr, unknown.consts, *residuals, t)
     np.testing.assert_allclose(float(primal), np.sin(np.sin(0.4)), rtol=1e-6)
     np.testing.assert_allclose(float(tangent), 3 * np.cos(np.sin(0.4)) * np.cos(0.4), rtol=1e-6)
+
+
+def test_compiled_checkpoint_keeps_its_recomputation():
+    """Under jit the backward pass recomputes sin from the checkpoint's input: the optimizer
+    may not merge the recomputed sin with the forward one (prevent_cse)."""
+    from kiln.compiler.pipeline import optimize
+
+    def loss(v):
+        y = kiln.checkpoint(lambda x: jnp.sin(jnp.sin(x)))(v)
+        return jnp.sum(y * y)
+    closed = optimize(kiln.make_jaxpr(kiln.value_and_grad(loss))(jnp.ones(3)))
+    names = [e.primitive.name for e in closed.jaxpr.eqns]
+    assert names.count("sin") == 3 and "optimization_barrier" in names
+    value, grad = kiln.jit(kiln.value_and_grad(loss))(jnp.linspace(0.1, 1.0, 3))
+    x = np.linspace(0.1, 1.0, 3)
+    expected = 2 * np.sin(np.sin(x)) * np.cos(np.sin(x)) * np.cos(x)
+    np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-5)

@@ -44,6 +44,8 @@ def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
                 continue
             inner_env = {cv: const_var(cv.aval, c)
                          for cv, c in zip(inner.jaxpr.constvars, inner.consts)}
+            if _needs_barrier(eqn):
+                invars = [_barrier(a, eqns) for a in invars]
             inner_env.update(zip(inner.jaxpr.invars, invars))
             emit(inner.jaxpr.eqns, inner_env, fresh=True)
             for outer, inner_out in zip(eqn.outvars, inner.jaxpr.outvars):
@@ -55,3 +57,22 @@ def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
     emit(jaxpr.eqns, env, fresh=False)
     outvars = [v if type(v) is Literal else env.get(v, v) for v in jaxpr.outvars]
     return rebuild(closed, eqns, outvars=outvars, constvars=constvars, consts=consts)
+
+
+def _needs_barrier(eqn) -> bool:
+    """The recomputing half of a differentiated checkpoint (prevent_cse): its inputs go through
+    an optimization barrier, so common-subexpression elimination cannot merge the recomputed
+    values with the forward pass's."""
+    from kiln.primitives.remat import remat_p
+    params = eqn.params
+    return eqn.primitive is remat_p and params.get("prevent_cse") and params.get("differentiated")
+
+
+def _barrier(atom, eqns: list):
+    from kiln.core.jaxpr import JaxprEqn
+    from kiln.primitives.remat import optimization_barrier_p
+    if type(atom) is Literal:
+        return atom
+    out = Var(atom.aval)
+    eqns.append(JaxprEqn(optimization_barrier_p, [atom], [out], {}))
+    return out
