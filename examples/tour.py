@@ -1,11 +1,16 @@
 """A tour of kiln through the examples of the two documents users learn JAX from.
 
 Each section runs one example with `import kiln as jax; import kiln.numpy as jnp` and prints
-what it prints. Sections that need a capability kiln does not have yet say so and are skipped.
+what it prints. Sections whose output is deterministic carry the text the document (or JAX,
+for the vmap example the document only describes) shows, and fail when kiln prints anything
+else. Sections that need a capability kiln does not have say so and are skipped.
 Run with `make demo`.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import pprint
 import sys
 import time
 import traceback
@@ -19,9 +24,10 @@ import kiln.numpy as jnp
 SECTIONS = []
 
 
-def section(title: str, needs: tuple[str, ...] = ()):
+def section(title: str, needs: tuple[str, ...] = (), expected: str | None = None):
+    """Register a tour section; `expected` is the exact text it must print, where known."""
     def register(fn):
-        SECTIONS.append((title, needs, fn))
+        SECTIONS.append((title, needs, expected, fn))
         return fn
     return register
 
@@ -445,32 +451,67 @@ def _():
     print(repr(is_even_fast(123512)))
 
 
-@section("pytrees: an MLP's parameters as a list of dicts", needs=("random", "jit"))
-def _():
-    key = jax.random.PRNGKey(0)
+def _mlp_params(key):
+    """The document's MLP parameters: a list of {'W', 'b'} dicts for layers 784 -> 64 -> 10."""
     dims = [784, 64, 10]
     key, *subkeys = jax.random.split(key, len(dims))
     params = [
         {'W': jax.random.normal(w_key, (out_dim, in_dim)), 'b': jnp.zeros((out_dim,))}
         for w_key, in_dim, out_dim in zip(subkeys, dims[:-1], dims[1:])
     ]
+    return key, dims, params
+
+
+@jax.jit
+def feed_forward(params, x):
+    for p in params:
+        x = jax.nn.tanh(p['W'] @ x + p['b'])
+    return x
+
+
+@section("pytrees: an MLP's parameters as a list of dicts", needs=("random", "jit"))
+def _():
+    key, dims, params = _mlp_params(jax.random.PRNGKey(0))
     print((jax.tree_util.tree_structure(params),
            jax.tree_util.tree_map(lambda l: str(l.shape), params)))
-
-    @jax.jit
-    def feed_forward(params, x):
-        for p in params:
-            x = jax.nn.tanh(p['W'] @ x + p['b'])
-        return x
-
     key, x_key = jax.random.split(key)
     print(repr(feed_forward(params, jax.random.normal(x_key, (dims[0],)))))
 
 
-@section("grad and value_and_grad", needs=("grad", "value_and_grad"))
+@section("grad and value_and_grad", needs=("grad", "value_and_grad"), expected="""\
+10.0
+2.0
+(Array(10., dtype=float32, weak_type=True), Array(2., dtype=float32, weak_type=True))
+""")
 def _():
     def fn(x):
-        return 2 * x ** 3
+        return 2*x  # derivative is 2 everywhere
+
+    print(fn(5.))
+    print(jax.grad(fn)(5.))
+    print(jax.value_and_grad(fn)(5.))
+
+
+@section("grad of a loss with respect to a pytree of parameters",
+         needs=("random", "jit", "grad"),
+         expected="PyTreeDef([{'W': *, 'b': *}, {'W': *, 'b': *}])\n")
+def _():
+    _, dims, params = _mlp_params(jax.random.PRNGKey(0))
+
+    def dummy_loss_fn(params, x):
+        y = feed_forward(params, x)
+        return y.sum()
+
+    grad_loss_fn = jax.grad(dummy_loss_fn)
+    grads = grad_loss_fn(params, jnp.zeros(dims[0]))
+    print(jax.tree_util.tree_structure(grads))
+
+
+@section("second derivative: grad of grad", needs=("grad",),
+         expected="d0x: 2.0, d1x: 6.0, d2x: 12.0\n")
+def _():
+    def fn(x):
+        return 2 * x**3
 
     x = 1.0
     grad_fn = jax.grad(fn)
@@ -478,21 +519,97 @@ def _():
     print(f"d0x: {fn(x)}, d1x: {grad_fn(x)}, d2x: {grad_grad_fn(x)}")
 
 
+@section("value_and_grad with has_aux", needs=("random", "jit", "value_and_grad"),
+         expected="""\
+((Array(0., dtype=float32),
+  Array([0., 0., 0., 0., 0., 0., 0., 0., 0., 0.], dtype=float32)),
+ PyTreeDef([{'W': *, 'b': *}, {'W': *, 'b': *}]))
+""")
+def _():
+    _, dims, params = _mlp_params(jax.random.PRNGKey(0))
+
+    def dummy_loss_fn(params, x):
+        y = feed_forward(params, x)
+        return y.sum(), y
+
+    grad_loss_fn = jax.value_and_grad(dummy_loss_fn, has_aux=True)
+    values, grads = grad_loss_fn(params, jnp.zeros(dims[0]))
+    # The document's notebook displayed the cell's value with IPython's pretty printer;
+    # pprint wraps it the same way.
+    pprint.pprint((values, jax.tree_util.tree_structure(grads)))
+
+
+# What JAX 0.10.2 prints for the vmap section (the random MLP's values are not printed: kiln's
+# random bits are its own, so only their shape and the batched-vs-looped agreement are).
+VMAP_EXPECTED = """\
+[ 1.  5. 25.]
+[[-2.  0.]
+ [ 2.  4.]
+ [ 6.  8.]]
+(4, 10)
+same as one at a time: True
+"""
+
+
+@section("vmap: a per-example function made batched", needs=("random", "jit", "vmap"),
+         expected=VMAP_EXPECTED)
+def _():
+    def squared_distance(x, y):
+        return jnp.sum((x - y) ** 2)  # written for one pair of vectors
+
+    xs = jnp.arange(6.).reshape(3, 2)
+    origin = jnp.array([1., 1.])
+    print(jax.vmap(squared_distance, in_axes=(0, None))(xs, origin))
+    # Per-example gradients: vmap of grad.
+    print(jax.vmap(jax.grad(squared_distance), in_axes=(0, None))(xs, origin))
+
+    key, dims, params = _mlp_params(jax.random.PRNGKey(0))
+    batch = jax.random.normal(key, (4, dims[0]))
+    batched_feed_forward = jax.vmap(feed_forward, in_axes=(None, 0))
+    out = batched_feed_forward(params, batch)
+    print(out.shape)
+    one_by_one = jnp.stack([feed_forward(params, x) for x in batch])
+    # Equal up to float32 rounding: the batched matmul may sum in another order.
+    print("same as one at a time:", bool(jnp.allclose(out, one_by_one, atol=1e-5)))
+
+
+def run_section(fn, expected: str | None) -> bool:
+    """Run one section, printing its output; False when it raised or printed something other
+    than `expected`."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured):
+            fn()
+    except Exception:
+        print(captured.getvalue(), end="")
+        traceback.print_exc(file=sys.stdout)
+        return False
+    output = captured.getvalue()
+    print(output, end="")
+    if expected is not None and output != expected:
+        print("(output differs from the document; expected:)")
+        print(expected, end="")
+        return False
+    if expected is not None:
+        print("(matches the document)")
+    return True
+
+
 def main() -> int:
-    failures = 0
-    for title, needs, fn in SECTIONS:
+    failures = skipped = 0
+    for title, needs, expected, fn in SECTIONS:
         print(f"\n=== {title} ===")
         missing = [n for n in needs if not _has(n)]
         if missing:
+            skipped += 1
             print(f"(skipped: needs {', '.join(missing)}, not available yet)")
             continue
-        try:
-            fn()
-        except Exception:
+        if not run_section(fn, expected):
             failures += 1
-            traceback.print_exc(file=sys.stdout)
-    print(f"\n{len(SECTIONS)} sections, {failures} failed")
-    return 1 if failures else 0
+    checked = sum(1 for _, _, expected, _ in SECTIONS if expected is not None)
+    print(f"\n{len(SECTIONS)} sections ({checked} checked against the document's output), "
+          f"{failures} failed, {skipped} skipped")
+    return 1 if failures or skipped else 0
 
 
 if __name__ == "__main__":

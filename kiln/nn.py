@@ -6,12 +6,14 @@ float, and Python-scalar (weakly typed) inputs stay weakly typed where JAX keeps
 """
 from __future__ import annotations
 
+import functools
 import operator
 
 import numpy as np
 
 import kiln.numpy as jnp
 from kiln import lax
+from kiln.custom_derivatives import custom_jvp
 from kiln.core import dtypes
 from kiln.core.errors import ConcretizationTypeError
 from kiln.core.trace import Tracer
@@ -21,7 +23,8 @@ from kiln.numpy.util import check_arraylike, promote_dtypes_inexact, to_kiln
 __all__ = [
     "relu", "relu6", "gelu", "sigmoid", "log_sigmoid", "tanh", "softmax", "log_softmax",
     "logsumexp", "one_hot", "silu", "swish", "softplus", "soft_sign", "elu", "celu", "selu",
-    "leaky_relu", "hard_tanh", "hard_sigmoid", "hard_silu", "hard_swish", "glu",
+    "leaky_relu", "hard_tanh", "hard_sigmoid", "hard_silu", "hard_swish", "glu", "squareplus",
+    "mish",
     "standardize", "normalize",
 ]
 
@@ -48,25 +51,37 @@ def _float_only(name: str, x):
     return x
 
 
-def _stop_gradient(x):
-    # The max subtracted for stability carries no gradient (as in JAX); lax.stop_gradient
-    # arrives with autodiff, and until then the value is all that matters.
-    stop = getattr(lax, "stop_gradient", None)
-    return stop(x) if stop is not None else x
-
-
 # --- rectifiers ------------------------------------------------------------------------------
 
-def relu(x):
-    """max(x, 0), elementwise."""
-    check_arraylike("relu", x)
+@custom_jvp
+def _relu(x):
     return jnp.maximum(x, 0)
 
 
-def relu6(x):
-    """min(max(x, 0), 6), elementwise."""
-    check_arraylike("relu6", x)
+# The derivative at 0 is 0 (a subgradient), not the 1/2 that maximum's tie rule would give;
+# this is JAX's choice too (see https://dl.acm.org/doi/10.5555/3540261.3540297).
+_relu.defjvps(lambda g, ans, x: lax.select(x > 0, g, lax.full_like(g, 0)))
+
+
+def relu(x):
+    """max(x, 0), elementwise; its derivative at 0 is 0."""
+    check_arraylike("relu", x)
+    return _relu(x)
+
+
+@custom_jvp
+def _relu6(x):
     return jnp.minimum(jnp.maximum(x, 0), 6.0)
+
+
+# Zero derivative at both kinks (0 and 6), as in JAX.
+_relu6.defjvps(lambda g, ans, x: lax.select((x > 0) & (x < 6), g, lax.full_like(g, 0)))
+
+
+def relu6(x):
+    """min(max(x, 0), 6), elementwise; its derivative at 0 and at 6 is 0."""
+    check_arraylike("relu6", x)
+    return _relu6(x)
 
 
 def leaky_relu(x, negative_slope=0.01):
@@ -103,10 +118,10 @@ def gelu(x, approximate: bool = True):
     # too, even for a Python-scalar x.
     if approximate:
         sqrt_2_over_pi = np.asarray(np.sqrt(2 / np.pi), dtype=x.dtype)
-        cdf = 0.5 * (1.0 + lax.tanh(sqrt_2_over_pi * (x + 0.044715 * (x * x * x))))
+        cdf = 0.5 * (1.0 + lax.tanh(sqrt_2_over_pi * (x + 0.044715 * (x ** 3))))
         return x * cdf
     # erfc(-x / sqrt(2)) / 2 keeps precision for very negative x, where 1 + erf would cancel.
-    return x * (lax.erfc(-x * np.asarray(np.sqrt(0.5), dtype=x.dtype)) * 0.5)
+    return 0.5 * x * lax.erfc(-x * np.asarray(np.sqrt(0.5), dtype=x.dtype))
 
 
 # --- sigmoids and softplus -------------------------------------------------------------------
@@ -125,10 +140,45 @@ def silu(x):
 swish = silu
 
 
+@custom_jvp
+def _softplus(x):
+    # NaN stays NaN and +inf stays +inf (where max(x, 0) + log1p(exp(-|x|)) would also do,
+    # but the select keeps the formula JAX's logaddexp(x, 0) uses, value for value).
+    return lax.select(lax.ne(x, x), x,
+                      lax.max(x, lax.full_like(x, 0)) + lax.log1p(lax.exp(-lax.abs(x))))
+
+
+def _finite_or_zero_at_inf(x):
+    return lax.select(lax.eq(x, lax.full_like(x, np.inf)), lax.full_like(x, 0), x)
+
+
+@_softplus.defjvp
+def _softplus_jvp(primals, tangents):
+    # softplus'(x) = exp(x - softplus(x)), with +inf replaced by 0 on both sides so that the
+    # derivative at +inf is exp(0) = 1 instead of exp(inf - inf) = NaN (JAX's logaddexp rule).
+    (x,), (x_dot,) = primals, tangents
+    out = _softplus(x)
+    return out, x_dot * lax.exp(_finite_or_zero_at_inf(x) - _finite_or_zero_at_inf(out))
+
+
 def softplus(x):
-    """log(1 + exp(x)), computed without overflow as max(x, 0) + log1p(exp(-|x|))."""
+    """log(1 + exp(x)), computed without overflow as max(x, 0) + log1p(exp(-|x|)); its
+    derivative is exp(x - softplus(x)), which is 1 at +inf."""
     x = _inexact("softplus", x)
-    return jnp.maximum(x, 0.0) + lax.log1p(lax.exp(-lax.abs(x)))
+    return _softplus(x)
+
+
+def squareplus(x, b=4):
+    """(x + sqrt(x^2 + b)) / 2: a smooth, algebraic relative of softplus."""
+    check_arraylike("squareplus", x, b)
+    x, b = promote_dtypes_inexact(x, b)
+    return (x + jnp.sqrt(jnp.square(x) + b)) / 2
+
+
+def mish(x):
+    """x * tanh(softplus(x))."""
+    x = _inexact("mish", x)
+    return x * lax.tanh(softplus(x))
 
 
 def log_sigmoid(x):
@@ -183,7 +233,12 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
               where=None):
     """log(sum(b * exp(a))) over `axis`, shifted by the maximum so that large values do not
     overflow. With `b`, negative sums give NaN unless `return_sign`, which returns
-    (log|sum|, sign). All -inf gives -inf; any +inf gives +inf."""
+    (log|sum|, sign). All -inf gives -inf; any +inf gives +inf. The maximum carries no
+    gradient, so the derivative is the softmax of `a` (weighted by `b`)."""
+    if where is not None:
+        # Masked-out entries must not reach exp even as zero-weighted NaN or inf.
+        check_arraylike("logsumexp", a)
+        a = jnp.where(where, a, 0)
     if b is not None:
         check_arraylike("logsumexp", a, b)
         a, b = promote_dtypes_inexact(a, b)
@@ -195,7 +250,7 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
     real_a = lax.real(a) if dtypes.is_complex(a.dtype) else a
     amax = jnp.max(real_a, axis=axes, keepdims=keepdims, where=where, initial=-np.inf)
     # A non-finite maximum (all -inf, or an inf) must not be subtracted: inf - inf is NaN.
-    amax = _stop_gradient(jnp.where(lax.is_finite(amax), amax, 0))
+    amax = lax.stop_gradient(jnp.where(lax.is_finite(amax), amax, 0))
     amax_kept = amax if keepdims else lax.expand_dims(amax, axes)
     exp_a = lax.exp(a - lax.convert_element_type(amax_kept, a.dtype))
     if b is not None:
@@ -212,17 +267,40 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
     return out
 
 
-def softmax(x, axis=-1, where=None):
-    """exp(x) / sum(exp(x)) along `axis`, computed from x - max(x) so large inputs do not
-    overflow. Entries masked out by `where` are 0."""
-    x = _inexact("softmax", x)
-    axes = reduction_axes(axis, x.ndim)
+def _softmax_value(x, axes, where):
     x_max = jnp.max(x, axis=axes, keepdims=True, where=where, initial=-np.inf)
-    unnormalized = lax.exp(x - _stop_gradient(x_max))
+    x_safe = x if where is None else jnp.where(where, x, -np.inf)
+    unnormalized = lax.exp(x_safe - x_max)
     result = unnormalized / jnp.sum(unnormalized, axis=axes, keepdims=True, where=where)
     if where is not None:
         result = jnp.where(where, result, 0)
     return result
+
+
+@functools.partial(custom_jvp, nondiff_argnums=(1,))
+def _softmax(x, axes, where):
+    return _softmax_value(x, axes, where)
+
+
+@_softmax.defjvp
+def _softmax_jvp(axes, primals, tangents):
+    # y * (x_dot - sum(y * x_dot)): written in terms of the output only, so a -inf entry (y = 0)
+    # contributes 0 instead of the NaN that differentiating exp(x - max) would produce there.
+    (x, where), (x_dot, _) = primals, tangents
+    y = _softmax(x, axes, where)
+    return y, y * (x_dot - jnp.sum(y * x_dot, axis=axes, keepdims=True, where=where))
+
+
+def softmax(x, axis=-1, where=None):
+    """exp(x) / sum(exp(x)) along `axis`, computed from x - max(x) so large inputs do not
+    overflow. Entries masked out by `where` are 0. The derivative is JAX's custom rule
+    y * (dx - sum(y * dx)), finite where entries are -inf."""
+    x = _inexact("softmax", x)
+    axes = reduction_axes(axis, x.ndim)
+    if where is not None:
+        check_arraylike("softmax", where)
+        where = to_kiln(where)
+    return _softmax(x, axes, where)
 
 
 def log_softmax(x, axis=-1, where=None):
@@ -230,7 +308,8 @@ def log_softmax(x, axis=-1, where=None):
     x = _inexact("log_softmax", x)
     axes = reduction_axes(axis, x.ndim)
     x_max = jnp.max(x, axis=axes, keepdims=True, where=where, initial=-np.inf)
-    shifted = x - _stop_gradient(x_max)
+    x_safe = x if where is None else jnp.where(where, x, -np.inf)
+    shifted = x_safe - lax.stop_gradient(x_max)
     shifted_logsumexp = lax.log(jnp.sum(lax.exp(shifted), axis=axes, keepdims=True,
                                         where=where))
     result = shifted - shifted_logsumexp
@@ -247,8 +326,10 @@ def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5, where=None):
     if mean is None:
         mean = jnp.mean(x, axis=axes, keepdims=True, where=where)
     if variance is None:
-        # E[x^2] - E[x]^2 needs one pass less than E[(x - mean)^2], as in JAX.
-        variance = jnp.mean(x * x, axis=axes, keepdims=True, where=where) - mean * mean
+        # E[x^2] - E[x]^2 needs one pass less than E[(x - mean)^2], as in JAX; rounding can
+        # make it slightly negative, hence the clip at 0.
+        variance = jnp.mean(jnp.square(x), axis=axes, keepdims=True, where=where)
+        variance = jnp.clip(variance - jnp.square(mean), 0)
     return (x - mean) * lax.rsqrt(variance + epsilon)
 
 

@@ -12,6 +12,7 @@ from kiln.numpy.sorting import *  # noqa: F401,F403
 from kiln.numpy.products import *  # noqa: F401,F403
 from kiln.numpy.indexing import *  # noqa: F401,F403
 from kiln.numpy import linalg  # noqa: F401
+from kiln.numpy.vectorize import vectorize  # noqa: F401
 from kiln.core.array import Array as ndarray  # noqa: F401
 
 from kiln.numpy.scalar_types import *  # noqa: F401,F403 (dtype names, dtype queries)

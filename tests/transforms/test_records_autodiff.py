@@ -22,8 +22,13 @@ def _case(record):
     """One representative case per row: the first shape set with no empty array, preferring
     one with a non-scalar array; and the row's float (or complex) dtype."""
     dtypes = [np.dtype(d) for d in record.dtypes]
-    dtype = F32 if F32 in dtypes else (C64 if C64 in dtypes else None)
-    if dtype is None:
+    if F32 in dtypes:
+        dtype = F32
+    elif C64 in dtypes:
+        dtype = C64
+    elif any(d.kind == "f" or d.name == "bfloat16" for d in dtypes):
+        dtype = F32  # a row listed for half floats only: the same function in float32
+    else:
         return None
     candidates = [s for s in record.shapes if all(0 not in shape for shape in s)]
     if not candidates:
@@ -95,5 +100,11 @@ def test_check_grads_float64(record, shapes, dtype):
 
 
 def test_every_differentiable_row_is_checked():
-    differentiable = [r for r in ALL_RECORDS if r.differentiable]
-    assert len(CASES) >= 0.9 * len(differentiable), (len(CASES), len(differentiable))
+    """Every differentiable row is checked, except those listed above and those whose only
+    cases are empty arrays (nothing to differentiate)."""
+    checked = {id(r) for r, _, _ in CASES}
+    missing = [r.label for r in ALL_RECORDS
+               if r.differentiable and id(r) not in checked and r.label not in NOT_DIFFERENTIATED
+               and any(all(0 not in shape for shape in s) for s in r.shapes)
+               and not r.label.startswith(("std", "nanstd"))]
+    assert not missing, missing
