@@ -17,6 +17,7 @@ from kiln import lax
 from kiln.core import dtypes
 from kiln.core.array import Array
 from kiln.core.trace import Tracer, current_trace_state
+from kiln.custom_derivatives import custom_jvp
 from kiln.numpy.util import (_broadcast_to, broadcast_arrays_for_lax, check_arraylike,
                              promote_dtypes, promote_dtypes_inexact, promote_dtypes_numeric,
                              shape as _shape, to_kiln)
@@ -393,16 +394,48 @@ def _logaddexp(x1, x2, log1p_of_exp: Callable):
                   lax.add(larger, log1p_of_exp(lax.neg(lax.abs(delta)))))
 
 
+def _logaddexp_e(x1, x2):
+    return _logaddexp(x1, x2, lambda d: lax.log1p(lax.exp(d)))
+
+
+def _logaddexp_2(x1, x2):
+    return _logaddexp(x1, x2, lambda d: lax.div(lax.log1p(lax.exp2(d)), _const(d, np.log(2))))
+
+
+def _finite_or_zero(x):
+    """x with +inf replaced by 0 (the derivative of logaddexp at infinite arguments)."""
+    return _where(lax.eq(x, _const(x, np.inf)), _const(x, 0), x)
+
+
+def _logaddexp_jvp(exp_fn, log_fn):
+    """d out = t1 * b^(x1 - out) + t2 * b^(x2 - out): each argument's share of the sum, with
+    +inf arguments and results counted as 0 so that the shares stay finite, as JAX does."""
+    def jvp(primals, tangents):
+        x1, x2 = primals
+        t1, t2 = tangents
+        out = log_fn(x1, x2)
+        share1 = exp_fn(lax.sub(_finite_or_zero(x1), _finite_or_zero(out)))
+        share2 = exp_fn(lax.sub(_finite_or_zero(x2), _finite_or_zero(out)))
+        return out, lax.add(lax.mul(t1, share1), lax.mul(t2, share2))
+    return jvp
+
+
+_logaddexp_e = custom_jvp(_logaddexp_e)
+_logaddexp_e.defjvp(_logaddexp_jvp(lax.exp, _logaddexp_e))
+_logaddexp_2 = custom_jvp(_logaddexp_2)
+_logaddexp_2.defjvp(_logaddexp_jvp(lax.exp2, _logaddexp_2))
+
+
 def logaddexp(x1, x2, /):
     """log(exp(x1) + exp(x2)) without overflow."""
     x1, x2 = _args_inexact("logaddexp", x1, x2)
-    return _logaddexp(x1, x2, lambda d: lax.log1p(lax.exp(d)))
+    return _logaddexp_e(x1, x2)
 
 
 def logaddexp2(x1, x2, /):
     """log2(2**x1 + 2**x2) without overflow."""
     x1, x2 = _args_inexact("logaddexp2", x1, x2)
-    return _logaddexp(x1, x2, lambda d: lax.div(lax.log1p(lax.exp2(d)), _const(d, np.log(2))))
+    return _logaddexp_2(x1, x2)
 
 
 def hypot(x1, x2, /):

