@@ -31,6 +31,7 @@ class Config:
         "jax_explain_cache_misses": "explain_cache_misses",
         "jax_disable_jit": "disable_jit",
         "jax_threefry_partitionable": "threefry_partitionable",
+        "jax_compilation_cache_dir": "cache_dir",
     }
 
     def __init__(self) -> None:

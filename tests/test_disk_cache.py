@@ -178,3 +178,25 @@ def test_an_unusable_directory_warns_once_and_compiles_natively(tmp_path, kind, 
     assert len(messages) == 1 and str(path) in messages[0]
     assert first is again and first.disk_cache is None
     _check_runs(first.compile(_program(5.0)), 5.0)  # native code, just no disk cache
+
+
+def test_jax_compilation_cache_dir_turns_the_disk_cache_on(tmp_path):
+    """config.update("jax_compilation_cache_dir", ...) is $KILN_CACHE_DIR: a second process
+    finds the first one's objects and loads them instead of compiling."""
+    script = textwrap.dedent("""
+        import sys, numpy as np, kiln, kiln.numpy as jnp
+        from kiln.runtime import engine
+        kiln.config.update("jax_compilation_cache_dir", sys.argv[1])
+        f = kiln.jit(lambda x: jnp.tanh(x) * 3 - x)
+        x = np.linspace(-1, 1, 999, dtype=np.float32)
+        assert np.allclose(np.asarray(f(x)), np.tanh(x) * 3 - x, atol=1e-5)
+        print(engine.disk_cache_stats().get("hits", 0))
+        """)
+    env = {k: v for k, v in os.environ.items() if k != "KILN_CACHE_DIR"}
+    run = lambda: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", script, str(tmp_path / "c")], env=env, capture_output=True,
+        text=True, timeout=300)
+    first, second = run(), run()
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert int(first.stdout) == 0 and int(second.stdout) > 0
+    assert list((tmp_path / "c").glob("*.kiln"))
