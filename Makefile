@@ -1,20 +1,25 @@
-# The two entry points: `make demo` (the main job) and `make test` (the suite).
-# Both create .venv with the pinned dependencies when it is missing.
+# The entry points: `make demo` (the main job: train an MLP on the handwritten digits),
+# `make tour` (the seed documents' examples) and `make test` (the suite). Each creates .venv
+# with the pinned dependencies, the test and demo extras included, when it is missing, and
+# reinstalls when pyproject.toml or this file changes.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 
-.PHONY: demo test fuzz bench clean
+.PHONY: demo tour test fuzz bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,demo]'
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/tour.py
+	$(PY) -m kiln.examples.digits_mlp
+
+tour: $(STAMP)
+	$(PY) -m kiln.examples.tour
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 tests

@@ -1,24 +1,21 @@
-"""examples/tour.py (what `make demo` runs): every section runs, none is skipped, and every
+"""kiln/examples/tour.py (what `make tour` runs): every section runs, none is skipped, and every
 section that carries the document's output (the grad, value_and_grad, has_aux, second
 derivative, pytree-gradient and vmap sections among them) prints exactly that text."""
-import importlib.util
+import importlib
 import pathlib
 import subprocess
 import sys
 
-TOUR = pathlib.Path(__file__).resolve().parents[1] / "examples" / "tour.py"
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def load_tour():
-    spec = importlib.util.spec_from_file_location("kiln_tour", TOUR)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("kiln.examples.tour")
 
 
 def test_tour_runs_every_section_and_matches_the_document():
-    result = subprocess.run([sys.executable, str(TOUR)], capture_output=True, text=True,
-                            timeout=900, cwd=TOUR.parents[1])
+    result = subprocess.run([sys.executable, "-m", "kiln.examples.tour"], capture_output=True,
+                            text=True, timeout=900, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     tour = load_tour()
     checked = [title for title, _, expected, _ in tour.SECTIONS if expected is not None]

@@ -4,7 +4,7 @@ Each section runs one example with `import kiln as jax; import kiln.numpy as jnp
 what it prints. Sections whose output is deterministic carry the text the document (or JAX,
 for the vmap example the document only describes) shows, and fail when kiln prints anything
 else. Sections that need a capability kiln does not have say so and are skipped.
-Run with `make demo`.
+Run with `make tour` or `python -m kiln.examples.tour`.
 """
 from __future__ import annotations
 
