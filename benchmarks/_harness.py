@@ -52,3 +52,10 @@ def print_table(title: str, rows: list[tuple[str, dict[str, float | None]]],
             t = times.get(s)
             line += f"{(base / t) if base and t else float('nan'):>13.2f}x"
         print(line)
+
+
+def result_row(name: str, kiln: float | None, numpy: float | None = None,
+               jax: float | None = None, note: str = "") -> dict:
+    """One row of the combined report (benchmarks/run_all.py): seconds per call of each system,
+    None where a system does not run the workload."""
+    return {"name": name, "kiln": kiln, "numpy": numpy, "jax": jax, "note": note}

@@ -39,7 +39,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import kiln  # noqa: E402
 import kiln.numpy as knp  # noqa: E402
-from _harness import format_time, jax_available  # noqa: E402
+from _harness import format_time, jax_available, result_row  # noqa: E402
 from kiln.compiler import pipeline  # noqa: E402
 
 
@@ -404,6 +404,21 @@ def main() -> None:
     print(f"kiln.jit backend: {kiln.config.backend}; jax "
           f"{'available' if jax_available() else 'not installed'}")
     run()
+
+
+def report_rows(quick: bool = False) -> list[dict]:
+    """The measured rows in the combined report's format (first call and median step per
+    workload; no NumPy column); `quick` runs the smoke-test sizes."""
+    print(f"kiln.jit backend: {kiln.config.backend}; jax "
+          f"{'available' if jax_available() else 'not installed'}")
+    report = []
+    for row in run(small=quick, step_budget=0.5 if quick else 2.0):
+        for key, label in (("first", "first call"), ("step", "step")):
+            kiln_result, jax_result = row["kiln"], row.get("jax") or {}
+            report.append(result_row(f"grad: {row['name']}, {label}", kiln_result.get(key),
+                                     None, jax_result.get(key),
+                                     note=kiln_result.get("error", "")))
+    return report
 
 
 if __name__ == "__main__":

@@ -24,9 +24,13 @@ import pathlib
 import subprocess
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _harness import result_row  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHAIN_SIZES = (100, 300, 1000, 3000, 10000)
 DAG_SIZES = (100, 300, 1000, 3000, 5000)
+QUICK_SIZES = (100, 300, 1000)
 ROLL_DEPTH = 16
 
 # The programs, written once against a numpy-like namespace `jnp`, and the timed first call.
@@ -90,7 +94,10 @@ def jax_python() -> str | None:
 
 def run_one(python: str, system: str, kind: str, n: int, timeout: float = 600) -> dict | None:
     """One measurement in a fresh interpreter; None if it failed or ran out of time."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) if system == "kiln" else "")
+    # kiln's dependencies may come through PYTHONPATH when this interpreter is JAX's.
+    inherited = os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), inherited]))
+               if system == "kiln" else "")
     try:
         done = subprocess.run([python, "-c", _PROGRAMS, system, kind, str(n)], env=env,
                               capture_output=True, text=True, timeout=timeout)
@@ -111,7 +118,7 @@ def loglog_slope(points: list[tuple[int, float]]) -> float:
             / sum((x - mx) ** 2 for x in xs))
 
 
-def scaling(kind: str, sizes) -> None:
+def scaling(kind: str, sizes) -> list[tuple[int, float]]:
     print(f"\n{kind}: equations vs kiln compile time (first call, fresh process)")
     print(f"{'equations':>10s}{'seconds':>10s}{'peak MB':>10s}{'(after import)':>16s}  figure")
     points = []
@@ -130,12 +137,19 @@ def scaling(kind: str, sizes) -> None:
         tail = points[len(points) // 2 - 1:] if len(points) > 3 else points
         print(f"log-log slope: {loglog_slope(points):.2f} over all sizes, "
               f"{loglog_slope(tail):.2f} from n={tail[0][0]} (1.0 is linear)")
+    return points
 
 
-def main() -> None:
+def main(quick: bool = False) -> list[dict]:
     print("kiln compile scaling (each figure: one first call in a fresh process)")
-    scaling("chain", CHAIN_SIZES)
-    scaling("dag", DAG_SIZES)
+    report = []
+    for kind, sizes in (("chain", QUICK_SIZES if quick else CHAIN_SIZES),
+                        ("dag", QUICK_SIZES if quick else DAG_SIZES)):
+        points = scaling(kind, sizes)
+        if len(points) >= 2:
+            report.append(result_row(
+                f"compile: {kind} of {points[-1][0]} eqns, first call", points[-1][1],
+                note=f"log-log slope {loglog_slope(points):.2f} from n={points[0][0]}"))
     jax_py = jax_python()
     print(f"\nroll program, x = roll(x, 1) + x, {ROLL_DEPTH} times, first call")
     kiln_roll = run_one(sys.executable, "kiln", "roll", ROLL_DEPTH)
@@ -148,15 +162,27 @@ def main() -> None:
     else:
         line += "   jax not available (set KILN_BENCH_JAX_PYTHON)"
     print(line)
+    report.append(result_row(f"compile: roll(x, 1) + x {ROLL_DEPTH} times, first call",
+                             kiln_roll and kiln_roll["seconds"], None,
+                             jax_roll and jax_roll["seconds"]))
     if jax_py:
         print("\nthe same programs under jax.jit (first call, fresh process)")
-        for kind, n in (("chain", 1000), ("chain", 10000), ("dag", 5000)):
+        pairs = ((("chain", 1000),) if quick
+                 else (("chain", 1000), ("chain", 10000), ("dag", 5000)))
+        for kind, n in pairs:
             result = run_one(jax_py, "jax", kind, n)
             kiln_result = run_one(sys.executable, "kiln", kind, n)
             if result and kiln_result:
                 print(f"  {kind} {n:>6d}: kiln {kiln_result['seconds']:7.2f} s"
                       f"   jax {result['seconds']:7.2f} s")
+                report.append(result_row(f"compile: {kind} of {n} eqns vs jax, first call",
+                                         kiln_result["seconds"], None, result["seconds"]))
+    return report
 
+
+def report_rows(quick: bool = False) -> list[dict]:
+    """The measured rows in the combined report's format; `quick` compiles smaller programs."""
+    return main(quick)
 
 if __name__ == "__main__":
     main()

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from _harness import best_time, jax_available, print_table
+from _harness import best_time, jax_available, print_table, result_row
 
 import kiln.numpy as jnp
 
 
-def main() -> None:
+def main() -> list:
     xn = np.arange(4, dtype=np.float32)
     yn = np.ones(4, dtype=np.float32)
     xk, yk = jnp.asarray(xn), jnp.asarray(yn)
@@ -24,6 +24,13 @@ def main() -> None:
     times = {"kiln": best_time(lambda: jnp.exp(xk)), "numpy": best_time(lambda: np.exp(xn))}
     rows.append(("exp(x), float32[4]", times))
     print_table("Eager dispatch (per op; ratio > 1 means kiln is slower)", rows)
+    return rows
+
+
+def report_rows(quick: bool = False) -> list[dict]:
+    """The measured rows in the combined report's format (the sizes are already small)."""
+    return [result_row(f"eager {name}", times["kiln"], times.get("numpy"), times.get("jax"))
+            for name, times in main()]
 
 
 if __name__ == "__main__":

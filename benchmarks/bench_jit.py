@@ -17,7 +17,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import kiln  # noqa: E402
 import kiln.numpy as jnp  # noqa: E402
-from _harness import best_time, format_time, jax_available, print_table  # noqa: E402
+from _harness import (best_time, format_time, jax_available, print_table,  # noqa: E402
+                      result_row)
 
 HAVE_MATMUL = hasattr(jnp, "matmul")
 
@@ -133,13 +134,17 @@ def loop_times(jit, number: int) -> dict[str, float]:
     return out
 
 
-def main() -> None:
+def main() -> list[dict]:
     print(f"kiln.jit runs on the default backend ({kiln.config.backend}); 'interpreter' is "
           "jit(..., backend='interpreter')")
-    print_table("per-call time of a jitted function (best of 7)", call_overhead_rows(),
+    overhead = call_overhead_rows()
+    print_table("per-call time of a jitted function (best of 7)", overhead,
                 baseline="kiln.jit")
+    table = list(overhead)
     if hasattr(jnp, "copy"):
-        print_table("dead code: the seed's stupid_fn", stupid_rows(), baseline="kiln.jit")
+        dead_code = stupid_rows()
+        print_table("dead code: the seed's stupid_fn", dead_code, baseline="kiln.jit")
+        table += dead_code
 
     print("\njit(...) created inside a loop, n=20 calls per loop (the seed's three variants)")
     systems = {"kiln": loop_times(kiln.jit, 50)}
@@ -155,6 +160,18 @@ def main() -> None:
               f"{format_time(t['named']):>14s}{t['lambda'] / t['named']:>13.2f}x"
               f"{t['partial'] / t['named']:>14.2f}x")
     print("(goal for kiln: lambda/named and partial/named within 2x)")
+    report = [result_row(f"jit call: {name}", times.get("kiln.jit"), times.get("numpy"),
+                         times.get("jax.jit")) for name, times in table]
+    for variant in ("partial", "lambda", "named"):
+        report.append(result_row(f"jit made inside a loop ({variant}), 20 calls",
+                                 systems["kiln"][variant], None,
+                                 systems.get("jax", {}).get(variant)))
+    return report
+
+
+def report_rows(quick: bool = False) -> list[dict]:
+    """The measured rows in the combined report's format (the sizes are already small)."""
+    return main()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from kiln.compiler import kir
 from kiln.compiler.kir import Buffer, Kernel, Program, Reduce, ReduceKind, ScalarOp, Store, Var
 from kiln.runtime.engine import compile_program
 
+from _harness import result_row
+
 
 def timings(function, repeats: int = 20) -> tuple[float, float]:
     """(best, median) wall time of several runs after one warm-up, in seconds. The machine is
@@ -91,7 +93,7 @@ def tiny_add():
     return Program("tiny_add", [x, y, out], [kernel]), np.add
 
 
-def report(name: str, program: Program, reference, inputs) -> None:
+def report(name: str, program: Program, reference, inputs) -> dict:
     start = time.perf_counter()
     native = compile_program(program)
     compile_ms = (time.perf_counter() - start) * 1e3
@@ -107,19 +109,28 @@ def report(name: str, program: Program, reference, inputs) -> None:
           f"   numpy {numpy_best * scale:8.3f} {unit} (median {numpy_median * scale:8.3f})"
           f"   numpy/kiln {numpy_best / kiln_best:5.2f}x"
           f"   compile {compile_ms:4.0f} ms, error {error:.1e}")
+    return result_row(f"kernel IR: {name}", kiln_best, numpy_best)
 
 
-def main() -> None:
+def main(quick: bool = False) -> list[dict]:
     rng = np.random.default_rng(0)
-    n = 10_000_000
+    n, side = (1_000_000, 1024) if quick else (10_000_000, 2048)
     xs, ys = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
-    report("10 fused elementwise ops, 10M f32", *elementwise_chain(n), (xs, ys))
-    matrix = rng.standard_normal((2048, 2048), dtype=np.float32)
-    report("row sum 2048x2048 f32", *row_sum(2048, 2048), (matrix,))
-    report("column sum 2048x2048 f32", *column_sum(2048, 2048), (matrix,))
-    report("column sum, strided Reduce form", *column_sum_strided(2048, 2048), (matrix,))
+    rows = [report(f"10 fused elementwise ops, {n // 1_000_000}M f32", *elementwise_chain(n),
+                   (xs, ys))]
+    matrix = rng.standard_normal((side, side), dtype=np.float32)
+    rows.append(report(f"row sum {side}x{side} f32", *row_sum(side, side), (matrix,)))
+    rows.append(report(f"column sum {side}x{side} f32", *column_sum(side, side), (matrix,)))
+    rows.append(report("column sum, strided Reduce form", *column_sum_strided(side, side),
+                       (matrix,)))
     small = rng.standard_normal(4, dtype=np.float32)
-    report("x + y on 4 f32 (call overhead)", *tiny_add(), (small, small))
+    rows.append(report("x + y on 4 f32 (call overhead)", *tiny_add(), (small, small)))
+    return rows
+
+
+def report_rows(quick: bool = False) -> list[dict]:
+    """The measured rows in the combined report's format; `quick` shrinks the arrays."""
+    return main(quick)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ import kiln.numpy as kjnp  # noqa: E402
 from kiln import lax as klax  # noqa: E402
 from kiln import nn as knn  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _harness import result_row  # noqa: E402
+
 HAVE_JAX = importlib.util.find_spec("jax") is not None
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 
@@ -116,28 +119,31 @@ def np_chain10(x):
     return y
 
 
-def workloads():
+def workloads(quick: bool = False):
+    """(name, goal, inputs, builder, NumPy function) per workload; `quick` shrinks them."""
     rng = np.random.default_rng(0)
-    x_selu = np.arange(1_000_000, dtype=np.float32)
-    x_ln = rng.standard_normal((4096, 1024)).astype(np.float32)
+    n_selu, ln_rows, lse_side, n_chain = ((100_000, 512, 512, 1_000_000) if quick
+                                          else (1_000_000, 4096, 2048, 10_000_000))
+    x_selu = np.arange(n_selu, dtype=np.float32)
+    x_ln = rng.standard_normal((ln_rows, 1024)).astype(np.float32)
     g = rng.standard_normal(1024).astype(np.float32)
     b = rng.standard_normal(1024).astype(np.float32)
-    x_lse = rng.standard_normal((2048, 2048)).astype(np.float32)
-    x_chain = rng.standard_normal(10_000_000).astype(np.float32)
+    x_lse = rng.standard_normal((lse_side, lse_side)).astype(np.float32)
+    x_chain = rng.standard_normal(n_chain).astype(np.float32)
     return [
-        ("selu, 1M f32 (arange)", 0.8, (x_selu,), lambda ns: lambda x: selu(ns["jnp"], x),
-         np_selu),
-        ("layernorm+softmax, 4096x1024", 1.0, (x_ln, g, b),
+        (f"selu, {n_selu / 1e6:g}M f32 (arange)", 0.8, (x_selu,),
+         lambda ns: lambda x: selu(ns["jnp"], x), np_selu),
+        (f"layernorm+softmax, {ln_rows}x1024", 1.0, (x_ln, g, b),
          lambda ns: lambda x, g, b: layernorm_softmax(ns["jnp"], ns["lax"], ns["nn"], x, g, b),
          np_layernorm_softmax),
-        ("logsumexp over rows, 2048x2048", 1.0, (x_lse,),
+        (f"logsumexp over rows, {lse_side}x{lse_side}", 1.0, (x_lse,),
          lambda ns: lambda x: logsumexp_rows(ns["nn"], x), np_logsumexp),
-        ("chain of 10 elementwise ops, 10M f32", 1.0, (x_chain,),
+        (f"chain of 10 elementwise ops, {n_chain / 1e6:g}M f32", 1.0, (x_chain,),
          lambda ns: lambda x: chain10(ns["jnp"], x), np_chain10),
     ]
 
 
-def main() -> None:
+def main(quick: bool = False) -> list[dict]:
     kiln_ns = {"jnp": kjnp, "lax": klax, "nn": knn}
     if HAVE_JAX:
         import jax
@@ -149,7 +155,7 @@ def main() -> None:
           f"; JAX {'available' if HAVE_JAX else 'not importable'}; best single call of "
           f"{ROUNDS} alternating rounds")
     rows = []
-    for name, goal, args, make, np_fn in workloads():
+    for name, goal, args, make, np_fn in workloads(quick):
         kiln_args = [kjnp.asarray(a) for a in args]
         kiln_fn = kiln.jit(make(kiln_ns))
         start = time.perf_counter()
@@ -191,6 +197,16 @@ def main() -> None:
                                         max_calls=20000)
     print("\ncall overhead, x * 2 + 1 on 4 floats: " + ", ".join(
         f"{k} {v * 1e6:.1f} µs" for k, v in overhead.items()))
+    report = [result_row(f"jit {name}", best["kiln"], best["numpy"], best.get("jax"))
+              for name, _, best, _, _ in rows]
+    report.append(result_row("jit x * 2 + 1 on 4 f32 (call overhead)", overhead["kiln jit"],
+                             None, overhead.get("jax jit")))
+    return report
+
+
+def report_rows(quick: bool = False) -> list[dict]:
+    """The measured rows in the combined report's format; `quick` shrinks the arrays."""
+    return main(quick)
 
 
 def _fmt(seconds: float) -> str:

@@ -12,7 +12,7 @@ import numpy as np
 import kiln
 import kiln.numpy as knp
 from kiln import nn
-from _harness import best_time, jax_available, print_table
+from _harness import best_time, jax_available, print_table, result_row
 
 N = 16 * 1024 * 1024
 SIDE = 4096
@@ -35,33 +35,34 @@ def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
     return np.log(np.exp(a - top).sum(axis=1)) + top[:, 0]
 
 
-def _workloads() -> list[tuple]:
+def _workloads(n: int = N, side: int = SIDE) -> list[tuple]:
     """(name, kind, kiln function, NumPy function, inputs, float64 reference) per workload."""
     rng = np.random.default_rng(0)
-    flat = rng.random(N, dtype=np.float32)
-    other = rng.random(N, dtype=np.float32)
-    square = rng.random((SIDE, SIDE), dtype=np.float32)
-    tenths = np.full(N, 0.1, np.float32)
-    ones = np.ones(N, np.float32)
+    count, width = f"{n // (1024 * 1024)}M", f"{side}x{side}"
+    flat = rng.random(n, dtype=np.float32)
+    other = rng.random(n, dtype=np.float32)
+    square = rng.random((side, side), dtype=np.float32)
+    tenths = np.full(n, 0.1, np.float32)
+    ones = np.ones(n, np.float32)
     wide_square = square.astype(np.float64)
     return [
-        ("sum, 16M float32", "sum", knp.sum, np.sum, (flat,), flat.astype(np.float64).sum()),
-        ("mean, 16M float32", "mean", knp.mean, np.mean, (flat,),
+        (f"sum, {count} float32", "sum", knp.sum, np.sum, (flat,), flat.astype(np.float64).sum()),
+        (f"mean, {count} float32", "mean", knp.mean, np.mean, (flat,),
          flat.astype(np.float64).mean()),
-        ("sum of 16M copies of 0.1", "sum", knp.sum, np.sum, (tenths,),
-         N * float(np.float32(0.1))),
-        ("row sums, 4096x4096", "rows", lambda a: knp.sum(a, axis=1), lambda a: a.sum(axis=1),
+        (f"sum of {count} copies of 0.1", "sum", knp.sum, np.sum, (tenths,),
+         n * float(np.float32(0.1))),
+        (f"row sums, {width}", "rows", lambda a: knp.sum(a, axis=1), lambda a: a.sum(axis=1),
          (square,), wide_square.sum(axis=1)),
-        ("column sums, 4096x4096", "columns", lambda a: knp.sum(a, axis=0),
+        (f"column sums, {width}", "columns", lambda a: knp.sum(a, axis=0),
          lambda a: a.sum(axis=0), (square,), wide_square.sum(axis=0)),
-        ("logsumexp over rows, 4096x4096", "logsumexp", lambda a: nn.logsumexp(a, axis=1),
+        (f"logsumexp over rows, {width}", "logsumexp", lambda a: nn.logsumexp(a, axis=1),
          _logsumexp_rows, (square,), _logsumexp_rows(wide_square)),
-        ("cumsum, 16M float32", "cumsum", knp.cumsum, np.cumsum, (flat,),
+        (f"cumsum, {count} float32", "cumsum", knp.cumsum, np.cumsum, (flat,),
          np.cumsum(flat, dtype=np.float64)),
-        ("dot 16M, float32", "dot", knp.dot, np.dot, (flat, other),
+        (f"dot {count}, float32", "dot", knp.dot, np.dot, (flat, other),
          np.dot(flat.astype(np.float64), other.astype(np.float64))),
-        ("dot 16M, copies of 0.1 with ones", "dot", knp.dot, np.dot, (tenths, ones),
-         N * float(np.float32(0.1))),
+        (f"dot {count}, copies of 0.1 with ones", "dot", knp.dot, np.dot, (tenths, ones),
+         n * float(np.float32(0.1))),
     ]
 
 
@@ -71,10 +72,11 @@ def _error(result, reference) -> float:
     return float(np.max(np.abs(got - reference) / np.maximum(np.abs(reference), 1e-30)))
 
 
-def main() -> None:
+def main(quick: bool = False) -> list[dict]:
     times, errors = [], []
     jax_functions = _jax_functions()
-    for name, kind, kiln_fn, numpy_fn, data, reference in _workloads():
+    sizes = (1024 * 1024, 1024) if quick else (N, SIDE)
+    for name, kind, kiln_fn, numpy_fn, data, reference in _workloads(*sizes):
         jax_fn = jax_functions.get(kind)
         kiln_jit = kiln.jit(kiln_fn)
         kiln_data = [knp.asarray(x) for x in data]
@@ -96,6 +98,13 @@ def main() -> None:
     print(f"{'workload':44s}" + "".join(f"{s:>14s}" for s in systems))
     for name, row in errors:
         print(f"{name:44s}" + "".join(f"{row.get(s, float('nan')):>14.1e}" for s in systems))
+    return [result_row(f"jit {name}", row["kiln"], row["numpy"], row.get("jax"))
+            for name, row in times]
+
+
+def report_rows(quick: bool = False) -> list[dict]:
+    """The measured rows in the combined report's format; `quick` shrinks the arrays."""
+    return main(quick)
 
 
 if __name__ == "__main__":

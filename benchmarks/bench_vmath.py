@@ -22,6 +22,8 @@ from llvmlite import ir
 
 from kiln.codegen.llvm import target, vmath
 
+from _harness import result_row
+
 N = 1 << 20
 CACHED = 1 << 15
 BINARY = {"pow", "atan2"}
@@ -92,7 +94,7 @@ def best_of(fn, repeats=7):
     return best
 
 
-def main(argv=None):
+def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description="Throughput of kiln's inline vector math.")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--ops", default=None, help="comma-separated (default: all)")
@@ -107,6 +109,7 @@ def main(argv=None):
     print(f"{dtype}, {N} elements, best of 7 (CPU: {llvm.get_host_cpu_name()})")
     print(f"{'op':<10}{'kiln Gelem/s':>14}{'in-cache':>10}{'kiln ms':>10}{'numpy ms':>10}"
           f"{'speedup':>10}")
+    rows = []
     for op in ops:
         low, high = DOMAIN.get(op, (-5.0, 5.0))
         arrays = [rng.uniform(low, high, N).astype(dtype)]
@@ -123,6 +126,13 @@ def main(argv=None):
             numpy_s = best_of(lambda: NUMPY[op](*arrays))
         print(f"{op:<10}{N / kiln_s / 1e9:>14.2f}{N / cached_s / 1e9:>10.2f}{kiln_s * 1e3:>10.3f}"
               f"{numpy_s * 1e3:>10.3f}{numpy_s / kiln_s:>9.1f}x")
+        rows.append(result_row(f"vmath {op}, {N >> 20}M {dtype}", kiln_s, numpy_s))
+    return rows
+
+
+def report_rows(quick: bool = False) -> list[dict]:
+    """The measured rows in the combined report's format; `quick` times a few ops only."""
+    return main(["--ops", "exp,log,tanh,sin,erf,pow"] if quick else [])
 
 
 if __name__ == "__main__":
