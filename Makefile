@@ -1,5 +1,6 @@
 # The entry points: `make demo` (the main job: train an MLP on the handwritten digits),
-# `make tour` (the seed documents' examples) and `make test` (the suite). Each creates .venv
+# `make tour` (the seed documents' examples), `make test` (lint, then the suite) and `make lint`
+# (ruff's checks and its formatting, checked, not applied: `make format` applies it). Each creates .venv
 # with the pinned dependencies, the test and demo extras included, when it is missing, and
 # reinstalls when pyproject.toml or this file changes.
 PYTHON ?= python3
@@ -7,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 
-.PHONY: demo tour test fuzz bench clean
+.PHONY: demo tour test lint format fuzz bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +22,17 @@ demo: $(STAMP)
 tour: $(STAMP)
 	$(PY) -m kiln.examples.tour
 
-test: $(STAMP)
+LINTED := kiln tests benchmarks
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format $(LINTED)
+	$(VENV)/bin/ruff check --fix $(LINTED)
+
+test: $(STAMP) lint
 	$(PY) -m pytest -n 2 tests
 
 # The differential fuzz tests of `make test`, with many more random programs each.

@@ -1,5 +1,6 @@
 """Timing helpers for the benchmarks: best-of-N timing and side-by-side tables with ratios.
 Benchmarks print figures; they never assert on time (these machines are shared and noisy)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -27,8 +28,9 @@ def format_time(seconds: float) -> str:
     return f"{seconds * 1e9:8.1f} ns"
 
 
-def print_table(title: str, rows: list[tuple[str, dict[str, float | None]]],
-                baseline: str = "kiln") -> None:
+def print_table(
+    title: str, rows: list[tuple[str, dict[str, float | None]]], baseline: str = "kiln"
+) -> None:
     """rows: (workload, {system: seconds or None}); prints times and system/baseline ratios."""
     systems = []
     for _, times in rows:
@@ -54,8 +56,13 @@ def print_table(title: str, rows: list[tuple[str, dict[str, float | None]]],
         print(line)
 
 
-def result_row(name: str, kiln: float | None, numpy: float | None = None,
-               jax: float | None = None, note: str = "") -> dict:
+def result_row(
+    name: str,
+    kiln: float | None,
+    numpy: float | None = None,
+    jax: float | None = None,
+    note: str = "",
+) -> dict:
     """One row of the combined report (benchmarks/run_all.py): seconds per call of each system,
     None where a system does not run the workload."""
     return {"name": name, "kiln": kiln, "numpy": numpy, "jax": jax, "note": note}

@@ -20,6 +20,7 @@ Every kiln row runs before the first JAX row, so the two systems' worker threads
 for the cores. A workload that kiln cannot run prints FAILED with the error and the others
 go on.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,6 +46,7 @@ from kiln.compiler import pipeline  # noqa: E402
 
 # --- the two systems, behind one small interface ----------------------------------------------
 
+
 @dataclass
 class System:
     """What a workload needs from kiln or JAX: the numpy and lax namespaces and transforms."""
@@ -63,20 +65,44 @@ class System:
 
 def kiln_system(backend: str | None = None) -> System:
     """kiln; `backend` is passed to kiln.jit (None: the configured default, native)."""
+
     def jit(fun):
         return kiln.jit(fun) if backend is None else kiln.jit(fun, backend=backend)
-    return System("kiln", knp, kiln.lax, jit, kiln.grad, kiln.value_and_grad, kiln.vmap,
-                  kiln.tree_util.tree_map, knp.asarray, kiln.block_until_ready)
+
+    return System(
+        "kiln",
+        knp,
+        kiln.lax,
+        jit,
+        kiln.grad,
+        kiln.value_and_grad,
+        kiln.vmap,
+        kiln.tree_util.tree_map,
+        knp.asarray,
+        kiln.block_until_ready,
+    )
 
 
 def jax_system() -> System:
     import jax
+
     jax.config.update("jax_platforms", "cpu")
-    return System("jax", jax.numpy, jax.lax, jax.jit, jax.grad, jax.value_and_grad, jax.vmap,
-                  jax.tree_util.tree_map, jax.device_put, jax.block_until_ready)
+    return System(
+        "jax",
+        jax.numpy,
+        jax.lax,
+        jax.jit,
+        jax.grad,
+        jax.value_and_grad,
+        jax.vmap,
+        jax.tree_util.tree_map,
+        jax.device_put,
+        jax.block_until_ready,
+    )
 
 
 # --- the workloads, written once against System -------------------------------------------------
+
 
 @dataclass
 class Workload:
@@ -110,20 +136,26 @@ def layernorm_softmax(rows: int, cols: int) -> Workload:
     def build(s: System):
         def loss(x, g, b, t):
             return s.jnp.sum(_softmax(s, _layernorm(s, x) * g + b) * t)
+
         return s.grad(loss, argnums=(0, 1, 2))
 
     def inputs():
         rng = np.random.default_rng(0)
-        return (rng.standard_normal((rows, cols), dtype=np.float32),
-                1.0 + 0.1 * rng.standard_normal(cols, dtype=np.float32),
-                0.1 * rng.standard_normal(cols, dtype=np.float32),
-                rng.standard_normal((rows, cols), dtype=np.float32))
+        return (
+            rng.standard_normal((rows, cols), dtype=np.float32),
+            1.0 + 0.1 * rng.standard_normal(cols, dtype=np.float32),
+            0.1 * rng.standard_normal(cols, dtype=np.float32),
+            rng.standard_normal((rows, cols), dtype=np.float32),
+        )
+
     return Workload(f"layernorm+softmax grad {rows}x{cols}", build, inputs)
 
 
 def _mlp_params(rng, sizes: tuple[int, ...]) -> list:
-    return [((rng.standard_normal((m, n)) / math.sqrt(m)).astype(np.float32),
-             np.zeros(n, np.float32)) for m, n in zip(sizes[:-1], sizes[1:])]
+    return [
+        ((rng.standard_normal((m, n)) / math.sqrt(m)).astype(np.float32), np.zeros(n, np.float32))
+        for m, n in zip(sizes[:-1], sizes[1:])
+    ]
 
 
 def _mlp_logits(s: System, params, x):
@@ -140,19 +172,22 @@ def _one_hot(rng, batch: int, classes: int):
 def mlp_sgd(sizes: tuple[int, ...], batch: int) -> Workload:
     def build(s: System):
         def loss(params, x, y):
-            return -s.jnp.mean(s.jnp.sum(_log_softmax(s, _mlp_logits(s, params, x)) * y,
-                                         axis=-1))
+            return -s.jnp.mean(s.jnp.sum(_log_softmax(s, _mlp_logits(s, params, x)) * y, axis=-1))
 
         def step(params, x, y):
             value, grads = s.value_and_grad(loss)(params, x, y)
             return value, s.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+
         return step
 
     def inputs():
         rng = np.random.default_rng(1)
-        return (_mlp_params(rng, sizes),
-                rng.standard_normal((batch, sizes[0]), dtype=np.float32),
-                _one_hot(rng, batch, sizes[-1]))
+        return (
+            _mlp_params(rng, sizes),
+            rng.standard_normal((batch, sizes[0]), dtype=np.float32),
+            _one_hot(rng, batch, sizes[-1]),
+        )
+
     name = "-".join(map(str, sizes))
     return Workload(f"MLP {name} b{batch} v&g+SGD", build, inputs)
 
@@ -162,18 +197,23 @@ def scan_rnn(steps: int, batch: int, hidden: int) -> Workload:
         def loss(W, U, b, xs, h0):
             def cell(h, x_t):
                 return s.jnp.tanh(h @ W + x_t @ U + b), None
+
             h, _ = s.lax.scan(cell, h0, xs)
             return s.jnp.sum(h)
+
         return s.value_and_grad(loss, argnums=(0, 1, 2))
 
     def inputs():
         rng = np.random.default_rng(2)
         scale = 1.0 / math.sqrt(hidden)
-        return (scale * rng.standard_normal((hidden, hidden), dtype=np.float32),
-                scale * rng.standard_normal((hidden, hidden), dtype=np.float32),
-                np.zeros(hidden, np.float32),
-                rng.standard_normal((steps, batch, hidden), dtype=np.float32),
-                np.zeros((batch, hidden), np.float32))
+        return (
+            scale * rng.standard_normal((hidden, hidden), dtype=np.float32),
+            scale * rng.standard_normal((hidden, hidden), dtype=np.float32),
+            np.zeros(hidden, np.float32),
+            rng.standard_normal((steps, batch, hidden), dtype=np.float32),
+            np.zeros((batch, hidden), np.float32),
+        )
+
     return Workload(f"scan RNN T={steps} B={batch} H={hidden} v&g", build, inputs)
 
 
@@ -181,13 +221,17 @@ def per_example_grads(sizes: tuple[int, ...], batch: int) -> Workload:
     def build(s: System):
         def loss(params, x, y):
             return -s.jnp.sum(_log_softmax(s, _mlp_logits(s, params, x)) * y)
+
         return s.vmap(s.grad(loss), in_axes=(None, 0, 0))
 
     def inputs():
         rng = np.random.default_rng(3)
-        return (_mlp_params(rng, sizes),
-                rng.standard_normal((batch, sizes[0]), dtype=np.float32),
-                _one_hot(rng, batch, sizes[-1]))
+        return (
+            _mlp_params(rng, sizes),
+            rng.standard_normal((batch, sizes[0]), dtype=np.float32),
+            _one_hot(rng, batch, sizes[-1]),
+        )
+
     name = "-".join(map(str, sizes))
     return Workload(f"per-example grads {name} b{batch}", build, inputs, count_equations=False)
 
@@ -195,23 +239,36 @@ def per_example_grads(sizes: tuple[int, ...], batch: int) -> Workload:
 def workloads(small: bool = False) -> list[Workload]:
     """The benchmark's workloads; `small` shrinks every size (for the smoke test)."""
     if small:
-        return [layernorm_softmax(8, 16), mlp_sgd((12, 8, 8, 3), 4), scan_rnn(3, 2, 4),
-                per_example_grads((6, 5, 3), 4)]
-    return [layernorm_softmax(4096, 1024), mlp_sgd((784, 512, 512, 10), 128),
-            scan_rnn(100, 32, 256), per_example_grads((256, 256, 10), 64)]
+        return [
+            layernorm_softmax(8, 16),
+            mlp_sgd((12, 8, 8, 3), 4),
+            scan_rnn(3, 2, 4),
+            per_example_grads((6, 5, 3), 4),
+        ]
+    return [
+        layernorm_softmax(4096, 1024),
+        mlp_sgd((784, 512, 512, 10), 128),
+        scan_rnn(100, 32, 256),
+        per_example_grads((256, 256, 10), 64),
+    ]
 
 
 # --- measuring -------------------------------------------------------------------------------
 
-def median_time(fn: Callable[[], object], warmup: int = 2, min_runs: int = 7,
-                max_runs: int = 100, budget: float = 2.0) -> tuple[float, float]:
+
+def median_time(
+    fn: Callable[[], object],
+    warmup: int = 2,
+    min_runs: int = 7,
+    max_runs: int = 100,
+    budget: float = 2.0,
+) -> tuple[float, float]:
     """Seconds per call: (median, best) of at least `min_runs` calls after `warmup` calls."""
     for _ in range(warmup):
         fn()
     times = []
     start = time.perf_counter()
-    while len(times) < max_runs and (len(times) < min_runs
-                                     or time.perf_counter() - start < budget):
+    while len(times) < max_runs and (len(times) < min_runs or time.perf_counter() - start < budget):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
@@ -238,8 +295,9 @@ def _kiln_backend(jitted, args) -> str:
     return header.split("backend=")[1].split(",")[0] if "backend=" in header else "?"
 
 
-def measure(system: System, workload: Workload, numpy_inputs: tuple,
-            step_budget: float = 2.0) -> dict:
+def measure(
+    system: System, workload: Workload, numpy_inputs: tuple, step_budget: float = 2.0
+) -> dict:
     """First-call and step time of `workload` on `system`, or {"error": ...}."""
     args = system.tree_map(system.to_device, numpy_inputs)
     try:
@@ -258,6 +316,7 @@ def measure(system: System, workload: Workload, numpy_inputs: tuple,
 
 
 # --- program size ----------------------------------------------------------------------------
+
 
 def count_equations(jaxpr: Any) -> int:
     """Equations of a (Closed)Jaxpr of kiln or JAX, each sub-jaxpr in a param (pjit, scan,
@@ -282,10 +341,12 @@ def kiln_equation_counts(system: System, workload: Workload, numpy_inputs: tuple
 
 def jax_equation_count(system: System, workload: Workload, numpy_inputs: tuple) -> int:
     import jax
+
     return count_equations(jax.make_jaxpr(workload.build(system))(*numpy_inputs))
 
 
 # --- the report ------------------------------------------------------------------------------
+
 
 def _cell(result: dict | None, key: str) -> str:
     if result is None:
@@ -308,8 +369,12 @@ def _warm_up(system: System) -> None:
     system.block(fun(system.to_device(np.ones(4, np.float32))))
 
 
-def run(small: bool = False, with_jax: bool | None = None, kiln_backend: str | None = None,
-        step_budget: float = 2.0) -> list[dict]:
+def run(
+    small: bool = False,
+    with_jax: bool | None = None,
+    kiln_backend: str | None = None,
+    step_budget: float = 2.0,
+) -> list[dict]:
     """Measure every workload, print the tables, and return one dict per workload."""
     with_jax = jax_available() if with_jax is None else with_jax
     kiln_sys = kiln_system(kiln_backend)
@@ -358,17 +423,23 @@ def _print_times(rows: list[dict], with_jax: bool) -> None:
     print("-" * len(header))
     for row in rows:
         k, j = row["kiln"], row.get("jax")
-        print(f"{row['name']:40s}{_cell(k, 'first')}{_cell(j, 'first')}{_ratio(k, j, 'first')}"
-              f"  {k.get('backend', '') or 'FAILED: ' + k['error']}")
+        print(
+            f"{row['name']:40s}{_cell(k, 'first')}{_cell(j, 'first')}{_ratio(k, j, 'first')}"
+            f"  {k.get('backend', '') or 'FAILED: ' + k['error']}"
+        )
     print("\nstep time after warm-up: median (and best) of the calls in a ~2 s window")
-    header = (f"{'workload':40s}{'kiln':>12s}{'jax':>12s}{'kiln/jax':>11s}"
-              f"{'kiln best':>12s}{'jax best':>12s}{'kiln/jax':>11s}")
+    header = (
+        f"{'workload':40s}{'kiln':>12s}{'jax':>12s}{'kiln/jax':>11s}"
+        f"{'kiln best':>12s}{'jax best':>12s}{'kiln/jax':>11s}"
+    )
     print(header)
     print("-" * len(header))
     for row in rows:
         k, j = row["kiln"], row.get("jax")
-        print(f"{row['name']:40s}{_cell(k, 'step')}{_cell(j, 'step')}{_ratio(k, j, 'step')}"
-              f"{_cell(k, 'best')}{_cell(j, 'best')}{_ratio(k, j, 'best')}")
+        print(
+            f"{row['name']:40s}{_cell(k, 'step')}{_cell(j, 'step')}{_ratio(k, j, 'step')}"
+            f"{_cell(k, 'best')}{_cell(j, 'best')}{_ratio(k, j, 'best')}"
+        )
     for row in rows:
         if "error" in row["kiln"]:
             print(f"  {row['name']}: kiln FAILED: {row['kiln']['error']}")
@@ -381,10 +452,11 @@ def _print_times(rows: list[dict], with_jax: bool) -> None:
 
 
 def _print_equations(rows: list[dict], with_jax: bool) -> None:
-    print("\nequations of the differentiated program (recursive through sub-jaxprs): kiln as "
-          "staged and after its passes, JAX's make_jaxpr")
-    header = (f"{'workload':40s}{'kiln staged':>13s}{'kiln passes':>13s}{'jax':>8s}"
-              f"{'kiln/jax':>10s}")
+    print(
+        "\nequations of the differentiated program (recursive through sub-jaxprs): kiln as "
+        "staged and after its passes, JAX's make_jaxpr"
+    )
+    header = f"{'workload':40s}{'kiln staged':>13s}{'kiln passes':>13s}{'jax':>8s}{'kiln/jax':>10s}"
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -401,23 +473,33 @@ def _print_equations(rows: list[dict], with_jax: bool) -> None:
 
 
 def main() -> None:
-    print(f"kiln.jit backend: {kiln.config.backend}; jax "
-          f"{'available' if jax_available() else 'not installed'}")
+    print(
+        f"kiln.jit backend: {kiln.config.backend}; jax "
+        f"{'available' if jax_available() else 'not installed'}"
+    )
     run()
 
 
 def report_rows(quick: bool = False) -> list[dict]:
     """The measured rows in the combined report's format (first call and median step per
     workload; no NumPy column); `quick` runs the smoke-test sizes."""
-    print(f"kiln.jit backend: {kiln.config.backend}; jax "
-          f"{'available' if jax_available() else 'not installed'}")
+    print(
+        f"kiln.jit backend: {kiln.config.backend}; jax "
+        f"{'available' if jax_available() else 'not installed'}"
+    )
     report = []
     for row in run(small=quick, step_budget=0.5 if quick else 2.0):
         for key, label in (("first", "first call"), ("step", "step")):
             kiln_result, jax_result = row["kiln"], row.get("jax") or {}
-            report.append(result_row(f"grad: {row['name']}, {label}", kiln_result.get(key),
-                                     None, jax_result.get(key),
-                                     note=kiln_result.get("error", "")))
+            report.append(
+                result_row(
+                    f"grad: {row['name']}, {label}",
+                    kiln_result.get(key),
+                    None,
+                    jax_result.get(key),
+                    note=kiln_result.get("error", ""),
+                )
+            )
     return report
 
 

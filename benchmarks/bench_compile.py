@@ -14,6 +14,7 @@ program's own:
     indices, which fused without a limit copies the expression 2**16 times.
 The machine is shared and noisy: compare figures from one run.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -34,7 +35,7 @@ QUICK_SIZES = (100, 300, 1000)
 ROLL_DEPTH = 16
 
 # The programs, written once against a numpy-like namespace `jnp`, and the timed first call.
-_PROGRAMS = r'''
+_PROGRAMS = r"""
 import json, resource, sys, time
 import numpy as np
 
@@ -82,7 +83,7 @@ def measure(system, kind, n):
     return {"seconds": seconds, "peak_mb": peak / 1024, "import_mb": before / 1024}
 
 print(json.dumps(measure(sys.argv[1], sys.argv[2], int(sys.argv[3]))))
-'''
+"""
 
 
 def jax_python() -> str | None:
@@ -96,11 +97,20 @@ def run_one(python: str, system: str, kind: str, n: int, timeout: float = 600) -
     """One measurement in a fresh interpreter; None if it failed or ran out of time."""
     # kiln's dependencies may come through PYTHONPATH when this interpreter is JAX's.
     inherited = os.environ.get("PYTHONPATH", "")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), inherited]))
-               if system == "kiln" else "")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), inherited]))
+        if system == "kiln"
+        else "",
+    )
     try:
-        done = subprocess.run([python, "-c", _PROGRAMS, system, kind, str(n)], env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [python, "-c", _PROGRAMS, system, kind, str(n)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return None
     if done.returncode != 0:
@@ -114,8 +124,7 @@ def loglog_slope(points: list[tuple[int, float]]) -> float:
     xs = [math.log(n) for n, _ in points]
     ys = [math.log(t) for _, t in points]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return (sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-            / sum((x - mx) ** 2 for x in xs))
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
 def scaling(kind: str, sizes) -> list[tuple[int, float]]:
@@ -129,27 +138,37 @@ def scaling(kind: str, sizes) -> list[tuple[int, float]]:
             continue
         points.append((n, result["seconds"]))
         bar = "#" * max(1, round(10 * math.log10(1 + 10 * result["seconds"])))
-        print(f"{n:>10d}{result['seconds']:>10.2f}{result['peak_mb']:>10.0f}"
-              f"{result['import_mb']:>16.0f}  {bar}")
+        print(
+            f"{n:>10d}{result['seconds']:>10.2f}{result['peak_mb']:>10.0f}"
+            f"{result['import_mb']:>16.0f}  {bar}"
+        )
     if len(points) >= 2:
         # The smallest programs are dominated by fixed costs (imports of LLVM passes, the
         # first module); the slope over the larger half says how the work itself grows.
-        tail = points[len(points) // 2 - 1:] if len(points) > 3 else points
-        print(f"log-log slope: {loglog_slope(points):.2f} over all sizes, "
-              f"{loglog_slope(tail):.2f} from n={tail[0][0]} (1.0 is linear)")
+        tail = points[len(points) // 2 - 1 :] if len(points) > 3 else points
+        print(
+            f"log-log slope: {loglog_slope(points):.2f} over all sizes, "
+            f"{loglog_slope(tail):.2f} from n={tail[0][0]} (1.0 is linear)"
+        )
     return points
 
 
 def main(quick: bool = False) -> list[dict]:
     print("kiln compile scaling (each figure: one first call in a fresh process)")
     report = []
-    for kind, sizes in (("chain", QUICK_SIZES if quick else CHAIN_SIZES),
-                        ("dag", QUICK_SIZES if quick else DAG_SIZES)):
+    for kind, sizes in (
+        ("chain", QUICK_SIZES if quick else CHAIN_SIZES),
+        ("dag", QUICK_SIZES if quick else DAG_SIZES),
+    ):
         points = scaling(kind, sizes)
         if len(points) >= 2:
-            report.append(result_row(
-                f"compile: {kind} of {points[-1][0]} eqns, first call", points[-1][1],
-                note=f"log-log slope {loglog_slope(points):.2f} from n={points[0][0]}"))
+            report.append(
+                result_row(
+                    f"compile: {kind} of {points[-1][0]} eqns, first call",
+                    points[-1][1],
+                    note=f"log-log slope {loglog_slope(points):.2f} from n={points[0][0]}",
+                )
+            )
     jax_py = jax_python()
     print(f"\nroll program, x = roll(x, 1) + x, {ROLL_DEPTH} times, first call")
     kiln_roll = run_one(sys.executable, "kiln", "roll", ROLL_DEPTH)
@@ -162,27 +181,40 @@ def main(quick: bool = False) -> list[dict]:
     else:
         line += "   jax not available (set KILN_BENCH_JAX_PYTHON)"
     print(line)
-    report.append(result_row(f"compile: roll(x, 1) + x {ROLL_DEPTH} times, first call",
-                             kiln_roll and kiln_roll["seconds"], None,
-                             jax_roll and jax_roll["seconds"]))
+    report.append(
+        result_row(
+            f"compile: roll(x, 1) + x {ROLL_DEPTH} times, first call",
+            kiln_roll and kiln_roll["seconds"],
+            None,
+            jax_roll and jax_roll["seconds"],
+        )
+    )
     if jax_py:
         print("\nthe same programs under jax.jit (first call, fresh process)")
-        pairs = ((("chain", 1000),) if quick
-                 else (("chain", 1000), ("chain", 10000), ("dag", 5000)))
+        pairs = (("chain", 1000),) if quick else (("chain", 1000), ("chain", 10000), ("dag", 5000))
         for kind, n in pairs:
             result = run_one(jax_py, "jax", kind, n)
             kiln_result = run_one(sys.executable, "kiln", kind, n)
             if result and kiln_result:
-                print(f"  {kind} {n:>6d}: kiln {kiln_result['seconds']:7.2f} s"
-                      f"   jax {result['seconds']:7.2f} s")
-                report.append(result_row(f"compile: {kind} of {n} eqns vs jax, first call",
-                                         kiln_result["seconds"], None, result["seconds"]))
+                print(
+                    f"  {kind} {n:>6d}: kiln {kiln_result['seconds']:7.2f} s"
+                    f"   jax {result['seconds']:7.2f} s"
+                )
+                report.append(
+                    result_row(
+                        f"compile: {kind} of {n} eqns vs jax, first call",
+                        kiln_result["seconds"],
+                        None,
+                        result["seconds"],
+                    )
+                )
     return report
 
 
 def report_rows(quick: bool = False) -> list[dict]:
     """The measured rows in the combined report's format; `quick` compiles smaller programs."""
     return main(quick)
+
 
 if __name__ == "__main__":
     main()

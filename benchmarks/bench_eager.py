@@ -1,4 +1,5 @@
 """Eager dispatch cost: `x * y` on 4-element float32 arrays, kiln vs NumPy (vs JAX if present)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,6 +17,7 @@ def main() -> list:
     times = {"kiln": best_time(lambda: xk * yk), "numpy": best_time(lambda: xn * yn)}
     if jax_available():
         import jax.numpy as jjnp
+
         xj, yj = jjnp.asarray(xn), jjnp.asarray(yn)
         times["jax"] = best_time(lambda: (xj * yj).block_until_ready())
     rows.append(("x * y, float32[4] (same dtype fast path)", times))
@@ -29,8 +31,10 @@ def main() -> list:
 
 def report_rows(quick: bool = False) -> list[dict]:
     """The measured rows in the combined report's format (the sizes are already small)."""
-    return [result_row(f"eager {name}", times["kiln"], times.get("numpy"), times.get("jax"))
-            for name, times in main()]
+    return [
+        result_row(f"eager {name}", times["kiln"], times.get("numpy"), times.get("jax"))
+        for name, times in main()
+    ]
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Run: .venv/bin/python benchmarks/bench_jit.py
 Figures only; nothing here asserts on time.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,8 +18,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import kiln  # noqa: E402
 import kiln.numpy as jnp  # noqa: E402
-from _harness import (best_time, format_time, jax_available, print_table,  # noqa: E402
-                      result_row)
+from _harness import (
+    best_time,
+    format_time,
+    jax_available,
+    print_table,  # noqa: E402
+    result_row,
+)
 
 HAVE_MATMUL = hasattr(jnp, "matmul")
 
@@ -44,12 +50,15 @@ def call_overhead_rows() -> list:
     if HAVE_MATMUL:
         jitted = kiln.jit(fn)
         interpreted = kiln.jit(fn, backend="interpreter")
-        times = {"kiln.jit": best_time(lambda: jitted(W, b, x)),
-                 "interpreter": best_time(lambda: interpreted(W, b, x)),
-                 "eager": best_time(lambda: fn(W, b, x)),
-                 "numpy": best_time(lambda: x_np @ W_np + b_np)}
+        times = {
+            "kiln.jit": best_time(lambda: jitted(W, b, x)),
+            "interpreter": best_time(lambda: interpreted(W, b, x)),
+            "eager": best_time(lambda: fn(W, b, x)),
+            "numpy": best_time(lambda: x_np @ W_np + b_np),
+        }
         if jax_available():
             import jax
+
             jax_fn = jax.jit(fn)
             args = tuple(jax.device_put(a) for a in (W_np, b_np, x_np))
             times["jax.jit"] = best_time(lambda: jax_fn(*args).block_until_ready())
@@ -59,12 +68,15 @@ def call_overhead_rows() -> list:
 
     jitted = kiln.jit(fn_elementwise)
     interpreted = kiln.jit(fn_elementwise, backend="interpreter")
-    times = {"kiln.jit": best_time(lambda: jitted(W, b, x_col)),
-             "interpreter": best_time(lambda: interpreted(W, b, x_col)),
-             "eager": best_time(lambda: fn_elementwise(W, b, x_col)),
-             "numpy": best_time(lambda: x_col_np * W_np + b_np)}
+    times = {
+        "kiln.jit": best_time(lambda: jitted(W, b, x_col)),
+        "interpreter": best_time(lambda: interpreted(W, b, x_col)),
+        "eager": best_time(lambda: fn_elementwise(W, b, x_col)),
+        "numpy": best_time(lambda: x_col_np * W_np + b_np),
+    }
     if jax_available():
         import jax
+
         jax_fn = jax.jit(fn_elementwise)
         args = tuple(jax.device_put(a) for a in (W_np, b_np, x_col_np))
         times["jax.jit"] = best_time(lambda: jax_fn(*args).block_until_ready())
@@ -89,13 +101,20 @@ def stupid_rows() -> list:
     jitted = kiln.jit(stupid_fn)
     jitted(x)
     copy_only = kiln.jit(jnp.copy)
-    return [("stupid_fn (copy + 1000 dead squarings)",
-             {"kiln.jit": best_time(lambda: jitted(x)),
-              "eager": best_time(lambda: stupid_fn(x), repeat=3),
-              "copy": best_time(lambda: copy_only(x))})]  # "copy": jit of jnp.copy alone
+    return [
+        (
+            "stupid_fn (copy + 1000 dead squarings)",
+            {
+                "kiln.jit": best_time(lambda: jitted(x)),
+                "eager": best_time(lambda: stupid_fn(x), repeat=3),
+                "copy": best_time(lambda: copy_only(x)),
+            },
+        )
+    ]  # "copy": jit of jnp.copy alone
 
 
 # --- the seed's jit-in-a-loop variants ------------------------------------------------------
+
 
 def unjitted_loop_body(prev_i):
     return prev_i + 1
@@ -126,20 +145,22 @@ def make_loops(jit):
 def loop_times(jit, number: int) -> dict[str, float]:
     partial_loop, lambda_loop, named_loop = make_loops(jit)
     out = {}
-    for name, loop in (("partial", partial_loop), ("lambda", lambda_loop),
-                       ("named", named_loop)):
+    for name, loop in (("partial", partial_loop), ("lambda", lambda_loop), ("named", named_loop)):
         loop(10, 20)
-        out[name] = min(timeit.repeat(lambda: loop(10, 20).block_until_ready(),
-                                      number=number, repeat=5)) / number
+        out[name] = (
+            min(timeit.repeat(lambda: loop(10, 20).block_until_ready(), number=number, repeat=5))
+            / number
+        )
     return out
 
 
 def main() -> list[dict]:
-    print(f"kiln.jit runs on the default backend ({kiln.config.backend}); 'interpreter' is "
-          "jit(..., backend='interpreter')")
+    print(
+        f"kiln.jit runs on the default backend ({kiln.config.backend}); 'interpreter' is "
+        "jit(..., backend='interpreter')"
+    )
     overhead = call_overhead_rows()
-    print_table("per-call time of a jitted function (best of 7)", overhead,
-                baseline="kiln.jit")
+    print_table("per-call time of a jitted function (best of 7)", overhead, baseline="kiln.jit")
     table = list(overhead)
     if hasattr(jnp, "copy"):
         dead_code = stupid_rows()
@@ -150,22 +171,36 @@ def main() -> list[dict]:
     systems = {"kiln": loop_times(kiln.jit, 50)}
     if jax_available():
         import jax
+
         systems["jax"] = loop_times(jax.jit, 1)
     else:
         print("jax not installed")
-    print(f"{'system':8s}{'partial':>14s}{'lambda':>14s}{'named':>14s}"
-          f"{'lambda/named':>14s}{'partial/named':>15s}")
+    print(
+        f"{'system':8s}{'partial':>14s}{'lambda':>14s}{'named':>14s}"
+        f"{'lambda/named':>14s}{'partial/named':>15s}"
+    )
     for system, t in systems.items():
-        print(f"{system:8s}{format_time(t['partial']):>14s}{format_time(t['lambda']):>14s}"
-              f"{format_time(t['named']):>14s}{t['lambda'] / t['named']:>13.2f}x"
-              f"{t['partial'] / t['named']:>14.2f}x")
+        print(
+            f"{system:8s}{format_time(t['partial']):>14s}{format_time(t['lambda']):>14s}"
+            f"{format_time(t['named']):>14s}{t['lambda'] / t['named']:>13.2f}x"
+            f"{t['partial'] / t['named']:>14.2f}x"
+        )
     print("(goal for kiln: lambda/named and partial/named within 2x)")
-    report = [result_row(f"jit call: {name}", times.get("kiln.jit"), times.get("numpy"),
-                         times.get("jax.jit")) for name, times in table]
+    report = [
+        result_row(
+            f"jit call: {name}", times.get("kiln.jit"), times.get("numpy"), times.get("jax.jit")
+        )
+        for name, times in table
+    ]
     for variant in ("partial", "lambda", "named"):
-        report.append(result_row(f"jit made inside a loop ({variant}), 20 calls",
-                                 systems["kiln"][variant], None,
-                                 systems.get("jax", {}).get(variant)))
+        report.append(
+            result_row(
+                f"jit made inside a loop ({variant}), 20 calls",
+                systems["kiln"][variant],
+                None,
+                systems.get("jax", {}).get(variant),
+            )
+        )
     return report
 
 

@@ -14,6 +14,7 @@ The machine is shared and noisy: each figure is the best single call over many c
 systems are measured in alternating rounds, so a busy spell hits them all alike. Figures only;
 nothing here asserts on time. KILN_NUM_THREADS=1 measures kiln on one core.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -55,6 +56,7 @@ def best_call(fn: Callable[[], object], seconds: float = 0.4, max_calls: int = 4
 
 # --- the workloads, written once against a jnp/lax/nn namespace -------------------------------
 
+
 def selu(jnp, x, alpha=1.67, lambda_=1.05):
     return lambda_ * jnp.where(x > 0, x, alpha * jnp.exp(x) - alpha)
 
@@ -86,10 +88,12 @@ def chain10(jnp, x):
 
 # --- NumPy references (eager, float32) -----------------------------------------------------------
 
+
 def np_selu(x, alpha=1.67, lambda_=1.05):
     with np.errstate(over="ignore"):
-        return np.float32(lambda_) * np.where(x > 0, x, np.float32(alpha) * np.exp(x)
-                                              - np.float32(alpha))
+        return np.float32(lambda_) * np.where(
+            x > 0, x, np.float32(alpha) * np.exp(x) - np.float32(alpha)
+        )
 
 
 def np_layernorm_softmax(x, g, b):
@@ -122,8 +126,9 @@ def np_chain10(x):
 def workloads(quick: bool = False):
     """(name, goal, inputs, builder, NumPy function) per workload; `quick` shrinks them."""
     rng = np.random.default_rng(0)
-    n_selu, ln_rows, lse_side, n_chain = ((100_000, 512, 512, 1_000_000) if quick
-                                          else (1_000_000, 4096, 2048, 10_000_000))
+    n_selu, ln_rows, lse_side, n_chain = (
+        (100_000, 512, 512, 1_000_000) if quick else (1_000_000, 4096, 2048, 10_000_000)
+    )
     x_selu = np.arange(n_selu, dtype=np.float32)
     x_ln = rng.standard_normal((ln_rows, 1024)).astype(np.float32)
     g = rng.standard_normal(1024).astype(np.float32)
@@ -131,15 +136,34 @@ def workloads(quick: bool = False):
     x_lse = rng.standard_normal((lse_side, lse_side)).astype(np.float32)
     x_chain = rng.standard_normal(n_chain).astype(np.float32)
     return [
-        (f"selu, {n_selu / 1e6:g}M f32 (arange)", 0.8, (x_selu,),
-         lambda ns: lambda x: selu(ns["jnp"], x), np_selu),
-        (f"layernorm+softmax, {ln_rows}x1024", 1.0, (x_ln, g, b),
-         lambda ns: lambda x, g, b: layernorm_softmax(ns["jnp"], ns["lax"], ns["nn"], x, g, b),
-         np_layernorm_softmax),
-        (f"logsumexp over rows, {lse_side}x{lse_side}", 1.0, (x_lse,),
-         lambda ns: lambda x: logsumexp_rows(ns["nn"], x), np_logsumexp),
-        (f"chain of 10 elementwise ops, {n_chain / 1e6:g}M f32", 1.0, (x_chain,),
-         lambda ns: lambda x: chain10(ns["jnp"], x), np_chain10),
+        (
+            f"selu, {n_selu / 1e6:g}M f32 (arange)",
+            0.8,
+            (x_selu,),
+            lambda ns: lambda x: selu(ns["jnp"], x),
+            np_selu,
+        ),
+        (
+            f"layernorm+softmax, {ln_rows}x1024",
+            1.0,
+            (x_ln, g, b),
+            lambda ns: lambda x, g, b: layernorm_softmax(ns["jnp"], ns["lax"], ns["nn"], x, g, b),
+            np_layernorm_softmax,
+        ),
+        (
+            f"logsumexp over rows, {lse_side}x{lse_side}",
+            1.0,
+            (x_lse,),
+            lambda ns: lambda x: logsumexp_rows(ns["nn"], x),
+            np_logsumexp,
+        ),
+        (
+            f"chain of 10 elementwise ops, {n_chain / 1e6:g}M f32",
+            1.0,
+            (x_chain,),
+            lambda ns: lambda x: chain10(ns["jnp"], x),
+            np_chain10,
+        ),
     ]
 
 
@@ -150,10 +174,13 @@ def main(quick: bool = False) -> list[dict]:
         import jax.numpy as jjnp
         from jax import lax as jlax
         from jax import nn as jnn
+
         jax_ns = {"jnp": jjnp, "lax": jlax, "nn": jnn}
-    print(f"kiln native backend, threads={os.environ.get('KILN_NUM_THREADS') or os.cpu_count()}"
-          f"; JAX {'available' if HAVE_JAX else 'not importable'}; best single call of "
-          f"{ROUNDS} alternating rounds")
+    print(
+        f"kiln native backend, threads={os.environ.get('KILN_NUM_THREADS') or os.cpu_count()}"
+        f"; JAX {'available' if HAVE_JAX else 'not importable'}; best single call of "
+        f"{ROUNDS} alternating rounds"
+    )
     rows = []
     for name, goal, args, make, np_fn in workloads(quick):
         kiln_args = [kjnp.asarray(a) for a in args]
@@ -161,11 +188,13 @@ def main(quick: bool = False) -> list[dict]:
         start = time.perf_counter()
         kiln_out = kiln_fn(*kiln_args)
         compile_s = time.perf_counter() - start
-        calls = {"kiln": lambda f=kiln_fn, a=kiln_args: f(*a),
-                 "numpy": lambda a=args: np_fn(*a)}
+        calls = {"kiln": lambda f=kiln_fn, a=kiln_args: f(*a), "numpy": lambda a=args: np_fn(*a)}
         reference = np_fn(*args)
-        error = float(np.nanmax(np.abs(np.asarray(kiln_out, np.float64) - reference)
-                                / (1 + np.abs(reference))))
+        error = float(
+            np.nanmax(
+                np.abs(np.asarray(kiln_out, np.float64) - reference) / (1 + np.abs(reference))
+            )
+        )
         if HAVE_JAX:
             jax_fn = jax.jit(make(jax_ns))
             jax_args = [jax.device_put(a) for a in args]
@@ -176,16 +205,20 @@ def main(quick: bool = False) -> list[dict]:
                 best[key] = min(best[key], best_call(call))
         rows.append((name, goal, best, compile_s, error))
 
-    header = (f"{'workload':40s}{'kiln':>11s}{'numpy':>11s}{'jax':>11s}{'kiln/jax':>10s}"
-              f"{'goal':>7s}{'kiln/numpy':>12s}{'compile':>10s}{'max err':>10s}")
+    header = (
+        f"{'workload':40s}{'kiln':>11s}{'numpy':>11s}{'jax':>11s}{'kiln/jax':>10s}"
+        f"{'goal':>7s}{'kiln/numpy':>12s}{'compile':>10s}{'max err':>10s}"
+    )
     print(header)
     print("-" * len(header))
     for name, goal, best, compile_s, error in rows:
         jax_t = best.get("jax")
         ratio = f"{best['kiln'] / jax_t:9.2f}x" if jax_t else f"{'n/a':>10s}"
-        print(f"{name:40s}{_fmt(best['kiln'])}{_fmt(best['numpy'])}"
-              f"{_fmt(jax_t) if jax_t else f'{chr(32) * 7}n/a':>11s}{ratio}{goal:6.1f}x"
-              f"{best['kiln'] / best['numpy']:11.2f}x{compile_s * 1e3:8.0f}ms{error:10.1e}")
+        print(
+            f"{name:40s}{_fmt(best['kiln'])}{_fmt(best['numpy'])}"
+            f"{_fmt(jax_t) if jax_t else f'{chr(32) * 7}n/a':>11s}{ratio}{goal:6.1f}x"
+            f"{best['kiln'] / best['numpy']:11.2f}x{compile_s * 1e3:8.0f}ms{error:10.1e}"
+        )
 
     x = kjnp.asarray(np.arange(4, dtype=np.float32))
     small = kiln.jit(lambda x: x * 2 + 1)
@@ -193,14 +226,23 @@ def main(quick: bool = False) -> list[dict]:
     if HAVE_JAX:
         jx = jax.device_put(np.arange(4, dtype=np.float32))
         jsmall = jax.jit(lambda x: x * 2 + 1)
-        overhead["jax jit"] = best_call(lambda: jsmall(jx).block_until_ready(),
-                                        max_calls=20000)
-    print("\ncall overhead, x * 2 + 1 on 4 floats: " + ", ".join(
-        f"{k} {v * 1e6:.1f} µs" for k, v in overhead.items()))
-    report = [result_row(f"jit {name}", best["kiln"], best["numpy"], best.get("jax"))
-              for name, _, best, _, _ in rows]
-    report.append(result_row("jit x * 2 + 1 on 4 f32 (call overhead)", overhead["kiln jit"],
-                             None, overhead.get("jax jit")))
+        overhead["jax jit"] = best_call(lambda: jsmall(jx).block_until_ready(), max_calls=20000)
+    print(
+        "\ncall overhead, x * 2 + 1 on 4 floats: "
+        + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in overhead.items())
+    )
+    report = [
+        result_row(f"jit {name}", best["kiln"], best["numpy"], best.get("jax"))
+        for name, _, best, _, _ in rows
+    ]
+    report.append(
+        result_row(
+            "jit x * 2 + 1 on 4 f32 (call overhead)",
+            overhead["kiln jit"],
+            None,
+            overhead.get("jax jit"),
+        )
+    )
     return report
 
 

@@ -5,6 +5,7 @@ a cumulative sum and the dot product of two 16M vectors. Times are the best of s
 the error columns are relative to the same reduction in float64.
 Run: .venv/bin/python benchmarks/bench_reductions.py
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,10 +25,16 @@ def _jax_functions() -> dict:
         return {}
     import jax.nn as jnn
     import jax.numpy as jnp
-    return {"sum": jnp.sum, "mean": jnp.mean, "rows": lambda a: jnp.sum(a, axis=1),
-            "columns": lambda a: jnp.sum(a, axis=0),
-            "logsumexp": lambda a: jnn.logsumexp(a, axis=1), "cumsum": jnp.cumsum,
-            "dot": jnp.dot}
+
+    return {
+        "sum": jnp.sum,
+        "mean": jnp.mean,
+        "rows": lambda a: jnp.sum(a, axis=1),
+        "columns": lambda a: jnp.sum(a, axis=0),
+        "logsumexp": lambda a: jnn.logsumexp(a, axis=1),
+        "cumsum": jnp.cumsum,
+        "dot": jnp.dot,
+    }
 
 
 def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
@@ -47,22 +54,70 @@ def _workloads(n: int = N, side: int = SIDE) -> list[tuple]:
     wide_square = square.astype(np.float64)
     return [
         (f"sum, {count} float32", "sum", knp.sum, np.sum, (flat,), flat.astype(np.float64).sum()),
-        (f"mean, {count} float32", "mean", knp.mean, np.mean, (flat,),
-         flat.astype(np.float64).mean()),
-        (f"sum of {count} copies of 0.1", "sum", knp.sum, np.sum, (tenths,),
-         n * float(np.float32(0.1))),
-        (f"row sums, {width}", "rows", lambda a: knp.sum(a, axis=1), lambda a: a.sum(axis=1),
-         (square,), wide_square.sum(axis=1)),
-        (f"column sums, {width}", "columns", lambda a: knp.sum(a, axis=0),
-         lambda a: a.sum(axis=0), (square,), wide_square.sum(axis=0)),
-        (f"logsumexp over rows, {width}", "logsumexp", lambda a: nn.logsumexp(a, axis=1),
-         _logsumexp_rows, (square,), _logsumexp_rows(wide_square)),
-        (f"cumsum, {count} float32", "cumsum", knp.cumsum, np.cumsum, (flat,),
-         np.cumsum(flat, dtype=np.float64)),
-        (f"dot {count}, float32", "dot", knp.dot, np.dot, (flat, other),
-         np.dot(flat.astype(np.float64), other.astype(np.float64))),
-        (f"dot {count}, copies of 0.1 with ones", "dot", knp.dot, np.dot, (tenths, ones),
-         n * float(np.float32(0.1))),
+        (
+            f"mean, {count} float32",
+            "mean",
+            knp.mean,
+            np.mean,
+            (flat,),
+            flat.astype(np.float64).mean(),
+        ),
+        (
+            f"sum of {count} copies of 0.1",
+            "sum",
+            knp.sum,
+            np.sum,
+            (tenths,),
+            n * float(np.float32(0.1)),
+        ),
+        (
+            f"row sums, {width}",
+            "rows",
+            lambda a: knp.sum(a, axis=1),
+            lambda a: a.sum(axis=1),
+            (square,),
+            wide_square.sum(axis=1),
+        ),
+        (
+            f"column sums, {width}",
+            "columns",
+            lambda a: knp.sum(a, axis=0),
+            lambda a: a.sum(axis=0),
+            (square,),
+            wide_square.sum(axis=0),
+        ),
+        (
+            f"logsumexp over rows, {width}",
+            "logsumexp",
+            lambda a: nn.logsumexp(a, axis=1),
+            _logsumexp_rows,
+            (square,),
+            _logsumexp_rows(wide_square),
+        ),
+        (
+            f"cumsum, {count} float32",
+            "cumsum",
+            knp.cumsum,
+            np.cumsum,
+            (flat,),
+            np.cumsum(flat, dtype=np.float64),
+        ),
+        (
+            f"dot {count}, float32",
+            "dot",
+            knp.dot,
+            np.dot,
+            (flat, other),
+            np.dot(flat.astype(np.float64), other.astype(np.float64)),
+        ),
+        (
+            f"dot {count}, copies of 0.1 with ones",
+            "dot",
+            knp.dot,
+            np.dot,
+            (tenths, ones),
+            n * float(np.float32(0.1)),
+        ),
     ]
 
 
@@ -80,12 +135,17 @@ def main(quick: bool = False) -> list[dict]:
         jax_fn = jax_functions.get(kind)
         kiln_jit = kiln.jit(kiln_fn)
         kiln_data = [knp.asarray(x) for x in data]
-        row_times = {"kiln": best_time(lambda: kiln_jit(*kiln_data)),
-                     "numpy": best_time(lambda: numpy_fn(*data))}
-        row_errors = {"kiln": _error(kiln_jit(*kiln_data), reference),
-                      "numpy": _error(numpy_fn(*data), reference)}
+        row_times = {
+            "kiln": best_time(lambda: kiln_jit(*kiln_data)),
+            "numpy": best_time(lambda: numpy_fn(*data)),
+        }
+        row_errors = {
+            "kiln": _error(kiln_jit(*kiln_data), reference),
+            "numpy": _error(numpy_fn(*data), reference),
+        }
         if jax_fn is not None:
             import jax
+
             jax_jit = jax.jit(jax_fn)
             jax_data = [jax.device_put(x) for x in data]
             row_times["jax"] = best_time(lambda: jax_jit(*jax_data).block_until_ready())
@@ -98,8 +158,9 @@ def main(quick: bool = False) -> list[dict]:
     print(f"{'workload':44s}" + "".join(f"{s:>14s}" for s in systems))
     for name, row in errors:
         print(f"{name:44s}" + "".join(f"{row.get(s, float('nan')):>14.1e}" for s in systems))
-    return [result_row(f"jit {name}", row["kiln"], row["numpy"], row.get("jax"))
-            for name, row in times]
+    return [
+        result_row(f"jit {name}", row["kiln"], row["numpy"], row.get("jax")) for name, row in times
+    ]
 
 
 def report_rows(quick: bool = False) -> list[dict]:

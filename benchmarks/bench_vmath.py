@@ -28,25 +28,59 @@ N = 1 << 20
 CACHED = 1 << 15
 BINARY = {"pow", "atan2"}
 NUMPY = {
-    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log1p": np.log1p,
-    "log2": np.log2, "log10": np.log10, "tanh": np.tanh, "logistic": scipy.special.expit,
-    "erf": scipy.special.erf, "erfc": scipy.special.erfc, "sin": np.sin, "cos": np.cos,
-    "pow": np.power, "tan": np.tan, "atan": np.arctan, "atan2": np.arctan2, "asin": np.arcsin,
-    "acos": np.arccos, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
-    "acosh": np.arccosh, "atanh": np.arctanh, "cbrt": np.cbrt, "erf_inv": scipy.special.erfinv,
-    "lgamma": scipy.special.gammaln, "digamma": scipy.special.psi,
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "expm1": np.expm1,
+    "log": np.log,
+    "log1p": np.log1p,
+    "log2": np.log2,
+    "log10": np.log10,
+    "tanh": np.tanh,
+    "logistic": scipy.special.expit,
+    "erf": scipy.special.erf,
+    "erfc": scipy.special.erfc,
+    "sin": np.sin,
+    "cos": np.cos,
+    "pow": np.power,
+    "tan": np.tan,
+    "atan": np.arctan,
+    "atan2": np.arctan2,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "cbrt": np.cbrt,
+    "erf_inv": scipy.special.erfinv,
+    "lgamma": scipy.special.gammaln,
+    "digamma": scipy.special.psi,
 }
 # Inputs inside each op's domain, so neither side spends its time on NaN paths.
-DOMAIN = {"log": (0.01, 100.0), "log2": (0.01, 100.0), "log10": (0.01, 100.0),
-          "log1p": (-0.9, 100.0), "asin": (-1.0, 1.0), "acos": (-1.0, 1.0),
-          "atanh": (-0.99, 0.99), "erf_inv": (-0.999, 0.999), "acosh": (1.0, 100.0),
-          "pow": (0.01, 10.0), "lgamma": (0.01, 50.0), "digamma": (0.01, 50.0)}
+DOMAIN = {
+    "log": (0.01, 100.0),
+    "log2": (0.01, 100.0),
+    "log10": (0.01, 100.0),
+    "log1p": (-0.9, 100.0),
+    "asin": (-1.0, 1.0),
+    "acos": (-1.0, 1.0),
+    "atanh": (-0.99, 0.99),
+    "erf_inv": (-0.999, 0.999),
+    "acosh": (1.0, 100.0),
+    "pow": (0.01, 10.0),
+    "lgamma": (0.01, 50.0),
+    "digamma": (0.01, 50.0),
+}
 
 
 def _loop(module: ir.Module, op: str, ty: ir.Type) -> str:
     arity = 2 if op in BINARY else 1
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ty.as_pointer()] * (arity + 1)
-                                             + [ir.IntType(64)]), f"bench_{op}")
+    fn = ir.Function(
+        module,
+        ir.FunctionType(ir.VoidType(), [ty.as_pointer()] * (arity + 1) + [ir.IntType(64)]),
+        f"bench_{op}",
+    )
     for arg in fn.args[:-1]:
         arg.add_attribute("noalias")
     *inputs, out, n = fn.args
@@ -76,7 +110,8 @@ def compile_all(ops, dtype: str = "float32"):
     text = re.sub(r"^(define .*\))$", r"\1 #77", str(module), flags=re.M)
     text += '\nattributes #77 = { "prefer-vector-width"="512" }\n'
     tm = llvm.Target.from_triple(module.triple).create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3)
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
+    )
     parsed = llvm.parse_assembly(text)
     parsed.verify()
     target.optimize(parsed, tm)
@@ -107,8 +142,10 @@ def main(argv=None) -> list[dict]:
     engine, names = compile_all(ops, args.dtype)
     rng = np.random.default_rng(0)
     print(f"{dtype}, {N} elements, best of 7 (CPU: {llvm.get_host_cpu_name()})")
-    print(f"{'op':<10}{'kiln Gelem/s':>14}{'in-cache':>10}{'kiln ms':>10}{'numpy ms':>10}"
-          f"{'speedup':>10}")
+    print(
+        f"{'op':<10}{'kiln Gelem/s':>14}{'in-cache':>10}{'kiln ms':>10}{'numpy ms':>10}"
+        f"{'speedup':>10}"
+    )
     rows = []
     for op in ops:
         low, high = DOMAIN.get(op, (-5.0, 5.0))
@@ -124,8 +161,10 @@ def main(argv=None) -> list[dict]:
         cached_s = best_of(lambda: [kernel(*pointers, CACHED) for _ in range(N // CACHED)])
         with np.errstate(all="ignore"):
             numpy_s = best_of(lambda: NUMPY[op](*arrays))
-        print(f"{op:<10}{N / kiln_s / 1e9:>14.2f}{N / cached_s / 1e9:>10.2f}{kiln_s * 1e3:>10.3f}"
-              f"{numpy_s * 1e3:>10.3f}{numpy_s / kiln_s:>9.1f}x")
+        print(
+            f"{op:<10}{N / kiln_s / 1e9:>14.2f}{N / cached_s / 1e9:>10.2f}{kiln_s * 1e3:>10.3f}"
+            f"{numpy_s * 1e3:>10.3f}{numpy_s / kiln_s:>9.1f}x"
+        )
         rows.append(result_row(f"vmath {op}, {N >> 20}M {dtype}", kiln_s, numpy_s))
     return rows
 

@@ -9,6 +9,7 @@ Each bench_*.py stays runnable alone; here its `report_rows(quick)` is called, w
 module's tables and returns rows as made by `_harness.result_row`. Figures only: nothing here
 fails on a timing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,10 +47,18 @@ def machine() -> dict:
     except OSError:
         pass
     import numpy
-    info = {"cpu": model, "cores": os.cpu_count(), "avx512": avx512,
-            "python": platform.python_version(), "numpy": numpy.__version__, "jax": None}
+
+    info = {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "avx512": avx512,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "jax": None,
+    }
     if importlib.util.find_spec("jax") is not None:
         import jax
+
         info["jax"] = jax.__version__
     return info
 
@@ -69,8 +78,15 @@ def collect(names: list[str] | None, quick: bool) -> list[dict]:
             module_rows = module.report_rows(quick=quick)
         except Exception as err:  # one broken benchmark must not hide the others' figures
             traceback.print_exc()
-            module_rows = [{"name": f"{bench}: FAILED", "kiln": None, "numpy": None,
-                            "jax": None, "note": f"{type(err).__name__}: {err}"[:200]}]
+            module_rows = [
+                {
+                    "name": f"{bench}: FAILED",
+                    "kiln": None,
+                    "numpy": None,
+                    "jax": None,
+                    "note": f"{type(err).__name__}: {err}"[:200],
+                }
+            ]
         for row in module_rows:
             row["bench"] = bench
         rows += module_rows
@@ -92,8 +108,10 @@ def format_ratio(value: float) -> str:
 def table_lines(rows: list[dict]) -> list[str]:
     """The combined table as text lines."""
     width = max([len(row["name"]) for row in rows] + [8]) + 2
-    header = (f"{'workload':{width}s}{'kiln':>12s}{'numpy':>12s}{'jax':>12s}"
-              f"{'kiln/numpy':>12s}{'kiln/jax':>10s}")
+    header = (
+        f"{'workload':{width}s}{'kiln':>12s}{'numpy':>12s}{'jax':>12s}"
+        f"{'kiln/numpy':>12s}{'kiln/jax':>10s}"
+    )
     lines = [header, "-" * len(header)]
     for row in rows:
         line = f"{row['name']:{width}s}"
@@ -114,11 +132,14 @@ def write_chart(rows: list[dict], path: pathlib.Path, against: str) -> bool:
     has JAX figures, else kiln/NumPy); False (with a note) when matplotlib is not importable."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not importable: no chart written "
-              "(pip install matplotlib into this interpreter to get one)")
+        print(
+            "matplotlib is not importable: no chart written "
+            "(pip install matplotlib into this interpreter to get one)"
+        )
         return False
     points = [(row["name"], ratio(row, against)) for row in rows if ratio(row, against)]
     if not points:
@@ -149,34 +170,54 @@ def write_chart(rows: list[dict], path: pathlib.Path, against: str) -> bool:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
-    parser.add_argument("--out", default=str(ROOT / "out" / "bench"),
-                        help="folder for results.json and ratios.png (default: out/bench/)")
-    parser.add_argument("--only", default="",
-                        help="comma-separated benchmarks to run, e.g. native,jit "
-                             "(default: every bench_*.py)")
+    parser.add_argument(
+        "--out",
+        default=str(ROOT / "out" / "bench"),
+        help="folder for results.json and ratios.png (default: out/bench/)",
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated benchmarks to run, e.g. native,jit (default: every bench_*.py)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         os.environ.setdefault("BENCH_ROUNDS", "2")
     info = machine()
     rows = collect([name for name in args.only.split(",") if name], args.quick)
 
-    print(f"\n##### combined: times per call (best or median, as each benchmark states); "
-          f"ratio > 1 means kiln is slower")
-    print(f"{info['cpu']}, {info['cores']} cores{', AVX-512' if info['avx512'] else ''}; "
-          f"NumPy {info['numpy']}; JAX {info['jax'] or 'not importable'}"
-          f"{'; --quick sizes' if args.quick else ''}")
+    print(
+        "\n##### combined: times per call (best or median, as each benchmark states); "
+        "ratio > 1 means kiln is slower"
+    )
+    print(
+        f"{info['cpu']}, {info['cores']} cores{', AVX-512' if info['avx512'] else ''}; "
+        f"NumPy {info['numpy']}; JAX {info['jax'] or 'not importable'}"
+        f"{'; --quick sizes' if args.quick else ''}"
+    )
     lines = table_lines(rows)
     print("\n".join(lines))
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.json"
-    results.write_text(json.dumps({
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": info, "quick": args.quick, "units": "seconds per call",
-        "rows": [dict(row, kiln_over_numpy=ratio(row, "numpy"), kiln_over_jax=ratio(row, "jax"))
-                 for row in rows],
-    }, indent=2, default=str) + "\n")
+    results.write_text(
+        json.dumps(
+            {
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "machine": info,
+                "quick": args.quick,
+                "units": "seconds per call",
+                "rows": [
+                    dict(row, kiln_over_numpy=ratio(row, "numpy"), kiln_over_jax=ratio(row, "jax"))
+                    for row in rows
+                ],
+            },
+            indent=2,
+            default=str,
+        )
+        + "\n"
+    )
     (out / "table.txt").write_text("\n".join(lines) + "\n")
     print(f"\nwrote {results}\nwrote {out / 'table.txt'}")
     chart = out / "ratios.png"

@@ -53,6 +53,7 @@ _LLVM_TYPES = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
 
 # ---- references -------------------------------------------------------------------------------
 
+
 def _real(value):
     """mpmath returns complex numbers outside a real function's domain: those are NaN."""
     if isinstance(value, mpmath.mpc):
@@ -78,10 +79,12 @@ def _pow(x, y):
 
 def _saturating(fn, limit):
     """fn for |x| <= limit; beyond, fn's limit at ±inf (saves mpmath huge exponents)."""
+
     def evaluate(x):
         if abs(x) > limit:
             return fn(mp.inf if x > 0 else mp.ninf)
         return fn(x)
+
     return evaluate
 
 
@@ -111,19 +114,33 @@ def _erfc(x):
 
 # name -> mpmath function of exact arguments (mpf in, mpf out).
 MP_FUNCTIONS: dict[str, Callable] = {
-    "exp": _saturating(mp.exp, 2000), "exp2": _saturating(lambda x: mp.power(2, x), 3000),
-    "expm1": _saturating(mp.expm1, 2000), "log": lambda x: _real(mp.log(x)),
-    "log1p": lambda x: _real(mp.log1p(x)), "log2": lambda x: _real(mp.log(x, 2)),
-    "log10": lambda x: _real(mp.log10(x)), "pow": _pow,
-    "sin": mp.sin, "cos": mp.cos, "tan": mp.tan,
-    "asin": lambda x: _real(mp.asin(x)), "acos": lambda x: _real(mp.acos(x)),
-    "atan": mp.atan, "atan2": mp.atan2,
-    "sinh": _saturating(mp.sinh, 2000), "cosh": _saturating(mp.cosh, 2000), "tanh": mp.tanh,
-    "asinh": mp.asinh, "acosh": lambda x: _real(mp.acosh(x)),
+    "exp": _saturating(mp.exp, 2000),
+    "exp2": _saturating(lambda x: mp.power(2, x), 3000),
+    "expm1": _saturating(mp.expm1, 2000),
+    "log": lambda x: _real(mp.log(x)),
+    "log1p": lambda x: _real(mp.log1p(x)),
+    "log2": lambda x: _real(mp.log(x, 2)),
+    "log10": lambda x: _real(mp.log10(x)),
+    "pow": _pow,
+    "sin": mp.sin,
+    "cos": mp.cos,
+    "tan": mp.tan,
+    "asin": lambda x: _real(mp.asin(x)),
+    "acos": lambda x: _real(mp.acos(x)),
+    "atan": mp.atan,
+    "atan2": mp.atan2,
+    "sinh": _saturating(mp.sinh, 2000),
+    "cosh": _saturating(mp.cosh, 2000),
+    "tanh": mp.tanh,
+    "asinh": mp.asinh,
+    "acosh": lambda x: _real(mp.acosh(x)),
     "atanh": lambda x: _real(mp.atanh(x)) if abs(x) != 1 else mp.inf * mp.sign(x),
-    "erf": mp.erf, "erfc": _erfc,
+    "erf": mp.erf,
+    "erfc": _erfc,
     "erf_inv": lambda x: mp.erfinv(x) if abs(x) <= 1 else mp.nan,
-    "lgamma": _lgamma, "digamma": _digamma, "logistic": _logistic,
+    "lgamma": _lgamma,
+    "digamma": _digamma,
+    "logistic": _logistic,
     "cbrt": lambda x: mp.sign(x) * mp.cbrt(abs(x)),
     "sqrt": lambda x: mp.sqrt(x) if x >= 0 else mp.nan,
     "rsqrt": lambda x: 1 / mp.sqrt(x) if x > 0 else mp.nan,
@@ -131,14 +148,35 @@ MP_FUNCTIONS: dict[str, Callable] = {
 
 # The eager (NumPy/SciPy) functions: the reference where an input is ±0, ±inf or NaN.
 EAGER: dict[str, Callable] = {
-    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log1p": np.log1p,
-    "log2": np.log2, "log10": np.log10, "pow": np.power, "sin": np.sin, "cos": np.cos,
-    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-    "atan2": np.arctan2, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
-    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "erf": scipy.special.erf,
-    "erfc": scipy.special.erfc, "erf_inv": scipy.special.erfinv,
-    "lgamma": scipy.special.gammaln, "digamma": scipy.special.psi,
-    "logistic": scipy.special.expit, "cbrt": np.cbrt, "sqrt": np.sqrt,
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "expm1": np.expm1,
+    "log": np.log,
+    "log1p": np.log1p,
+    "log2": np.log2,
+    "log10": np.log10,
+    "pow": np.power,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "atan2": np.arctan2,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "tanh": np.tanh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "erf": scipy.special.erf,
+    "erfc": scipy.special.erfc,
+    "erf_inv": scipy.special.erfinv,
+    "lgamma": scipy.special.gammaln,
+    "digamma": scipy.special.psi,
+    "logistic": scipy.special.expit,
+    "cbrt": np.cbrt,
+    "sqrt": np.sqrt,
     "rsqrt": lambda x: 1 / np.sqrt(x),
 }
 
@@ -225,9 +263,11 @@ def ulp_errors(got: np.ndarray, hi: np.ndarray, lo: np.ndarray, scale=None) -> n
 
 # ---- inputs -----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Domain:
     """Where an op's inputs are drawn: its real domain and the region where it varies."""
+
     low: float = -np.inf
     high: float = np.inf
     varies: tuple[float, float] = (-10.0, 10.0)
@@ -241,19 +281,31 @@ def _domains(dtype: str) -> dict[str, Domain]:
         "exp": Domain(varies=(small_exp, big_exp)),
         "exp2": Domain(varies=(-1075.0 if f64 else -150.0, 1025.0 if f64 else 129.0)),
         "expm1": Domain(varies=(-40.0, big_exp)),
-        "log": Domain(0, varies=(0.0, 4.0)), "log2": Domain(0, varies=(0.0, 4.0)),
-        "log10": Domain(0, varies=(0.0, 4.0)), "log1p": Domain(-1, varies=(-1.0, 4.0)),
-        "sin": Domain(), "cos": Domain(), "tan": Domain(),
-        "asin": Domain(-1, 1, (-1.0, 1.0)), "acos": Domain(-1, 1, (-1.0, 1.0)),
-        "atan": Domain(), "sinh": Domain(varies=(-big_exp - 1, big_exp + 1)),
-        "cosh": Domain(varies=(-big_exp - 1, big_exp + 1)), "tanh": Domain(varies=(-20, 20)),
-        "asinh": Domain(), "acosh": Domain(1, varies=(1.0, 10.0)),
-        "atanh": Domain(-1, 1, (-1.0, 1.0)), "erf": Domain(varies=(-6.0, 6.0)),
+        "log": Domain(0, varies=(0.0, 4.0)),
+        "log2": Domain(0, varies=(0.0, 4.0)),
+        "log10": Domain(0, varies=(0.0, 4.0)),
+        "log1p": Domain(-1, varies=(-1.0, 4.0)),
+        "sin": Domain(),
+        "cos": Domain(),
+        "tan": Domain(),
+        "asin": Domain(-1, 1, (-1.0, 1.0)),
+        "acos": Domain(-1, 1, (-1.0, 1.0)),
+        "atan": Domain(),
+        "sinh": Domain(varies=(-big_exp - 1, big_exp + 1)),
+        "cosh": Domain(varies=(-big_exp - 1, big_exp + 1)),
+        "tanh": Domain(varies=(-20, 20)),
+        "asinh": Domain(),
+        "acosh": Domain(1, varies=(1.0, 10.0)),
+        "atanh": Domain(-1, 1, (-1.0, 1.0)),
+        "erf": Domain(varies=(-6.0, 6.0)),
         "erfc": Domain(varies=(-6.0, 28.0 if f64 else 11.0)),
-        "erf_inv": Domain(-1, 1, (-1.0, 1.0)), "lgamma": Domain(varies=(-20.0, 20.0)),
+        "erf_inv": Domain(-1, 1, (-1.0, 1.0)),
+        "lgamma": Domain(varies=(-20.0, 20.0)),
         "digamma": Domain(varies=(-20.0, 20.0)),
         "logistic": Domain(varies=(-750.0 if f64 else -105.0, 40.0)),
-        "cbrt": Domain(), "sqrt": Domain(0), "rsqrt": Domain(0),
+        "cbrt": Domain(),
+        "sqrt": Domain(0),
+        "rsqrt": Domain(0),
     }
 
 
@@ -288,8 +340,9 @@ def _unary_inputs(op: str, dtype: str, count: int, rng) -> np.ndarray:
     # Results outside the domain must be NaN: a share of inputs goes there too.
     parts = [spread, rng.uniform(low, high, count), outside[: count // 16]]
     if op in ("sin", "cos", "tan"):
-        parts.append(_log_uniform(rng, count, dtype, 1e4, 1e20 if dtype == "float64" else 1e9)
-                     * signs)
+        parts.append(
+            _log_uniform(rng, count, dtype, 1e4, 1e20 if dtype == "float64" else 1e9) * signs
+        )
     with np.errstate(over="ignore"):
         return np.concatenate(parts).astype(dtype)
 
@@ -311,31 +364,65 @@ def _near(values, dtype, steps=2):
 def edges(op: str, dtype: str) -> np.ndarray:
     """The edge cases of op: special values, range ends, thresholds, poles and zeros."""
     info = np.finfo(dtype)
-    tiny, smallest_normal, huge = (float(info.smallest_subnormal), float(info.smallest_normal),
-                                   float(info.max))
+    tiny, smallest_normal, huge = (
+        float(info.smallest_subnormal),
+        float(info.smallest_normal),
+        float(info.max),
+    )
     largest_subnormal = smallest_normal - tiny
-    base = [0.0, -0.0, tiny, -tiny, largest_subnormal, -largest_subnormal, smallest_normal,
-            -smallest_normal, huge, -huge, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0]
+    base = [
+        0.0,
+        -0.0,
+        tiny,
+        -tiny,
+        largest_subnormal,
+        -largest_subnormal,
+        smallest_normal,
+        -smallest_normal,
+        huge,
+        -huge,
+        np.inf,
+        -np.inf,
+        np.nan,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0,
+    ]
     log_max, log_tiny = math.log(huge), math.log(tiny)
     log_min_normal = math.log(smallest_normal)
     thresholds = {
-        "exp": [log_max, log_tiny, log_min_normal], "expm1": [log_max, -math.log(2 / info.eps)],
+        "exp": [log_max, log_tiny, log_min_normal],
+        "expm1": [log_max, -math.log(2 / info.eps)],
         "exp2": [math.log2(huge), math.log2(tiny), math.log2(smallest_normal)],
-        "sinh": [log_max + math.log(2), log_max], "cosh": [log_max + math.log(2), log_max],
-        "log1p": [-1.0, -1 + float(info.eps)], "atanh": [1.0, -1.0], "acosh": [1.0],
-        "erf_inv": [1.0, -1.0], "asin": [1.0, -1.0], "acos": [1.0, -1.0],
+        "sinh": [log_max + math.log(2), log_max],
+        "cosh": [log_max + math.log(2), log_max],
+        "log1p": [-1.0, -1 + float(info.eps)],
+        "atanh": [1.0, -1.0],
+        "acosh": [1.0],
+        "erf_inv": [1.0, -1.0],
+        "asin": [1.0, -1.0],
+        "acos": [1.0, -1.0],
         "erfc": [26.5 if dtype == "float64" else 10.0, 27.2 if dtype == "float64" else 10.05],
         "logistic": [-log_max, log_tiny, -log_min_normal],
         "lgamma": [1.0, 2.0, -1.0, -2.0, -2.4570247, -2.7476826, 4e36, 2.5e305],
         "digamma": [1.4616321449683623, -0.5040830082644554, -1.0, -2.0],
-        "tan": [math.pi / 2, -math.pi / 2], "cos": [math.pi / 2],
-        "sin": [math.pi, 3e7, 1e10, 1e17, 6381956970095103 * 2.0 ** 797],
-        "tanh": [9.0, 19.0], "log": [1.0], "log2": [1.0], "log10": [1.0],
+        "tan": [math.pi / 2, -math.pi / 2],
+        "cos": [math.pi / 2],
+        "sin": [math.pi, 3e7, 1e10, 1e17, 6381956970095103 * 2.0**797],
+        "tanh": [9.0, 19.0],
+        "log": [1.0],
+        "log2": [1.0],
+        "log10": [1.0],
     }
     with np.errstate(over="ignore"):
-        values = np.concatenate([np.asarray(base, dtype),
-                                 _near([v for v in thresholds.get(op, []) if abs(v) < huge],
-                                       dtype)])
+        values = np.concatenate(
+            [
+                np.asarray(base, dtype),
+                _near([v for v in thresholds.get(op, []) if abs(v) < huge], dtype),
+            ]
+        )
     return values
 
 
@@ -343,9 +430,26 @@ def binary_inputs(op: str, dtype: str, count: int, rng) -> tuple[np.ndarray, np.
     """(x, y) pairs for pow and atan2: random over the whole plane, dense where it matters,
     and every pair of edge values."""
     info = np.finfo(dtype)
-    special = np.asarray([0.0, -0.0, float(info.smallest_subnormal), 1.0, -1.0, 2.0, -2.0, 0.5,
-                          3.0, -3.0, float(info.max), -float(info.max), np.inf, -np.inf,
-                          np.nan], dtype)
+    special = np.asarray(
+        [
+            0.0,
+            -0.0,
+            float(info.smallest_subnormal),
+            1.0,
+            -1.0,
+            2.0,
+            -2.0,
+            0.5,
+            3.0,
+            -3.0,
+            float(info.max),
+            -float(info.max),
+            np.inf,
+            -np.inf,
+            np.nan,
+        ],
+        dtype,
+    )
     grid_x, grid_y = (a.ravel() for a in np.meshgrid(special, special))
     signs = rng.choice([-1.0, 1.0], count)
     if op == "atan2":
@@ -375,6 +479,7 @@ def inputs(op: str, dtype: str, count: int, seed: int = 0) -> tuple[np.ndarray, 
 
 
 # ---- native kernels -----------------------------------------------------------------------------
+
 
 class _KernelAttributes(ir.FunctionAttributes):
     """Function attributes with "key"="value" strings (prefer-vector-width), as kiln's own
@@ -414,8 +519,11 @@ class Kernels:
         ty = _LLVM_TYPES[dtype]
         arity = 2 if op in BINARY else 1
         name = f"kernel_{op}_{dtype}"
-        fn = ir.Function(module, ir.FunctionType(
-            ir.VoidType(), [ty.as_pointer()] * (arity + 1) + [ir.IntType(64)]), name)
+        fn = ir.Function(
+            module,
+            ir.FunctionType(ir.VoidType(), [ty.as_pointer()] * (arity + 1) + [ir.IntType(64)]),
+            name,
+        )
         fn.attributes = _KernelAttributes(target.function_attributes())
         for arg in fn.args[:-1]:
             arg.add_attribute("noalias")
@@ -427,8 +535,9 @@ class Kernels:
         index = builder.phi(n.type)
         index.add_incoming(ir.Constant(n.type, 0), entry)
         values = [builder.load(builder.gep(p, [index], inbounds=True)) for p in operands]
-        result = scalar_ops.emit_op(builder, ScalarOp(op), values, [np.dtype(dtype)] * arity,
-                                    np.dtype(dtype))
+        result = scalar_ops.emit_op(
+            builder, ScalarOp(op), values, [np.dtype(dtype)] * arity, np.dtype(dtype)
+        )
         builder.store(result, builder.gep(out, [index], inbounds=True))
         following = builder.add(index, ir.Constant(n.type, 1), flags=["nuw", "nsw"])
         index.add_incoming(following, builder.block)
@@ -459,22 +568,46 @@ class Kernels:
 #: Each measured op as a path in a JAX-like namespace (jnp.* or lax.*): resolved against JAX
 #: in the oracle process and against kiln in the tests, so both run the same public function.
 FUNCTION_PATHS = {
-    "exp": "jnp.exp", "exp2": "jnp.exp2", "expm1": "jnp.expm1", "log": "jnp.log",
-    "log1p": "jnp.log1p", "log2": "jnp.log2", "log10": "jnp.log10", "pow": "lax.pow",
-    "sin": "jnp.sin", "cos": "jnp.cos", "tan": "jnp.tan", "asin": "jnp.arcsin",
-    "acos": "jnp.arccos", "atan": "jnp.arctan", "atan2": "jnp.arctan2", "sinh": "jnp.sinh",
-    "cosh": "jnp.cosh", "tanh": "jnp.tanh", "asinh": "jnp.arcsinh", "acosh": "jnp.arccosh",
-    "atanh": "jnp.arctanh", "erf": "lax.erf", "erfc": "lax.erfc", "erf_inv": "lax.erf_inv",
-    "lgamma": "lax.lgamma", "digamma": "lax.digamma", "logistic": "lax.logistic",
-    "cbrt": "jnp.cbrt", "sqrt": "jnp.sqrt", "rsqrt": "lax.rsqrt",
+    "exp": "jnp.exp",
+    "exp2": "jnp.exp2",
+    "expm1": "jnp.expm1",
+    "log": "jnp.log",
+    "log1p": "jnp.log1p",
+    "log2": "jnp.log2",
+    "log10": "jnp.log10",
+    "pow": "lax.pow",
+    "sin": "jnp.sin",
+    "cos": "jnp.cos",
+    "tan": "jnp.tan",
+    "asin": "jnp.arcsin",
+    "acos": "jnp.arccos",
+    "atan": "jnp.arctan",
+    "atan2": "jnp.arctan2",
+    "sinh": "jnp.sinh",
+    "cosh": "jnp.cosh",
+    "tanh": "jnp.tanh",
+    "asinh": "jnp.arcsinh",
+    "acosh": "jnp.arccosh",
+    "atanh": "jnp.arctanh",
+    "erf": "lax.erf",
+    "erfc": "lax.erfc",
+    "erf_inv": "lax.erf_inv",
+    "lgamma": "lax.lgamma",
+    "digamma": "lax.digamma",
+    "logistic": "lax.logistic",
+    "cbrt": "jnp.cbrt",
+    "sqrt": "jnp.sqrt",
+    "rsqrt": "lax.rsqrt",
 }
 
 
 def resolve_functions(jnp, lax) -> dict:
     """FUNCTION_PATHS resolved in one namespace pair (kiln's or JAX's)."""
     namespaces = {"jnp": jnp, "lax": lax}
-    return {op: getattr(namespaces[path.split(".")[0]], path.split(".")[1])
-            for op, path in FUNCTION_PATHS.items()}
+    return {
+        op: getattr(namespaces[path.split(".")[0]], path.split(".")[1])
+        for op, path in FUNCTION_PATHS.items()
+    }
 
 
 _JAX_SNIPPET = """
@@ -507,21 +640,27 @@ def jax_values(cases: dict, python: str | None) -> dict | None:
         python = sys.executable
     with tempfile.TemporaryDirectory() as scratch:
         source, result = os.path.join(scratch, "in.npz"), os.path.join(scratch, "out.npz")
-        arrays = {f"{op}|{dtype}|{i}": x for (op, dtype), xs in cases.items()
-                  for i, x in enumerate(xs)}
+        arrays = {
+            f"{op}|{dtype}|{i}": x for (op, dtype), xs in cases.items() for i, x in enumerate(xs)
+        }
         np.savez(source, **arrays)
         keys = json.dumps([f"{op}|{dtype}" for op, dtype in cases])
         env = dict(os.environ, JAX_PLATFORMS="cpu")
-        subprocess.run([python, "-c", _JAX_SNIPPET, source, keys, result,
-                        json.dumps(FUNCTION_PATHS)], check=True, env=env)
+        subprocess.run(
+            [python, "-c", _JAX_SNIPPET, source, keys, result, json.dumps(FUNCTION_PATHS)],
+            check=True,
+            env=env,
+        )
         with np.load(result) as loaded:
             return {tuple(key.split("|")): loaded[key] for key in loaded.files}
 
 
 # ---- the table --------------------------------------------------------------------------------
 
-def measure(kernels: Kernels, op: str, dtype: str, xs: tuple, got=None, normal_only=False,
-            exact=None):
+
+def measure(
+    kernels: Kernels, op: str, dtype: str, xs: tuple, got=None, normal_only=False, exact=None
+):
     """(max ulp error, the worst input) of the kernel's (or `got`'s) results on xs.
 
     normal_only leaves out inputs where an operand or the exact result is subnormal (XLA's
@@ -562,19 +701,26 @@ def main(argv=None) -> None:
     parser.add_argument("--n", type=int, default=20000, help="random inputs per region")
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--dtypes", default="float32,float64")
-    parser.add_argument("--jax-python", default=None,
-                        help="a Python interpreter with jax installed, for JAX's column")
+    parser.add_argument(
+        "--jax-python",
+        default=None,
+        help="a Python interpreter with jax installed, for JAX's column",
+    )
     args = parser.parse_args(argv)
     ops = args.ops.split(",")
     dtypes = args.dtypes.split(",")
     kernels = Kernels(ops)
     cases = {(op, dtype): inputs(op, dtype, args.n) for op in ops for dtype in dtypes}
     jax_results = jax_values(cases, args.jax_python)
-    print(f"max error in ulps, {args.n} random inputs per region plus edges "
-          f"(target: {target.current_target().describe()}); inf: a special value differs")
+    print(
+        f"max error in ulps, {args.n} random inputs per region plus edges "
+        f"(target: {target.current_target().describe()}); inf: a special value differs"
+    )
     if jax_results is not None:
-        print("jax: XLA's CPU backend on the same inputs, leaving out subnormal operands and "
-              "results (it flushes them) and special ones; * where a special value differs")
+        print(
+            "jax: XLA's CPU backend on the same inputs, leaving out subnormal operands and "
+            "results (it flushes them) and special ones; * where a special value differs"
+        )
     print(f"{'function':<10}{'dtype':<9}{'kiln':>9}{'bound':>8}{'jax':>10}  worst kiln input")
     for (op, dtype), xs in cases.items():
         exact = reference(op, dtype, *xs)

@@ -1,4 +1,5 @@
 """kiln: composable transformations of numerical Python programs, compiled to native code."""
+
 from kiln.config import config
 from kiln.api import ShapeDtypeStruct, clear_caches, make_jaxpr
 from kiln.core.array import Array
@@ -11,14 +12,28 @@ __version__ = "0.1.0"
 from kiln.transforms.jit import jit  # noqa: E402
 from kiln import debug  # noqa: E402
 from kiln.callbacks import pure_callback, effects_barrier  # noqa: E402
-from kiln.runtime.executable import (block_until_ready, default_backend, device_put,  # noqa: E402
-                                     devices)
+from kiln.runtime.executable import (
+    block_until_ready,
+    default_backend,
+    device_put,  # noqa: E402
+    devices,
+)
 from kiln.runtime.cache import cache_stats as jit_cache_stats  # noqa: E402
 from kiln import random  # noqa: E402
 
 # differentiation and batching
-from kiln.transforms.ad import (grad, hessian, jacfwd, jacobian, jacrev, jvp,  # noqa: E402
-                                linear_transpose, linearize, value_and_grad, vjp)
+from kiln.transforms.ad import (
+    grad,
+    hessian,
+    jacfwd,
+    jacobian,
+    jacrev,
+    jvp,  # noqa: E402
+    linear_transpose,
+    linearize,
+    value_and_grad,
+    vjp,
+)
 from kiln.transforms.vmap import vmap  # noqa: E402
 from kiln import custom_derivatives  # noqa: E402
 from kiln.custom_derivatives import custom_jvp, custom_vjp, closure_convert  # noqa: E402

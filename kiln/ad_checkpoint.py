@@ -6,6 +6,7 @@ differentiation it saves, between the forward and the backward pass, only its in
 values its policy allows; the backward pass recomputes everything else from them, trading
 computation for memory.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,14 +21,25 @@ from kiln.primitives.linalg import dot_general_p
 from kiln.primitives.remat import name_p, remat_p
 from kiln.transforms.staging import trace_to_jaxpr
 
-__all__ = ["checkpoint", "remat", "checkpoint_name", "checkpoint_policies",
-           "everything_saveable", "nothing_saveable", "dots_saveable", "checkpoint_dots",
-           "dots_with_no_batch_dims_saveable", "save_only_these_names",
-           "save_anything_except_these_names", "save_any_names_but_these",
-           "save_from_both_policies"]
+__all__ = [
+    "checkpoint",
+    "remat",
+    "checkpoint_name",
+    "checkpoint_policies",
+    "everything_saveable",
+    "nothing_saveable",
+    "dots_saveable",
+    "checkpoint_dots",
+    "dots_with_no_batch_dims_saveable",
+    "save_only_these_names",
+    "save_anything_except_these_names",
+    "save_any_names_but_these",
+    "save_from_both_policies",
+]
 
 
 # --- policies: (prim, *in_avals, **params) -> whether the equation's outputs may be saved -----
+
 
 def everything_saveable(*_, **__) -> bool:
     """Save every value: differentiation behaves as if there were no checkpoint."""
@@ -96,6 +108,7 @@ def save_anything_except_these_names(*names: str) -> Callable[..., bool]:
 
 def save_from_both_policies(policy_1: Callable, policy_2: Callable) -> Callable[..., bool]:
     """Save a value when either policy saves it."""
+
     def policy(prim, *args, **params) -> bool:
         return bool(policy_1(prim, *args, **params)) or bool(policy_2(prim, *args, **params))
 
@@ -112,14 +125,21 @@ checkpoint_policies = types.SimpleNamespace(
     save_anything_except_these_names=save_anything_except_these_names,
     save_any_names_but_these=save_any_names_but_these,
     save_only_these_names=save_only_these_names,
-    save_from_both_policies=save_from_both_policies)
+    save_from_both_policies=save_from_both_policies,
+)
 
 
 # --- the API -------------------------------------------------------------------------------------
 
-def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | None = None,
-               static_argnums: int | Sequence[int] = (),
-               static_argnames: str | Sequence[str] = ()) -> Callable:
+
+def checkpoint(
+    fun: Callable,
+    *,
+    prevent_cse: bool = True,
+    policy: Callable | None = None,
+    static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
+) -> Callable:
     """A version of `fun` that recomputes, rather than saves, its intermediate values when
     differentiated in reverse mode.
 
@@ -150,7 +170,8 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
         if current_trace() is None:
             return fun(*args, **kwargs)
         dyn_args, dyn_kwargs, static_key = api_util.split_static(
-            args, kwargs, static_argnums, static_argnames)
+            args, kwargs, static_argnums, static_argnames
+        )
         flat_args, in_tree = api_util.flatten((dyn_args, dyn_kwargs))
         box: dict = {}
 
@@ -165,8 +186,14 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Callable | No
         # Closed-over values (tracers of enclosing transformations included) become explicit
         # inputs, so differentiation and batching see them.
         body = ClosedJaxpr(Jaxpr([], j.constvars + j.invars, j.outvars, j.eqns, j.effects), [])
-        outs = remat_p.bind(*closed.consts, *flat_args, jaxpr=body, prevent_cse=prevent_cse,
-                            differentiated=False, policy=policy)
+        outs = remat_p.bind(
+            *closed.consts,
+            *flat_args,
+            jaxpr=body,
+            prevent_cse=prevent_cse,
+            differentiated=False,
+            policy=policy,
+        )
         return api_util.unflatten(box["tree"], outs)
 
     return checkpointed

@@ -1,4 +1,5 @@
 """User-facing transformations: make_jaxpr (and, in their own modules, jit, grad, vmap)."""
+
 from __future__ import annotations
 
 import functools
@@ -9,8 +10,9 @@ from kiln.core.jaxpr import ClosedJaxpr
 from kiln.transforms.staging import DebugInfo, flat_arg_names, function_name, trace_to_jaxpr
 
 
-def make_jaxpr(fun: Callable, static_argnums: int | Sequence[int] = (),
-               return_shape: bool = False) -> Callable[..., ClosedJaxpr]:
+def make_jaxpr(
+    fun: Callable, static_argnums: int | Sequence[int] = (), return_shape: bool = False
+) -> Callable[..., ClosedJaxpr]:
     """A function that traces `fun` on the given arguments and returns its jaxpr."""
     static_argnums, _ = api_util.normalize_argnums(fun, static_argnums, ())
 
@@ -47,6 +49,7 @@ class ShapeDtypeStruct:
 
     def __init__(self, shape, dtype, weak_type: bool = False):
         from kiln.core import dtypes
+
         self.shape = tuple(shape)
         self.dtype = dtypes.to_dtype(dtype)
         self.weak_type = weak_type
@@ -58,11 +61,14 @@ class ShapeDtypeStruct:
     @property
     def size(self) -> int:
         import math
+
         return math.prod(self.shape)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ShapeDtypeStruct) and (self.shape, self.dtype) == (
-            other.shape, other.dtype)
+            other.shape,
+            other.dtype,
+        )
 
     def __hash__(self) -> int:
         return hash((self.shape, self.dtype))
@@ -82,6 +88,7 @@ def clear_caches() -> None:
     from kiln.compiler import lower
     from kiln.core import trace
     from kiln.runtime import cache, engine
+
     cache.clear_all()
     engine.clear()
     lower._lowerable_cache.clear()

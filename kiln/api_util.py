@@ -1,5 +1,6 @@
 """Argument handling shared by the user-facing transformations: static arguments, pytree
 flattening of (args, kwargs), abstract values of leaves, and argument names for errors."""
+
 from __future__ import annotations
 
 import inspect
@@ -27,6 +28,7 @@ def unflatten(treedef, leaves):
 def leaf_path_strings(tree: Any) -> list[str]:
     """Each leaf's key path in JAX's spelling: `[0]['W']`, `.field`."""
     from kiln.tree_util import keystr_of_leaf_paths
+
     return keystr_of_leaf_paths(tree)
 
 
@@ -54,12 +56,12 @@ def normalize_argnums(fun: Callable, static_argnums, static_argnames) -> tuple[t
     return tuple(sorted(nums)), tuple(sorted(names))
 
 
-def split_static(args: tuple, kwargs: dict, static_argnums: Sequence[int],
-                 static_argnames: Sequence[str]):
+def split_static(
+    args: tuple, kwargs: dict, static_argnums: Sequence[int], static_argnames: Sequence[str]
+):
     """Separate static from dynamic arguments. Returns (dyn_args, dyn_kwargs, static_key)."""
     nargs = len(args)
-    static_positions = {i % nargs if nargs else i for i in static_argnums
-                        if -nargs <= i < nargs}
+    static_positions = {i % nargs if nargs else i for i in static_argnums if -nargs <= i < nargs}
     dyn_args = tuple(a for i, a in enumerate(args) if i not in static_positions)
     static_args = tuple((i, args[i]) for i in sorted(static_positions))
     dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
@@ -91,10 +93,16 @@ def abstractify_leaves(leaves: list, paths: list[str], fun_name: str) -> list[Sh
                 f"problematic value is of type {type(leaf)} and was passed to the function at "
                 f"path {path}.\nThis typically means that a jit-wrapped function was called "
                 "with a non-array argument, and this argument was not marked as static using "
-                "the static_argnums or static_argnames parameters of jit.")
-        if isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind not in "biufc" \
-                and leaf.dtype.name != "bfloat16":
-            raise TypeError(f"Argument at path {path} of {fun_name} has dtype {leaf.dtype}, "
-                            "which kiln cannot trace.")
+                "the static_argnums or static_argnames parameters of jit."
+            )
+        if (
+            isinstance(leaf, (np.ndarray, np.generic))
+            and leaf.dtype.kind not in "biufc"
+            and leaf.dtype.name != "bfloat16"
+        ):
+            raise TypeError(
+                f"Argument at path {path} of {fun_name} has dtype {leaf.dtype}, "
+                "which kiln cannot trace."
+            )
         avals.append(get_aval(leaf))
     return avals

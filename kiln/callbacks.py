@@ -7,6 +7,7 @@ is unused (it is pure); io_callback never is. Neither can be differentiated (kil
 inside the host function); under vmap, pure_callback does what its `vmap_method` says and an
 unordered io_callback runs once per batch element.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -42,29 +43,37 @@ class _HostFunction:
         result = self.fn(*args, **kwargs)
         leaves, tree = optree.tree_flatten(result, namespace=_NAMESPACE)
         if tree != self.out_tree and (tree.num_leaves or self.out_tree.num_leaves):
-            raise TypeError(f"{self.kind}: the callback {self._name()} returned a value with "
-                            f"structure {tree}, but result_shape_dtypes declared "
-                            f"{self.out_tree}.")
+            raise TypeError(
+                f"{self.kind}: the callback {self._name()} returned a value with "
+                f"structure {tree}, but result_shape_dtypes declared "
+                f"{self.out_tree}."
+            )
         paths = optree.tree_paths(result, namespace=_NAMESPACE)
-        return [self._check(leaf, aval, path) for leaf, aval, path
-                in zip(leaves, result_avals, paths)]
+        return [
+            self._check(leaf, aval, path) for leaf, aval, path in zip(leaves, result_avals, paths)
+        ]
 
     def _check(self, leaf: Any, aval: ShapedArray, path: tuple) -> np.ndarray:
         where = "".join(f"[{k!r}]" for k in path) or "the result"
-        if isinstance(leaf, (np.ndarray, np.generic)) or hasattr(leaf, "__array__") and \
-                hasattr(leaf, "dtype"):
+        if (
+            isinstance(leaf, (np.ndarray, np.generic))
+            or hasattr(leaf, "__array__")
+            and hasattr(leaf, "dtype")
+        ):
             value = np.asarray(leaf)
             if value.dtype != aval.dtype:
                 raise TypeError(
                     f"{self.kind}: the callback {self._name()} returned dtype {value.dtype} at "
                     f"{where}, but result_shape_dtypes declared {aval.dtype}. Return arrays of "
-                    f"the declared dtype (e.g. np.asarray(out, dtype=np.{aval.dtype.name})).")
+                    f"the declared dtype (e.g. np.asarray(out, dtype=np.{aval.dtype.name}))."
+                )
         else:  # a Python scalar or list: convert to the declared dtype
             value = np.asarray(leaf, dtype=aval.dtype)
         if value.shape != aval.shape:
             raise ValueError(
                 f"{self.kind}: the callback {self._name()} returned shape {value.shape} at "
-                f"{where}, but result_shape_dtypes declared {aval.shape}.")
+                f"{where}, but result_shape_dtypes declared {aval.shape}."
+            )
         return value
 
     def _name(self) -> str:
@@ -79,10 +88,17 @@ def _result_avals(result_shape_dtypes: Any) -> tuple[tuple, Any]:
     avals = []
     for leaf in leaves:
         if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
-            raise TypeError("result_shape_dtypes must be a pytree of objects with .shape and "
-                            f".dtype (e.g. kiln.ShapeDtypeStruct), got {leaf!r}")
-        avals.append(ShapedArray(tuple(leaf.shape), dtypes.canonicalize(leaf.dtype),
-                                 bool(getattr(leaf, "weak_type", False))))
+            raise TypeError(
+                "result_shape_dtypes must be a pytree of objects with .shape and "
+                f".dtype (e.g. kiln.ShapeDtypeStruct), got {leaf!r}"
+            )
+        avals.append(
+            ShapedArray(
+                tuple(leaf.shape),
+                dtypes.canonicalize(leaf.dtype),
+                bool(getattr(leaf, "weak_type", False)),
+            )
+        )
     return tuple(avals), tree
 
 
@@ -104,10 +120,16 @@ def _pure_callback_abstract_eval(*avals, callback, result_avals: tuple, vmap_met
 def_non_differentiable(
     pure_callback_p,
     "Pure callbacks do not support JVP. Please use `kiln.custom_jvp` to use callbacks while "
-    "taking gradients.")
+    "taking gradients.",
+)
 
-_VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all",
-                 "legacy_vectorized")
+_VMAP_METHODS = (
+    "sequential",
+    "sequential_unrolled",
+    "expand_dims",
+    "broadcast_all",
+    "legacy_vectorized",
+)
 
 
 def _batched_aval(aval: ShapedArray, size: int) -> ShapedArray:
@@ -131,15 +153,21 @@ def _call_per_element(prim: Primitive, args: list, dims, unroll: bool, **params)
 
 
 @pure_callback_p.def_batching
-def _pure_callback_batching_rule(args, dims, *, callback: _HostFunction, result_avals: tuple,
-                                 vmap_method):
+def _pure_callback_batching_rule(
+    args, dims, *, callback: _HostFunction, result_avals: tuple, vmap_method
+):
     size = batch_size(args, dims)
     if vmap_method in ("sequential", "sequential_unrolled"):
         # The host function sees one example at a time, exactly as without vmap.
-        outs = _call_per_element(pure_callback_p, args, dims,
-                                 unroll=vmap_method == "sequential_unrolled",
-                                 callback=callback, result_avals=result_avals,
-                                 vmap_method=vmap_method)
+        outs = _call_per_element(
+            pure_callback_p,
+            args,
+            dims,
+            unroll=vmap_method == "sequential_unrolled",
+            callback=callback,
+            result_avals=result_avals,
+            vmap_method=vmap_method,
+        )
         return outs, [0] * len(outs)
     if vmap_method not in _VMAP_METHODS:
         raise NotImplementedError(
@@ -147,23 +175,27 @@ def _pure_callback_batching_rule(args, dims, *, callback: _HostFunction, result_
             f"of {', '.join(repr(m) for m in _VMAP_METHODS)}. Got vmap_method={vmap_method!r}. "
             "Pass vmap_method to kiln.pure_callback: 'sequential' calls the callback once per "
             "batch element; 'expand_dims', 'broadcast_all' and 'legacy_vectorized' call it "
-            "once on the whole batch (see kiln.pure_callback's docstring).")
+            "once on the whole batch (see kiln.pure_callback's docstring)."
+        )
     # One call on the whole batch: batched arguments carry the batch as their leading axis.
     # 'expand_dims' gives the unbatched ones a leading axis of size 1, 'broadcast_all' tiles
     # them to the batch size, and 'legacy_vectorized' passes them unchanged.
     operands = [move_bdim(x, d, 0) for x, d in zip(args, dims)]
     if vmap_method != "legacy_vectorized":
         leading = size if vmap_method == "broadcast_all" else 1
-        operands = [broadcast(x, (leading,)) if d is None else x
-                    for x, d in zip(operands, dims)]
-    outs = pure_callback_p.bind(*operands, callback=callback,
-                                result_avals=tuple(_batched_aval(a, size) for a in result_avals),
-                                vmap_method=vmap_method)
+        operands = [broadcast(x, (leading,)) if d is None else x for x, d in zip(operands, dims)]
+    outs = pure_callback_p.bind(
+        *operands,
+        callback=callback,
+        result_avals=tuple(_batched_aval(a, size) for a in result_avals),
+        vmap_method=vmap_method,
+    )
     return outs, [0] * len(outs)
 
 
-def pure_callback(callback: Callable, result_shape_dtypes: Any, *args,
-                  vmap_method: str | None = None, **kwargs) -> Any:
+def pure_callback(
+    callback: Callable, result_shape_dtypes: Any, *args, vmap_method: str | None = None, **kwargs
+) -> Any:
     """Call the pure host function `callback(*args, **kwargs)` on NumPy arrays.
 
     result_shape_dtypes is a pytree of ShapeDtypeStruct (or anything with .shape and .dtype)
@@ -176,13 +208,16 @@ def pure_callback(callback: Callable, result_shape_dtypes: Any, *args,
     batch size instead; 'legacy_vectorized' leaves the others as they are. In the three
     vectorized methods the callback returns results with the batch as their leading axis."""
     if vmap_method is not None and vmap_method not in _VMAP_METHODS:
-        raise ValueError(f"vmap_method must be one of the allowed methods "
-                         f"{list(_VMAP_METHODS) + [None]}, but got: {vmap_method!r}")
+        raise ValueError(
+            f"vmap_method must be one of the allowed methods "
+            f"{list(_VMAP_METHODS) + [None]}, but got: {vmap_method!r}"
+        )
     result_avals, out_tree = _result_avals(result_shape_dtypes)
     leaves, in_tree = optree.tree_flatten((args, kwargs), namespace=_NAMESPACE)
     host = _HostFunction(callback, in_tree, out_tree, "pure_callback")
-    outs = pure_callback_p.bind(*leaves, callback=host, result_avals=result_avals,
-                                vmap_method=vmap_method)
+    outs = pure_callback_p.bind(
+        *leaves, callback=host, result_avals=result_avals, vmap_method=vmap_method
+    )
     return optree.tree_unflatten(out_tree, outs)
 
 
@@ -210,24 +245,32 @@ def_non_differentiable(io_callback_p, "IO callbacks do not support JVP.")
 
 
 @io_callback_p.def_batching
-def _io_callback_batching_rule(args, dims, *, callback: _HostFunction, result_avals: tuple,
-                               ordered: bool):
+def _io_callback_batching_rule(
+    args, dims, *, callback: _HostFunction, result_avals: tuple, ordered: bool
+):
     if ordered:
         raise ValueError("Cannot `vmap` ordered IO callback.")
-    outs = _call_per_element(io_callback_p, args, dims, unroll=False, callback=callback,
-                             result_avals=result_avals, ordered=False)
+    outs = _call_per_element(
+        io_callback_p,
+        args,
+        dims,
+        unroll=False,
+        callback=callback,
+        result_avals=result_avals,
+        ordered=False,
+    )
     return outs, [0] * len(outs)
 
 
-def io_callback(callback: Callable, result_shape_dtypes: Any, *args, ordered: bool = False,
-                **kwargs) -> Any:
+def io_callback(
+    callback: Callable, result_shape_dtypes: Any, *args, ordered: bool = False, **kwargs
+) -> Any:
     """Call the host function `callback(*args, **kwargs)`, which may have side effects, each
     time the program runs. Results are checked against result_shape_dtypes."""
     result_avals, out_tree = _result_avals(result_shape_dtypes)
     leaves, in_tree = optree.tree_flatten((args, kwargs), namespace=_NAMESPACE)
     host = _HostFunction(callback, in_tree, out_tree, "io_callback")
-    outs = io_callback_p.bind(*leaves, callback=host, result_avals=result_avals,
-                              ordered=ordered)
+    outs = io_callback_p.bind(*leaves, callback=host, result_avals=result_avals, ordered=ordered)
     return optree.tree_unflatten(out_tree, outs)
 
 

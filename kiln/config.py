@@ -3,6 +3,7 @@
 Every flag that changes what tracing produces (x64) is part of the compile-cache key; see
 `trace_context()`.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,8 @@ class Config:
         self.threefry_partitionable = _env_bool("KILN_THREEFRY_PARTITIONABLE")
         self.backend = os.environ.get("KILN_BACKEND", "native")
         self.dump = frozenset(
-            part.strip() for part in os.environ.get("KILN_DUMP", "").split(",") if part.strip())
+            part.strip() for part in os.environ.get("KILN_DUMP", "").split(",") if part.strip()
+        )
         # Compiled signatures kept (all jitted functions together, least recently used out
         # first); each holds its native code, on the order of 100 KB.
         self.compile_cache_size = int(os.environ.get("KILN_COMPILE_CACHE_SIZE", "1024"))
@@ -55,8 +57,7 @@ class Config:
         self.cpu_features = os.environ.get("KILN_CPU_FEATURES", "").strip()
         # Modules optimized inside this process before the rest go to a worker process
         # (LLVM's pipeline leaks a little per module; see codegen/llvm/llvm_worker.py).
-        self.llvm_in_process_compiles = int(
-            os.environ.get("KILN_LLVM_IN_PROCESS_COMPILES", "256"))
+        self.llvm_in_process_compiles = int(os.environ.get("KILN_LLVM_IN_PROCESS_COMPILES", "256"))
         # The persistent object cache's directory (None: no disk cache).
         self.cache_dir = os.environ.get("KILN_CACHE_DIR") or None
         # Raise native-backend errors instead of falling back to the interpreter (the tests
@@ -68,7 +69,7 @@ class Config:
     def _canonical_name(self, name: str) -> str:
         name = self._aliases.get(name, name)
         if name.startswith("kiln_"):
-            name = name[len("kiln_"):]
+            name = name[len("kiln_") :]
         if name.startswith("_") or not hasattr(self, name):
             raise AttributeError(f"Unrecognized config option: {name!r}")
         return name
@@ -89,8 +90,10 @@ class Config:
         return (self.enable_x64, self.threefry_partitionable)
 
     def __repr__(self) -> str:
-        return (f"Config(enable_x64={self.enable_x64}, log_compiles={self.log_compiles}, "
-                f"backend={self.backend!r})")
+        return (
+            f"Config(enable_x64={self.enable_x64}, log_compiles={self.log_compiles}, "
+            f"backend={self.backend!r})"
+        )
 
 
 config = Config()

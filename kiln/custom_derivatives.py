@@ -5,10 +5,11 @@ given with `defjvp` (or one rule per argument with `defjvps`); `custom_vjp` repl
 mode by the `fwd`/`bwd` pair given with `defvjp`. Arguments listed in `nondiff_argnums` are
 passed through to the rules unchanged (first, in order) and are never differentiated.
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from kiln import api_util
 from kiln.core.ad_util import float0_zeros, has_tangent_space
@@ -80,14 +81,16 @@ class custom_jvp:
 
         def jvp(primals, tangents):
             from kiln import tree_util
+
             ans = self(*primals)
             total = None
             for rule, g in zip(jvps, tangents):
                 if rule is None or _is_zero(g):
                     continue
                 term = rule(g, ans, *primals)
-                total = term if total is None else tree_util.tree_map(
-                    lambda a, b: a + b, total, term)
+                total = (
+                    term if total is None else tree_util.tree_map(lambda a, b: a + b, total, term)
+                )
             if total is None:
                 total = tree_util.tree_map(_zeros_of, ans)
             return ans, total
@@ -103,8 +106,10 @@ class custom_jvp:
         if kwargs:
             args = _bind_kwargs(self.fun, args, kwargs)
         if self.jvp is None:
-            raise AttributeError(f"No JVP defined for custom_jvp function {function_name(self.fun)} "
-                                 "using ``defjvp``.")
+            raise AttributeError(
+                f"No JVP defined for custom_jvp function {function_name(self.fun)} "
+                "using ``defjvp``."
+            )
         if current_trace() is None:
             return self.fun(*args)
         nondiff_argnums = _resolve_argnums(self.nondiff_argnums, len(args))
@@ -112,13 +117,15 @@ class custom_jvp:
         flat_args, in_tree = api_util.flatten(dyn)
         fun = self.fun
         call, consts, out_tree = _trace_call(
-            lambda *d: fun(*_merge_nondiff(nondiff, d, nondiff_argnums)), flat_args, in_tree)
+            lambda *d: fun(*_merge_nondiff(nondiff, d, nondiff_argnums)), flat_args, in_tree
+        )
         user_jvp = self.jvp
 
         def flat_jvp(primals, tangents):
             p_tree = api_util.unflatten(in_tree, primals)
-            t_tree = api_util.unflatten(in_tree, [_tangent_or_float0(t, p)
-                                                  for t, p in zip(tangents, primals)])
+            t_tree = api_util.unflatten(
+                in_tree, [_tangent_or_float0(t, p) for t, p in zip(tangents, primals)]
+            )
             if nondiff:
                 out, t_out = user_jvp(*nondiff, p_tree, t_tree)
             else:
@@ -130,20 +137,27 @@ class custom_jvp:
                     f"Custom JVP rule {function_name(user_jvp)} for function "
                     f"{function_name(fun)} must produce primal and tangent outputs with equal "
                     f"container (pytree) structures and equal to the primal function's output "
-                    f"structure {out_tree}, but got {tree1} and {tree2}.")
+                    f"structure {out_tree}, but got {tree1} and {tree2}."
+                )
             for o, t in zip(out_leaves, t_leaves):
                 if not _is_zero(t) and tuple(get_aval(o).shape) != tuple(get_aval(t).shape):
                     raise ValueError(
                         f"Custom JVP rule {function_name(user_jvp)} must produce primal and "
                         "tangent outputs with corresponding shapes, got "
-                        f"{get_aval(o).shape} and {get_aval(t).shape}.")
+                        f"{get_aval(o).shape} and {get_aval(t).shape}."
+                    )
             return out_leaves, [None if _is_zero(t) else t for t in t_leaves]
 
         flat_jvp.__name__ = function_name(user_jvp)
-        outs = custom_jvp_call_p.bind(*consts, *flat_args, call_jaxpr=call, jvp=flat_jvp,
-                                      num_consts=len(consts),
-                                      symbolic_zeros=self.symbolic_zeros,
-                                      name=function_name(fun))
+        outs = custom_jvp_call_p.bind(
+            *consts,
+            *flat_args,
+            call_jaxpr=call,
+            jvp=flat_jvp,
+            num_consts=len(consts),
+            symbolic_zeros=self.symbolic_zeros,
+            name=function_name(fun),
+        )
         return api_util.unflatten(out_tree, outs)
 
 
@@ -172,8 +186,10 @@ class custom_vjp:
         if kwargs:
             args = _bind_kwargs(self.fun, args, kwargs)
         if self.fwd is None:
-            raise AttributeError(f"No VJP defined for custom_vjp function "
-                                 f"{function_name(self.fun)} using ``defvjp``.")
+            raise AttributeError(
+                f"No VJP defined for custom_vjp function "
+                f"{function_name(self.fun)} using ``defvjp``."
+            )
         if current_trace() is None:
             return self.fun(*args)
         nondiff_argnums = _resolve_argnums(self.nondiff_argnums, len(args))
@@ -181,23 +197,28 @@ class custom_vjp:
         flat_args, in_tree = api_util.flatten(dyn)
         fun, user_fwd, user_bwd = self.fun, self.fwd, self.bwd
         call, consts, out_tree = _trace_call(
-            lambda *d: fun(*_merge_nondiff(nondiff, d, nondiff_argnums)), flat_args, in_tree)
+            lambda *d: fun(*_merge_nondiff(nondiff, d, nondiff_argnums)), flat_args, in_tree
+        )
         res_box = {}
 
         def flat_fwd(primals):
             p = api_util.unflatten(in_tree, primals)
             result = user_fwd(*_merge_nondiff(nondiff, p, nondiff_argnums))
             if not (isinstance(result, (tuple, list)) and len(result) == 2):
-                raise TypeError(f"Custom VJP fwd rule {function_name(user_fwd)} for function "
-                                f"{function_name(fun)} must produce a pair (list or tuple of "
-                                f"length two) representing primal outputs and residuals.")
+                raise TypeError(
+                    f"Custom VJP fwd rule {function_name(user_fwd)} for function "
+                    f"{function_name(fun)} must produce a pair (list or tuple of "
+                    f"length two) representing primal outputs and residuals."
+                )
             out, res = result
             out_leaves, tree = api_util.flatten(out)
             if tree != out_tree:
-                raise TypeError(f"Custom VJP fwd rule {function_name(user_fwd)} for function "
-                                f"{function_name(fun)} must produce primal outputs with the "
-                                f"same container (pytree) structure as the primal function "
-                                f"({out_tree}), but got {tree}.")
+                raise TypeError(
+                    f"Custom VJP fwd rule {function_name(user_fwd)} for function "
+                    f"{function_name(fun)} must produce primal outputs with the "
+                    f"same container (pytree) structure as the primal function "
+                    f"({out_tree}), but got {tree}."
+                )
             res_leaves, res_box["tree"] = api_util.flatten(res)
             return out_leaves, res_leaves
 
@@ -206,13 +227,16 @@ class custom_vjp:
             ct_tree = api_util.unflatten(out_tree, cts)
             cts_in = user_bwd(*nondiff, res, ct_tree)
             if not isinstance(cts_in, (tuple, list)):
-                raise TypeError(f"Custom VJP bwd rule must produce a tuple, got "
-                                f"{type(cts_in).__name__}")
+                raise TypeError(
+                    f"Custom VJP bwd rule must produce a tuple, got {type(cts_in).__name__}"
+                )
             if len(cts_in) != len(dyn):
-                raise TypeError(f"Custom VJP bwd rule {function_name(user_bwd)} must produce "
-                                f"an output with the same container (pytree) structure as "
-                                f"the args tuple of the primal function: {len(dyn)} "
-                                f"cotangents, but got {len(cts_in)}.")
+                raise TypeError(
+                    f"Custom VJP bwd rule {function_name(user_bwd)} must produce "
+                    f"an output with the same container (pytree) structure as "
+                    f"the args tuple of the primal function: {len(dyn)} "
+                    f"cotangents, but got {len(cts_in)}."
+                )
             flat = []
             for ct, arg in zip(cts_in, dyn):
                 arg_leaves, arg_tree = api_util.flatten(arg)
@@ -221,23 +245,33 @@ class custom_vjp:
                     continue
                 leaves, tree = api_util.flatten(ct)
                 if tree != arg_tree:
-                    raise TypeError(f"Custom VJP bwd rule {function_name(user_bwd)} produced "
-                                    f"a cotangent with structure {tree} for an argument with "
-                                    f"structure {arg_tree}.")
+                    raise TypeError(
+                        f"Custom VJP bwd rule {function_name(user_bwd)} produced "
+                        f"a cotangent with structure {tree} for an argument with "
+                        f"structure {arg_tree}."
+                    )
                 flat.extend(leaves)
             return [None if _is_zero(c) else c for c in flat]
 
         flat_fwd.__name__ = function_name(user_fwd)
         flat_bwd.__name__ = function_name(user_bwd)
-        outs = custom_vjp_call_p.bind(*consts, *flat_args, call_jaxpr=call, fwd=flat_fwd,
-                                      bwd=flat_bwd, num_consts=len(consts), out_trees=None,
-                                      symbolic_zeros=self.symbolic_zeros,
-                                      name=function_name(fun))
+        outs = custom_vjp_call_p.bind(
+            *consts,
+            *flat_args,
+            call_jaxpr=call,
+            fwd=flat_fwd,
+            bwd=flat_bwd,
+            num_consts=len(consts),
+            out_trees=None,
+            symbolic_zeros=self.symbolic_zeros,
+            name=function_name(fun),
+        )
         return api_util.unflatten(out_tree, outs)
 
 
 def _bind_kwargs(fun: Callable, args: tuple, kwargs: dict) -> tuple:
     import inspect
+
     bound = inspect.signature(fun).bind(*args, **kwargs)
     bound.apply_defaults()
     return tuple(bound.args) + tuple(bound.kwargs.values())
@@ -246,6 +280,7 @@ def _bind_kwargs(fun: Callable, args: tuple, kwargs: dict) -> tuple:
 def _is_zero(t) -> bool:
     import numpy as np
     from kiln.core.ad_util import float0
+
     return t is None or (isinstance(t, (np.ndarray, np.generic)) and t.dtype == float0)
 
 
@@ -256,6 +291,7 @@ def _tangent_or_float0(t, p):
     if not has_tangent_space(aval.dtype):
         return float0_zeros(aval.shape)
     from kiln.primitives.base import zeros_like
+
     return zeros_like(p)
 
 
@@ -264,6 +300,7 @@ def _zeros_of(x):
     if not has_tangent_space(aval.dtype):
         return float0_zeros(aval.shape)
     from kiln.primitives.base import zeros_like
+
     return zeros_like(x)
 
 
@@ -275,8 +312,10 @@ def closure_convert(fun: Callable, *example_args) -> tuple[Callable, list]:
 
     def converted(*args_and_consts):
         from kiln.core.interpreter import eval_jaxpr
+
         n = len(args_and_consts) - len(consts)
         leaves, _ = api_util.flatten(tuple(args_and_consts[:n]))
         outs = eval_jaxpr(call.jaxpr, [], *args_and_consts[n:], *leaves)
         return api_util.unflatten(out_tree, outs)
+
     return converted, consts

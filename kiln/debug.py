@@ -4,6 +4,7 @@ Both stage one effectful `debug_callback` equation: it is never removed, merged 
 optimizer, and the interpreter runs it in program order. Called eagerly, they run at once.
 Under differentiation they see the primal values; under vmap they run once per batch element.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -39,8 +40,10 @@ class _HostCall:
 
     def __call__(self, *values) -> None:
         dynamic = iter(values)
-        leaves = [self.static[i] if i in self.static else _as_array(next(dynamic))
-                  for i in range(self.in_tree.num_leaves)]
+        leaves = [
+            self.static[i] if i in self.static else _as_array(next(dynamic))
+            for i in range(self.in_tree.num_leaves)
+        ]
         args, kwargs = optree.tree_unflatten(self.in_tree, leaves)
         self.fn(*args, **kwargs)
 
@@ -94,8 +97,9 @@ def _debug_callback_batching_rule(args, dims, *, callback: _HostCall, effect: st
     # As JAX does: the callback runs once per batch element, in order, with that element's
     # slice of each batched argument (the unbatched ones are passed whole every time).
     for i in range(batch_size(args, dims)):
-        example = [x if d is None else index_in_dim(x, i, d, keepdims=False)
-                   for x, d in zip(args, dims)]
+        example = [
+            x if d is None else index_in_dim(x, i, d, keepdims=False) for x, d in zip(args, dims)
+        ]
         debug_callback_p.bind(*example, callback=callback, effect=effect)
     return [], []
 
@@ -108,11 +112,13 @@ def _stage(fn: Callable, label: str, ordered: bool, args: tuple, kwargs: dict) -
     if current_trace_state.trace is None:
         host_call(*dynamic)  # eager: run now
         return
-    debug_callback_p.bind(*dynamic, callback=host_call,
-                          effect="OrderedDebug" if ordered else "Debug")
+    debug_callback_p.bind(
+        *dynamic, callback=host_call, effect="OrderedDebug" if ordered else "Debug"
+    )
 
 
 # --- the public functions ----------------------------------------------------------------------
+
 
 def print(fmt: str, *args, ordered: bool = False, **kwargs) -> None:  # noqa: A001
     """Print `fmt.format(*args, **kwargs)` each time the function runs (not only when it is
@@ -131,5 +137,4 @@ def callback(fn: Callable, *args, ordered: bool = False, **kwargs) -> None:
     arrive as kiln Arrays. The return value is ignored."""
     if not callable(fn):
         raise TypeError(f"kiln.debug.callback: expected a callable, got {fn!r}")
-    _stage(fn, f"callback({getattr(fn, '__name__', type(fn).__name__)})", ordered, args,
-           kwargs)
+    _stage(fn, f"callback({getattr(fn, '__name__', type(fn).__name__)})", ordered, args, kwargs)

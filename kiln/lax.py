@@ -1,4 +1,5 @@
 """kiln.lax: the low-level operations, one per primitive (strict dtypes, explicit shapes)."""
+
 from kiln.primitives.elementwise import *  # noqa: F401,F403
 from kiln.primitives.shape import *  # noqa: F401,F403
 from kiln.primitives.shape_slice import *  # noqa: F401,F403

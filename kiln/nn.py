@@ -4,6 +4,7 @@
 Dtypes follow JAX: integer inputs are promoted to the default float where the formula needs a
 float, and Python-scalar (weakly typed) inputs stay weakly typed where JAX keeps them so.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,11 +22,33 @@ from kiln.numpy.reductions import reduction_axes
 from kiln.numpy.util import check_arraylike, promote_dtypes_inexact, to_kiln
 
 __all__ = [
-    "relu", "relu6", "gelu", "sigmoid", "log_sigmoid", "tanh", "softmax", "log_softmax",
-    "logsumexp", "one_hot", "silu", "swish", "softplus", "soft_sign", "elu", "celu", "selu",
-    "leaky_relu", "hard_tanh", "hard_sigmoid", "hard_silu", "hard_swish", "glu", "squareplus",
+    "relu",
+    "relu6",
+    "gelu",
+    "sigmoid",
+    "log_sigmoid",
+    "tanh",
+    "softmax",
+    "log_softmax",
+    "logsumexp",
+    "one_hot",
+    "silu",
+    "swish",
+    "softplus",
+    "soft_sign",
+    "elu",
+    "celu",
+    "selu",
+    "leaky_relu",
+    "hard_tanh",
+    "hard_sigmoid",
+    "hard_silu",
+    "hard_swish",
+    "glu",
+    "squareplus",
     "mish",
-    "standardize", "normalize",
+    "standardize",
+    "normalize",
 ]
 
 tanh = jnp.tanh  # the same function as kiln.numpy.tanh, as in JAX
@@ -46,12 +69,15 @@ def _float_only(name: str, x):
     check_arraylike(name, x)
     x = to_kiln(x)
     if not dtypes.is_inexact(x.dtype):
-        raise TypeError(f"{name} does not accept dtype {x.dtype.name}; it accepts floating "
-                        "and complex arrays. Convert with x.astype(jnp.float32) first.")
+        raise TypeError(
+            f"{name} does not accept dtype {x.dtype.name}; it accepts floating "
+            "and complex arrays. Convert with x.astype(jnp.float32) first."
+        )
     return x
 
 
 # --- rectifiers ------------------------------------------------------------------------------
+
 
 @custom_jvp
 def _relu(x):
@@ -118,13 +144,14 @@ def gelu(x, approximate: bool = True):
     # too, even for a Python-scalar x.
     if approximate:
         sqrt_2_over_pi = np.asarray(np.sqrt(2 / np.pi), dtype=x.dtype)
-        cdf = 0.5 * (1.0 + lax.tanh(sqrt_2_over_pi * (x + 0.044715 * (x ** 3))))
+        cdf = 0.5 * (1.0 + lax.tanh(sqrt_2_over_pi * (x + 0.044715 * (x**3))))
         return x * cdf
     # erfc(-x / sqrt(2)) / 2 keeps precision for very negative x, where 1 + erf would cancel.
     return 0.5 * x * lax.erfc(-x * np.asarray(np.sqrt(0.5), dtype=x.dtype))
 
 
 # --- sigmoids and softplus -------------------------------------------------------------------
+
 
 def sigmoid(x):
     """The logistic function 1 / (1 + exp(-x))."""
@@ -144,8 +171,9 @@ swish = silu
 def _softplus(x):
     # NaN stays NaN and +inf stays +inf (where max(x, 0) + log1p(exp(-|x|)) would also do,
     # but the select keeps the formula JAX's logaddexp(x, 0) uses, value for value).
-    return lax.select(lax.ne(x, x), x,
-                      lax.max(x, lax.full_like(x, 0)) + lax.log1p(lax.exp(-lax.abs(x))))
+    return lax.select(
+        lax.ne(x, x), x, lax.max(x, lax.full_like(x, 0)) + lax.log1p(lax.exp(-lax.abs(x)))
+    )
 
 
 def _finite_or_zero_at_inf(x):
@@ -229,8 +257,8 @@ def glu(x, axis: int = -1):
 
 # --- softmax and logsumexp -------------------------------------------------------------------
 
-def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = False,
-              where=None):
+
+def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = False, where=None):
     """log(sum(b * exp(a))) over `axis`, shifted by the maximum so that large values do not
     overflow. With `b`, negative sums give NaN unless `return_sign`, which returns
     (log|sum|, sign). All -inf gives -inf; any +inf gives +inf. The maximum carries no
@@ -310,8 +338,7 @@ def log_softmax(x, axis=-1, where=None):
     x_max = jnp.max(x, axis=axes, keepdims=True, where=where, initial=-np.inf)
     x_safe = x if where is None else jnp.where(where, x, -np.inf)
     shifted = x_safe - lax.stop_gradient(x_max)
-    shifted_logsumexp = lax.log(jnp.sum(lax.exp(shifted), axis=axes, keepdims=True,
-                                        where=where))
+    shifted_logsumexp = lax.log(jnp.sum(lax.exp(shifted), axis=axes, keepdims=True, where=where))
     result = shifted - shifted_logsumexp
     if where is not None:
         result = jnp.where(where, result, -np.inf)
@@ -338,19 +365,24 @@ normalize = standardize
 
 # --- one_hot ---------------------------------------------------------------------------------
 
+
 def one_hot(x, num_classes: int, *, dtype=None, axis: int = -1):
     """One-hot encode integer labels: out[..., c] = (x == c) for c < num_classes, as `dtype`
     (float32 by default). Out-of-range labels (negative or >= num_classes) give all zeros."""
     check_arraylike("one_hot", x)
     if isinstance(num_classes, Tracer):
         raise ConcretizationTypeError(
-            num_classes, "The error arose in kiln.nn.one_hot: num_classes must be a static "
-                         "int (it sets the output shape). ")
+            num_classes,
+            "The error arose in kiln.nn.one_hot: num_classes must be a static "
+            "int (it sets the output shape). ",
+        )
     num_classes = operator.index(num_classes)
     x = to_kiln(x)
     if x.dtype == np.bool_:
-        raise TypeError("one_hot expects integer (or float) labels, got a bool array; convert "
-                        "with x.astype(jnp.int32).")
+        raise TypeError(
+            "one_hot expects integer (or float) labels, got a bool array; convert "
+            "with x.astype(jnp.int32)."
+        )
     dtype = dtypes.canonicalize(dtype) if dtype is not None else dtypes.default_float()
     out_ndim = x.ndim + 1
     axis = operator.index(axis)

@@ -11,6 +11,7 @@ The counter layout depends on `jax_threefry_partitionable` (`kiln.config`). kiln
 False, the layout of the JAX releases the seed documents were written with; JAX 0.10.2 itself
 defaults to True. Both layouts are implemented.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,24 +26,56 @@ from kiln.core import dtypes
 from kiln.core.array import Array
 from kiln.core.shapes import canonicalize_shape
 from kiln.core.trace import Tracer
-from kiln.primitives.random_bits import (fma, threefry_fold_in, threefry_random_bits,
-                                         threefry_split, xla_erf, xla_erf_inv, xla_log,
-                                         xla_log1p)
+from kiln.primitives.random_bits import (
+    fma,
+    threefry_fold_in,
+    threefry_random_bits,
+    threefry_split,
+    xla_erf,
+    xla_erf_inv,
+    xla_log,
+    xla_log1p,
+)
 
 __all__ = [
-    "PRNGKey", "key", "key_data", "wrap_key_data", "key_impl", "split", "fold_in", "clone",
-    "bits", "uniform", "normal", "randint", "bernoulli", "choice", "permutation", "shuffle",
-    "categorical", "gumbel", "truncated_normal", "exponential", "laplace", "logistic",
-    "rademacher", "PRNGKeyArray",
+    "PRNGKey",
+    "key",
+    "key_data",
+    "wrap_key_data",
+    "key_impl",
+    "split",
+    "fold_in",
+    "clone",
+    "bits",
+    "uniform",
+    "normal",
+    "randint",
+    "bernoulli",
+    "choice",
+    "permutation",
+    "shuffle",
+    "categorical",
+    "gumbel",
+    "truncated_normal",
+    "exponential",
+    "laplace",
+    "logistic",
+    "rademacher",
+    "PRNGKeyArray",
 ]
 
 _UINT32 = np.dtype(np.uint32)
-_UINT_DTYPES = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32),
-                64: np.dtype(np.uint64)}
+_UINT_DTYPES = {
+    8: np.dtype(np.uint8),
+    16: np.dtype(np.uint16),
+    32: np.dtype(np.uint32),
+    64: np.dtype(np.uint64),
+}
 _IMPL_NAME = "threefry2x32"
 
 
 # --- typed keys --------------------------------------------------------------------------------
+
 
 class _KeyDType:
     """The dtype of typed keys; prints as JAX's `key<fry>`."""
@@ -104,8 +137,10 @@ class PRNGKeyArray:
     def __getitem__(self, index) -> "PRNGKeyArray":
         index = index if isinstance(index, tuple) else (index,)
         if any(i is Ellipsis for i in index):
-            raise NotImplementedError("Ellipsis indexing of key arrays is not supported; "
-                                      "index the leading dimensions explicitly.")
+            raise NotImplementedError(
+                "Ellipsis indexing of key arrays is not supported; "
+                "index the leading dimensions explicitly."
+            )
         if len([i for i in index if i is not None]) > self.ndim:
             raise IndexError(f"Too many indices for a key array of shape {self.shape}.")
         return PRNGKeyArray(self._base[index])
@@ -124,16 +159,19 @@ class PRNGKeyArray:
     def __repr__(self) -> str:
         if isinstance(self._base, Tracer):
             return f"PRNGKeyArray(shape={self.shape}, dtype={KEY_DTYPE}) tracing {self._base}"
-        return (f"Array({self.shape}, dtype={KEY_DTYPE}) overlaying:\n"
-                f"{np.asarray(self._base)}")
+        return f"Array({self.shape}, dtype={KEY_DTYPE}) overlaying:\n{np.asarray(self._base)}"
 
     __str__ = __repr__
 
 
 def _register_key_pytree() -> None:
     from kiln import tree_util
-    tree_util.register_pytree_node(PRNGKeyArray, lambda k: ((k._base,), None),
-                                   lambda _, children: PRNGKeyArray(tuple(children)[0]))
+
+    tree_util.register_pytree_node(
+        PRNGKeyArray,
+        lambda k: ((k._base,), None),
+        lambda _, children: PRNGKeyArray(tuple(children)[0]),
+    )
 
 
 _register_key_pytree()
@@ -148,25 +186,35 @@ def _check_key(name: str, key: Any, allow_batched: bool = False):
         data, typed = key, False
         dtype = np.dtype(key.dtype)
         if dtype != _UINT32:
-            raise TypeError(f"{name} expects a PRNG key: a uint32 array whose last dimension "
-                            f"is 2 (from kiln.random.PRNGKey, split or fold_in); got an "
-                            f"array of dtype {dtype.name}.")
+            raise TypeError(
+                f"{name} expects a PRNG key: a uint32 array whose last dimension "
+                f"is 2 (from kiln.random.PRNGKey, split or fold_in); got an "
+                f"array of dtype {dtype.name}."
+            )
         if key.ndim == 0 or key.shape[-1] != 2:
-            raise TypeError(f"{name} expects a PRNG key: a uint32 array whose last dimension "
-                            f"is 2 (from kiln.random.PRNGKey, split or fold_in); got shape "
-                            f"{tuple(key.shape)}.")
+            raise TypeError(
+                f"{name} expects a PRNG key: a uint32 array whose last dimension "
+                f"is 2 (from kiln.random.PRNGKey, split or fold_in); got shape "
+                f"{tuple(key.shape)}."
+            )
         if isinstance(key, np.ndarray):
             data = Array(key)
     elif isinstance(key, (list, tuple)):
-        raise TypeError(f"unexpected PRNG key type {type(key)}: {name} expects a key array "
-                        "from kiln.random.PRNGKey or kiln.random.key.")
+        raise TypeError(
+            f"unexpected PRNG key type {type(key)}: {name} expects a key array "
+            "from kiln.random.PRNGKey or kiln.random.key."
+        )
     else:
-        raise TypeError(f"{name} expects a PRNG key (from kiln.random.PRNGKey or "
-                        f"kiln.random.key); got {key!r} of type {type(key).__name__}.")
+        raise TypeError(
+            f"{name} expects a PRNG key (from kiln.random.PRNGKey or "
+            f"kiln.random.key); got {key!r} of type {type(key).__name__}."
+        )
     if not allow_batched and data.ndim > 1:
         shape = tuple(data.shape[:-1]) if typed else tuple(data.shape)
-        raise ValueError(f"{name} accepts a single key, but was given a key array of shape "
-                         f"{shape} != (). Use jax.vmap for batching.")
+        raise ValueError(
+            f"{name} accepts a single key, but was given a key array of shape "
+            f"{shape} != (). Use jax.vmap for batching."
+        )
     return data, typed
 
 
@@ -176,14 +224,17 @@ def _wrap_result(data, typed: bool):
 
 # --- seeding, splitting, folding -----------------------------------------------------------------
 
+
 def _seed_words(seed, ctor_name: str):
     """uint32[2] key data from an integer seed: the high and low 32-bit words of the seed
     (with x64 off, integer seeds are 32-bit first, so the high word is 0)."""
     if isinstance(seed, PRNGKeyArray):
         raise TypeError(f"{ctor_name} accepts a scalar seed, but was given a PRNG key.")
     if np.ndim(seed) if not isinstance(seed, (Array, Tracer)) else seed.ndim:
-        raise TypeError(f"{ctor_name} accepts a scalar seed, but was given an array of shape "
-                        f"{tuple(np.shape(seed))} != (). Use jax.vmap for batching")
+        raise TypeError(
+            f"{ctor_name} accepts a scalar seed, but was given an array of shape "
+            f"{tuple(np.shape(seed))} != (). Use jax.vmap for batching"
+        )
     if isinstance(seed, (int, np.integer)):
         if isinstance(seed, int):
             # As JAX: a Python int is taken as int64 first (so 2**63 and beyond overflow).
@@ -197,8 +248,7 @@ def _seed_words(seed, ctor_name: str):
     else:
         dtype = np.asarray(seed).dtype
     if dtype.kind not in "iu":
-        raise TypeError(f"PRNG key seed must be an integer; got {seed!r} of dtype "
-                        f"{dtype.name}.")
+        raise TypeError(f"PRNG key seed must be an integer; got {seed!r} of dtype {dtype.name}.")
     seed = jnp.asarray(seed)
     low = lax.convert_element_type(seed, _UINT32)
     if seed.dtype.itemsize == 8:
@@ -223,8 +273,7 @@ def key(seed, *, impl=None):
 
 def _check_impl(impl) -> None:
     if impl is not None and impl not in (_IMPL_NAME, "fry"):
-        raise ValueError(f"kiln.random implements only the threefry2x32 PRNG, got "
-                         f"impl={impl!r}.")
+        raise ValueError(f"kiln.random implements only the threefry2x32 PRNG, got impl={impl!r}.")
 
 
 def key_data(keys):
@@ -266,8 +315,10 @@ def fold_in(key, data):
     """A new key that depends on `key` and the 32-bit integer `data` (e.g. a step count)."""
     words, typed = _check_key("fold_in", key)
     if np.ndim(data) if not isinstance(data, (Array, Tracer)) else data.ndim:
-        raise TypeError("fold_in accepts a scalar, but was given an array of shape "
-                        f"{tuple(np.shape(data))} != (). Use jax.vmap for batching.")
+        raise TypeError(
+            "fold_in accepts a scalar, but was given an array of shape "
+            f"{tuple(np.shape(data))} != (). Use jax.vmap for batching."
+        )
     if isinstance(data, (int, np.integer)) and not isinstance(data, bool):
         if not 0 <= int(data) <= 0xFFFFFFFF:
             raise OverflowError(f"Python integer {int(data)} out of bounds for uint32")
@@ -277,18 +328,21 @@ def fold_in(key, data):
 
 # --- raw bits ----------------------------------------------------------------------------------
 
+
 def bits(key, shape: Sequence[int] = (), dtype=None):
     """Uniform random bits as unsigned integers (default uint32, or uint64 with x64 on)."""
     data, _ = _check_key("bits", key)
     dtype = dtypes.default_uint() if dtype is None else dtypes.canonicalize(dtype)
     if dtype.kind != "u":
-        raise ValueError(f"dtype argument to `bits` must be an unsigned int dtype, got "
-                         f"{dtype.name}")
+        raise ValueError(
+            f"dtype argument to `bits` must be an unsigned int dtype, got {dtype.name}"
+        )
     shape = canonicalize_shape(shape)
     return threefry_random_bits(data, dtype.itemsize * 8, shape)
 
 
 # --- shared checks -----------------------------------------------------------------------------
+
 
 def _float_dtype(name: str, dtype, allow_complex: bool = False) -> np.dtype:
     dtype = dtypes.default_float() if dtype is None else dtypes.canonicalize(dtype)
@@ -306,8 +360,9 @@ def _broadcast_shapes(*shapes) -> tuple:
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
-        raise ValueError("Incompatible shapes for broadcasting: shapes="
-                         f"{[tuple(s) for s in shapes]}") from None
+        raise ValueError(
+            f"Incompatible shapes for broadcasting: shapes={[tuple(s) for s in shapes]}"
+        ) from None
 
 
 def _check_shape(name: str, shape: tuple, *param_shapes) -> None:
@@ -316,17 +371,21 @@ def _check_shape(name: str, shape: tuple, *param_shapes) -> None:
         return
     result = _broadcast_shapes(shape, *param_shapes)
     if result != shape:
-        raise ValueError(f"{name} parameter shapes must be broadcast-compatible with shape "
-                         "argument, and the result of broadcasting the shapes must equal the "
-                         f"shape argument, but got result {result} for shape argument "
-                         f"{shape}.")
+        raise ValueError(
+            f"{name} parameter shapes must be broadcast-compatible with shape "
+            "argument, and the result of broadcasting the shapes must equal the "
+            f"shape argument, but got result {result} for shape argument "
+            f"{shape}."
+        )
 
 
 def _to_dtype_array(x, dtype):
     """`x` (array, tracer or scalar) converted to `dtype`, not weakly typed."""
     if isinstance(x, (list, tuple)):
-        raise TypeError(f"kiln.random parameters must be arrays or scalars, got {type(x)}; "
-                        "convert lists with kiln.numpy.array first.")
+        raise TypeError(
+            f"kiln.random parameters must be arrays or scalars, got {type(x)}; "
+            "convert lists with kiln.numpy.array first."
+        )
     return lax.convert_element_type(x, dtype)
 
 
@@ -335,6 +394,7 @@ def _broadcast(x, shape: tuple):
 
 
 # --- uniform and friends -----------------------------------------------------------------------
+
 
 def _uniform(data, shape: tuple, dtype: np.dtype, minval, maxval):
     """JAX's mantissa trick: random bits fill the mantissa of a float in [1, 2); subtracting 1
@@ -345,8 +405,10 @@ def _uniform(data, shape: tuple, dtype: np.dtype, minval, maxval):
     # The affine map runs on arrays of the full shape (the parameters broadcast into it).
     out_shape = _broadcast_shapes(shape, minval.shape, maxval.shape)
     if out_shape != shape:
-        raise ValueError(f"uniform: minval and maxval of shapes {tuple(minval.shape)} and "
-                         f"{tuple(maxval.shape)} do not broadcast to shape {shape}.")
+        raise ValueError(
+            f"uniform: minval and maxval of shapes {tuple(minval.shape)} and "
+            f"{tuple(maxval.shape)} do not broadcast to shape {shape}."
+        )
     info = dtypes.finfo(dtype)
     nbits, nmant = info.bits, info.nmant
     rng_bits = 8 if nmant < 8 else nbits
@@ -488,8 +550,7 @@ def _gumbel(data, shape: tuple, dtype: np.dtype, mode: str):
     if mode in ("high", "highest"):
         both = _uniform(data, (2, *shape), dtype, 0.0, 1.0)
         high, low = both[0], both[1]
-        refined = lax.add(lax.add(high, lax.mul(low, float(2.0 ** -info.nmant))),
-                          float(info.tiny))
+        refined = lax.add(lax.add(high, lax.mul(low, float(2.0**-info.nmant))), float(info.tiny))
         x = lax.select(lax.ge(high, 0.5), high, refined)
         return lax.neg(xla_log(lax.neg(xla_log1p(lax.neg(x)))))
     u = _uniform(data, shape, dtype, float(info.tiny), 1.0)
@@ -504,9 +565,12 @@ def _bits_to_unit_float32(high, low):
     high_is_zero = lax.eq(high_zeros, 32)
     mantissa = lax.bitwise_or(
         lax.shift_left(high, high_zeros),
-        lax.select(high_is_zero, lax.shift_left(low, low_zeros),
-                   lax.shift_right_logical(low, lax.sub(lax.full_like(high_zeros, 32),
-                                                        high_zeros))))
+        lax.select(
+            high_is_zero,
+            lax.shift_left(low, low_zeros),
+            lax.shift_right_logical(low, lax.sub(lax.full_like(high_zeros, 32), high_zeros)),
+        ),
+    )
     mantissa = lax.shift_right_logical(mantissa, info.bits - info.nmant - 1)
     mantissa = lax.bitwise_and(mantissa, (1 << info.nmant) - 1)
     zeros = lax.select(high_is_zero, lax.add(low_zeros, 32), high_zeros)
@@ -521,12 +585,14 @@ def _gumbel_highest(data, shape: tuple):
     low_inverted = inverted[1]
     carry = lax.convert_element_type(lax.eq(low_inverted, 0xFFFFFFFF), _UINT32)
     # 1 - bits as a 64-bit fixed-point number: add one to the low word, carrying into high.
-    increment = lax.concatenate([lax.expand_dims(carry, (0,)),
-                                 lax.full((1, *shape), 1, _UINT32)], 0)
+    increment = lax.concatenate(
+        [lax.expand_dims(carry, (0,)), lax.full((1, *shape), 1, _UINT32)], 0
+    )
     inverted = lax.add(inverted, increment)
     flip = lax.lt(raw[0], 1 << 31)
-    chosen = lax.select(lax.broadcast_in_dim(flip, (2, *shape), tuple(range(1, len(shape) + 1))),
-                        raw, inverted)
+    chosen = lax.select(
+        lax.broadcast_in_dim(flip, (2, *shape), tuple(range(1, len(shape) + 1))), raw, inverted
+    )
     x = _bits_to_unit_float32(chosen[0], chosen[1])
     small = lax.neg(xla_log(lax.neg(xla_log1p(lax.neg(x)))))
     large = lax.neg(xla_log(lax.neg(xla_log(x))))
@@ -539,12 +605,13 @@ def bernoulli(key, p=0.5, shape: Sequence[int] | None = None, mode: str = "low")
         raise ValueError(f"got mode={mode!r}, expected 'high' or 'low'")
     data, _ = _check_key("bernoulli", key)
     if isinstance(p, (list, tuple)):
-        raise TypeError("bernoulli requires p to be an array or scalar, got a "
-                        f"{type(p).__name__}; convert it with kiln.numpy.array first.")
+        raise TypeError(
+            "bernoulli requires p to be an array or scalar, got a "
+            f"{type(p).__name__}; convert it with kiln.numpy.array first."
+        )
     dtype = dtypes.canonicalize(dtypes.dtype_and_weak_of(p)[0])
     if not dtypes.is_floating(dtype):
-        raise TypeError(f"bernoulli probability `p` must have a floating dtype, got "
-                        f"{dtype.name}.")
+        raise TypeError(f"bernoulli probability `p` must have a floating dtype, got {dtype.name}.")
     p = _to_dtype_array(p, dtype)
     if shape is None:
         shape = tuple(p.shape)
@@ -565,11 +632,13 @@ def rademacher(key, shape: Sequence[int] = (), dtype=None):
     dtype = dtypes.default_int() if dtype is None else dtypes.canonicalize(dtype)
     shape = canonicalize_shape(shape)
     heads = lax.lt(_uniform(data, shape, dtypes.float32, 0.0, 1.0), np.float32(0.5))
-    return lax.convert_element_type(lax.sub(lax.mul(lax.convert_element_type(heads, dtype), 2),
-                                            1), dtype)
+    return lax.convert_element_type(
+        lax.sub(lax.mul(lax.convert_element_type(heads, dtype), 2), 1), dtype
+    )
 
 
 # --- integers, choices, permutations ----------------------------------------------------------
+
 
 def _convert_and_clip_integer(x, dtype: np.dtype):
     """An integer array converted to `dtype`, clipped to the values both types can hold."""
@@ -598,16 +667,19 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=None):
     shape = canonicalize_shape(shape)
     for name, value in (("minval", minval), ("maxval", maxval)):
         if isinstance(value, (list, tuple)):
-            raise TypeError(f"randint requires {name} to be an array or scalar, got a "
-                            f"{type(value).__name__}; convert it with kiln.numpy.array first.")
+            raise TypeError(
+                f"randint requires {name} to be an array or scalar, got a "
+                f"{type(value).__name__}; convert it with kiln.numpy.array first."
+            )
     info = np.iinfo(dtype)
     sample_dtype = dtype
     if info.bits < 32:
         # Narrow types are drawn as int32 and converted, which keeps the modulus bias small.
         sample_dtype = dtypes.int32
         minval = jnp.clip(jnp.asarray(minval).astype(dtypes.int32), int(info.min), int(info.max))
-        maxval = jnp.clip(jnp.asarray(maxval).astype(dtypes.int32), int(info.min),
-                          int(info.max) + 1)
+        maxval = jnp.clip(
+            jnp.asarray(maxval).astype(dtypes.int32), int(info.min), int(info.max) + 1
+        )
     out = _randint(data, shape, minval, maxval, sample_dtype)
     return out if sample_dtype == dtype else lax.convert_element_type(out, dtype)
 
@@ -617,8 +689,9 @@ def _randint(data, shape: tuple, minval, maxval, dtype: np.dtype):
     minval = _as_integer_array(minval)
     maxval = _as_integer_array(maxval)
     # maxval beyond the dtype's range (randint(k, s, 0, 256, uint8)) widens the span by one.
-    top = _convert_and_clip_integer(jnp.asarray(np.array(np.iinfo(dtype).max, dtype)),
-                                    np.dtype(maxval.dtype))
+    top = _convert_and_clip_integer(
+        jnp.asarray(np.array(np.iinfo(dtype).max, dtype)), np.dtype(maxval.dtype)
+    )
     maxval_out_of_range = _broadcast(lax.gt(maxval, top), shape)
     minval = _broadcast(_convert_and_clip_integer(minval, dtype), shape)
     maxval = _broadcast(_convert_and_clip_integer(maxval, dtype), shape)
@@ -629,8 +702,9 @@ def _randint(data, shape: tuple, minval, maxval, dtype: np.dtype):
     unsigned = _UINT_DTYPES[nbits]
     span = lax.convert_element_type(lax.sub(maxval, minval), unsigned)
     span = lax.select(lax.le(maxval, minval), lax.full_like(span, 1), span)
-    span = lax.select(lax.bitwise_and(maxval_out_of_range, lax.gt(maxval, minval)),
-                      lax.add(span, 1), span)
+    span = lax.select(
+        lax.bitwise_and(maxval_out_of_range, lax.gt(maxval, minval)), lax.add(span, 1), span
+    )
     # (high * 2**nbits + low) mod span, without 2*nbits-bit arithmetic: 2**nbits mod span is
     # (2**(nbits/2) mod span)**2 mod span (JAX's formula, unsigned overflow included).
     multiplier = lax.rem(lax.full_like(span, 2 ** (nbits // 2)), span)
@@ -665,8 +739,10 @@ def permutation(key, x, axis: int = 0, independent: bool = False):
     shuffled separately when `independent`)."""
     data, _ = _check_key("permutation", key)
     if isinstance(x, (list, tuple)):
-        raise TypeError("permutation requires ndarray or scalar arguments, got "
-                        f"{type(x)}; convert it with kiln.numpy.array first.")
+        raise TypeError(
+            "permutation requires ndarray or scalar arguments, got "
+            f"{type(x)}; convert it with kiln.numpy.array first."
+        )
     ndim = x.ndim if hasattr(x, "ndim") else np.ndim(x)
     axis = _normalize_axis(axis, ndim or 1)
     if not ndim:
@@ -674,8 +750,10 @@ def permutation(key, x, axis: int = 0, independent: bool = False):
         if dtype.kind not in "iu":
             raise TypeError("x must be an integer or at least 1-dimensional")
         if isinstance(x, Tracer):
-            raise TypeError("permutation of an integer needs a concrete value (it is the "
-                            "length of the result); pass it as a static argument.")
+            raise TypeError(
+                "permutation of an integer needs a concrete value (it is the "
+                "length of the result); pass it as a static argument."
+            )
         return _shuffle(data, jnp.arange(int(x)), axis)
     x = jnp.asarray(x)
     if independent or ndim == 1:
@@ -692,23 +770,33 @@ def shuffle(key, x, axis: int = 0):
     return _shuffle(data, x, _normalize_axis(axis, x.ndim))
 
 
-def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis: int = 0,
-           mode: str | None = None):
+def choice(
+    key,
+    a,
+    shape: Sequence[int] = (),
+    replace: bool = True,
+    p=None,
+    axis: int = 0,
+    mode: str | None = None,
+):
     """Draw from the entries of `a` along `axis` (or from arange(a) for an integer a), with or
     without replacement, uniformly or with probabilities `p`."""
     data, _ = _check_key("choice", key)
     if not isinstance(shape, Sequence):
-        raise TypeError("shape argument of jax.random.choice must be a sequence, got "
-                        f"{shape}")
+        raise TypeError(f"shape argument of jax.random.choice must be a sequence, got {shape}")
     if isinstance(a, (list, tuple)):
-        raise TypeError("choice requires ndarray or scalar arguments, got "
-                        f"{type(a)}; convert it with kiln.numpy.array first.")
+        raise TypeError(
+            "choice requires ndarray or scalar arguments, got "
+            f"{type(a)}; convert it with kiln.numpy.array first."
+        )
     shape = canonicalize_shape(shape)
     arr = jnp.asarray(a)
     if arr.ndim == 0:
         if isinstance(a, Tracer):
-            raise TypeError("choice of an integer population needs a concrete value; pass "
-                            "it as a static argument.")
+            raise TypeError(
+                "choice of an integer population needs a concrete value; pass "
+                "it as a static argument."
+            )
         n_inputs = int(a)
     else:
         axis = _normalize_axis(axis, arr.ndim)
@@ -719,8 +807,10 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
     if n_inputs <= 0:
         raise ValueError("a must be greater than 0 unless no samples are taken")
     if not replace and n_draws > n_inputs:
-        raise ValueError(f"Cannot take a larger sample (size {n_draws}) than population "
-                         f"(size {n_inputs}) when 'replace=False'")
+        raise ValueError(
+            f"Cannot take a larger sample (size {n_draws}) than population "
+            f"(size {n_inputs}) when 'replace=False'"
+        )
     if p is None:
         if replace:
             index = randint(data, shape, 0, n_inputs)
@@ -730,37 +820,50 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
             result = lax.slice_in_dim(shuffled, 0, n_draws, axis=axis)
     else:
         if isinstance(p, (list, tuple)):
-            raise TypeError("choice requires p to be an array, got a "
-                            f"{type(p).__name__}; convert it with kiln.numpy.array first.")
+            raise TypeError(
+                "choice requires p to be an array, got a "
+                f"{type(p).__name__}; convert it with kiln.numpy.array first."
+            )
         p_arr = jnp.asarray(p)
         if not dtypes.is_inexact(p_arr.dtype):
             p_arr = p_arr.astype(dtypes.default_float())
         if tuple(p_arr.shape) != (n_inputs,):
-            raise ValueError("p must be None or a 1D vector with the same size as "
-                             f"a.shape[axis]. p has shape {tuple(p_arr.shape)} and "
-                             f"a.shape[axis] is {n_inputs}.")
+            raise ValueError(
+                "p must be None or a 1D vector with the same size as "
+                f"a.shape[axis]. p has shape {tuple(p_arr.shape)} and "
+                f"a.shape[axis] is {n_inputs}."
+            )
         if replace:
             cumulative = jnp.cumsum(p_arr)
             u = _uniform(data, shape, np.dtype(cumulative.dtype), 0.0, 1.0)
             r = lax.mul(cumulative[-1], lax.sub(lax.full_like(u, 1), u))
             index = jnp.searchsorted(cumulative, r).astype(dtypes.default_int())
         else:
-            g = lax.add(_gumbel(data, (n_inputs,), np.dtype(p_arr.dtype), mode or "low"),
-                        xla_log(p_arr))
+            g = lax.add(
+                _gumbel(data, (n_inputs,), np.dtype(p_arr.dtype), mode or "low"), xla_log(p_arr)
+            )
             index = lax.top_k(g, n_draws)[1].astype(dtypes.default_int())
         result = index if arr.ndim == 0 else jnp.take(arr, index, axis)
-    out_shape = shape if arr.ndim == 0 else (*arr.shape[:axis], *shape, *arr.shape[axis + 1:])
+    out_shape = shape if arr.ndim == 0 else (*arr.shape[:axis], *shape, *arr.shape[axis + 1 :])
     return result.reshape(out_shape)
 
 
-def categorical(key, logits, axis: int = -1, shape: Sequence[int] | None = None,
-                replace: bool = True, mode: str | None = None):
+def categorical(
+    key,
+    logits,
+    axis: int = -1,
+    shape: Sequence[int] | None = None,
+    replace: bool = True,
+    mode: str | None = None,
+):
     """Indices drawn from softmax(logits) along `axis` (the Gumbel-max trick; without
     replacement, the Gumbel top-k trick)."""
     data, _ = _check_key("categorical", key)
     if isinstance(logits, (list, tuple)):
-        raise TypeError("categorical requires ndarray or scalar arguments, got "
-                        f"{type(logits)}; convert it with kiln.numpy.array first.")
+        raise TypeError(
+            "categorical requires ndarray or scalar arguments, got "
+            f"{type(logits)}; convert it with kiln.numpy.array first."
+        )
     logits = jnp.asarray(logits)
     axis = operator.index(axis)
     _normalize_axis(axis, logits.ndim)
@@ -776,11 +879,11 @@ def categorical(key, logits, axis: int = -1, shape: Sequence[int] | None = None,
     dtype = np.dtype(logits.dtype)
     if not dtypes.is_floating(dtype):
         raise ValueError(f"categorical requires floating logits, got {dtype.name}")
-    prefix = shape[:len(shape) - len(batch_shape)]
+    prefix = shape[: len(shape) - len(batch_shape)]
     if replace:
         if axis >= 0:
             axis -= logits.ndim
-        noise_shape = list(shape[len(shape) - len(batch_shape):])
+        noise_shape = list(shape[len(shape) - len(batch_shape) :])
         noise_shape.insert(axis % logits.ndim, logits.shape[axis])
         noise = _gumbel(data, (*prefix, *noise_shape), dtype, mode)
         expanded = lax.expand_dims(logits, tuple(range(len(prefix))))
@@ -788,8 +891,10 @@ def categorical(key, logits, axis: int = -1, shape: Sequence[int] | None = None,
     perturbed = lax.add(logits, _gumbel(data, tuple(logits.shape), dtype, mode))
     k = math.prod(prefix)
     if k > logits.shape[axis]:
-        raise ValueError(f"Number of samples without replacement ({k}) cannot exceed number "
-                         f"of categories ({logits.shape[axis]}).")
+        raise ValueError(
+            f"Number of samples without replacement ({k}) cannot exceed number "
+            f"of categories ({logits.shape[axis]})."
+        )
     _, indices = lax.top_k(jnp.moveaxis(perturbed, axis, -1), k)
     # indices has shape batch_shape + (k,); the samples go first in the result.
     return lax.reshape(indices, shape, (indices.ndim - 1, *range(indices.ndim - 1)))

@@ -5,6 +5,7 @@ Forward mode: `jvp(f, x, t)` against (f(x + eps t) - f(x - eps t)) / (2 eps). Re
 adjoint identity <t, vjp(ct)> == <ct, J t>, with J t from finite differences. Order n checks
 the (n-1)-th derivative functions the same way (the jvp of the jvp, the vjp of the vjp).
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,9 +21,12 @@ from kiln.core.avals import get_aval
 EPS = 1e-4
 
 _DEFAULT_TOL = {
-    np.dtype(np.float16): 1e-2, np.dtype(dtypes.bfloat16): 1e-1,
-    np.dtype(np.float32): 2e-3, np.dtype(np.float64): 1e-5,
-    np.dtype(np.complex64): 1e-3, np.dtype(np.complex128): 1e-5,
+    np.dtype(np.float16): 1e-2,
+    np.dtype(dtypes.bfloat16): 1e-1,
+    np.dtype(np.float32): 2e-3,
+    np.dtype(np.float64): 1e-5,
+    np.dtype(np.complex64): 1e-3,
+    np.dtype(np.complex128): 1e-5,
 }
 
 
@@ -48,6 +52,7 @@ def _is_float0(x) -> bool:
 
 def _rand_like(rng: np.random.RandomState, tree):
     """A random tree shaped like `tree` (float0 zeros for integer leaves)."""
+
     def one(x):
         aval = get_aval(x)
         if not dtypes.is_inexact(aval.dtype):
@@ -56,6 +61,7 @@ def _rand_like(rng: np.random.RandomState, tree):
         if dtypes.is_complex(aval.dtype):
             value = value + 1j * rng.randn(*aval.shape)
         return np.asarray(value, dtype=aval.dtype)
+
     leaves, tree_def = api_util.flatten(tree)
     return api_util.unflatten(tree_def, [one(x) for x in leaves])
 
@@ -66,6 +72,7 @@ def _add_scaled(tree, tangent, scale: float):
             return x
         x = _to_numpy(x)
         return (x + scale * _to_numpy(t).astype(x.dtype)).astype(x.dtype)
+
     leaves, tree_def = api_util.flatten(tree)
     return api_util.unflatten(tree_def, [one(x, t) for x, t in zip(leaves, _leaves(tangent))])
 
@@ -77,8 +84,13 @@ def _inner_product(xs, ys) -> float:
     for x, y in zip(_leaves(xs), _leaves(ys)):
         if _is_float0(x) or _is_float0(y):
             continue
-        total = total + float(np.real(np.sum(np.conj(_to_numpy(x).astype(np.complex128))
-                                             * _to_numpy(y).astype(np.complex128))))
+        total = total + float(
+            np.real(
+                np.sum(
+                    np.conj(_to_numpy(x).astype(np.complex128)) * _to_numpy(y).astype(np.complex128)
+                )
+            )
+        )
     return total
 
 
@@ -93,8 +105,11 @@ def numerical_jvp(f: Callable, primals: Sequence, tangents: Sequence, eps: float
         if not dtypes.is_inexact(p.dtype):
             out.append(np.zeros(p.shape, float0))
             continue
-        out.append(((p.astype(np.complex128 if p.dtype.kind == "c" else np.float64)
-                     - n) * (0.5 / eps)).astype(p.dtype))
+        out.append(
+            (
+                (p.astype(np.complex128 if p.dtype.kind == "c" else np.float64) - n) * (0.5 / eps)
+            ).astype(p.dtype)
+        )
     return api_util.unflatten(tree_def, out)
 
 
@@ -107,11 +122,21 @@ def _check_close(x, y, atol, rtol, err_msg: str) -> None:
         np.testing.assert_allclose(
             a.astype(np.complex128 if dtype.kind == "c" else np.float64),
             b.astype(np.complex128 if dtype.kind == "c" else np.float64),
-            atol=_tolerance(dtype, atol), rtol=_tolerance(dtype, rtol), err_msg=err_msg)
+            atol=_tolerance(dtype, atol),
+            rtol=_tolerance(dtype, rtol),
+            err_msg=err_msg,
+        )
 
 
-def check_jvp(f: Callable, f_jvp: Callable, args: Sequence, atol=None, rtol=None,
-              eps: float = EPS, err_msg: str = "") -> None:
+def check_jvp(
+    f: Callable,
+    f_jvp: Callable,
+    args: Sequence,
+    atol=None,
+    rtol=None,
+    eps: float = EPS,
+    err_msg: str = "",
+) -> None:
     """`f_jvp(args, tangents)` against finite differences of `f` at `args`."""
     rng = np.random.RandomState(0)
     tangent = _rand_like(rng, tuple(args))
@@ -121,8 +146,15 @@ def check_jvp(f: Callable, f_jvp: Callable, args: Sequence, atol=None, rtol=None
     _check_close(t_out, t_expected, atol, rtol, err_msg + " (tangent output)")
 
 
-def check_vjp(f: Callable, f_vjp: Callable, args: Sequence, atol=None, rtol=None,
-              eps: float = EPS, err_msg: str = "") -> None:
+def check_vjp(
+    f: Callable,
+    f_vjp: Callable,
+    args: Sequence,
+    atol=None,
+    rtol=None,
+    eps: float = EPS,
+    err_msg: str = "",
+) -> None:
     """The adjoint identity <t, vjp(ct)> == <ct, (finite-difference) J t>."""
     rng = np.random.RandomState(0)
     v_out, vjp_fun = f_vjp(*args)
@@ -133,12 +165,22 @@ def check_vjp(f: Callable, f_vjp: Callable, args: Sequence, atol=None, rtol=None
     cotangent_out = vjp_fun(_conj(cotangent))
     ip = _inner_product(tangent, _conj(cotangent_out))
     ip_expected = _inner_product(tangent_out, cotangent)
-    dtype = next((np.dtype(get_aval(x).dtype) for x in _leaves(v_out)
-                  if dtypes.is_inexact(get_aval(x).dtype)), np.dtype(np.float64))
+    dtype = next(
+        (
+            np.dtype(get_aval(x).dtype)
+            for x in _leaves(v_out)
+            if dtypes.is_inexact(get_aval(x).dtype)
+        ),
+        np.dtype(np.float64),
+    )
     scale = max(1.0, float(np.abs(ip_expected)))
-    np.testing.assert_allclose(ip, ip_expected, atol=_tolerance(dtype, atol) * scale,
-                               rtol=_tolerance(dtype, rtol),
-                               err_msg=err_msg + " (vjp adjoint identity)")
+    np.testing.assert_allclose(
+        ip,
+        ip_expected,
+        atol=_tolerance(dtype, atol) * scale,
+        rtol=_tolerance(dtype, rtol),
+        err_msg=err_msg + " (vjp adjoint identity)",
+    )
 
 
 def _conj(tree):
@@ -147,15 +189,24 @@ def _conj(tree):
             return x
         x = _to_numpy(x)
         return np.conj(x) if x.dtype.kind == "c" else x
+
     leaves, tree_def = api_util.flatten(tree)
     return api_util.unflatten(tree_def, [one(x) for x in leaves])
 
 
-def check_grads(f: Callable, args: Sequence, order: int, modes=("fwd", "rev"), atol=None,
-                rtol=None, eps: float | None = None) -> None:
+def check_grads(
+    f: Callable,
+    args: Sequence,
+    order: int,
+    modes=("fwd", "rev"),
+    atol=None,
+    rtol=None,
+    eps: float | None = None,
+) -> None:
     """Check the derivatives of `f` at `args` up to `order` in the given modes (raises an
     AssertionError that says which mode and order disagreed)."""
     from kiln.transforms.ad import jvp, vjp
+
     eps = eps or EPS
     args = tuple(args)
 
@@ -171,9 +222,11 @@ def check_grads(f: Callable, args: Sequence, order: int, modes=("fwd", "rev"), a
             rev_msg = f"{msg}VJP of order {order - n + 1}"
             check_vjp(fun, functools.partial(vjp, fun), fun_args, atol, rtol, eps, rev_msg)
             if n > 1:
+
                 def f_vjp(*xs):
                     out, pullback = vjp(fun, *xs)
                     return pullback(out)
+
                 check(f_vjp, fun_args, n - 1, rev_msg + " of ")
 
     check(f, args, order, "")

@@ -18,14 +18,38 @@ from typing import Any, TypeVar
 import optree
 
 __all__ = [
-    "NAMESPACE", "PyTreeDef", "Partial",
-    "SequenceKey", "DictKey", "GetAttrKey", "FlattenedIndexKey", "KeyEntry", "KeyPath",
-    "tree_flatten", "tree_unflatten", "tree_leaves", "tree_structure", "tree_map",
-    "tree_reduce", "tree_all", "tree_transpose", "treedef_is_leaf", "treedef_is_strict_leaf",
-    "treedef_children", "treedef_tuple", "all_leaves",
-    "register_pytree_node", "register_pytree_node_class", "register_pytree_with_keys",
-    "register_pytree_with_keys_class", "register_dataclass", "register_static",
-    "tree_flatten_with_path", "tree_leaves_with_path", "tree_map_with_path", "keystr",
+    "NAMESPACE",
+    "PyTreeDef",
+    "Partial",
+    "SequenceKey",
+    "DictKey",
+    "GetAttrKey",
+    "FlattenedIndexKey",
+    "KeyEntry",
+    "KeyPath",
+    "tree_flatten",
+    "tree_unflatten",
+    "tree_leaves",
+    "tree_structure",
+    "tree_map",
+    "tree_reduce",
+    "tree_all",
+    "tree_transpose",
+    "treedef_is_leaf",
+    "treedef_is_strict_leaf",
+    "treedef_children",
+    "treedef_tuple",
+    "all_leaves",
+    "register_pytree_node",
+    "register_pytree_node_class",
+    "register_pytree_with_keys",
+    "register_pytree_with_keys_class",
+    "register_dataclass",
+    "register_static",
+    "tree_flatten_with_path",
+    "tree_leaves_with_path",
+    "tree_map_with_path",
+    "keystr",
     "keystr_of_leaf_paths",
 ]
 
@@ -45,9 +69,11 @@ _NO_INITIALIZER = object()
 # Key path entries
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class SequenceKey:
     """Key of a child of a list or tuple: prints as `[0]`."""
+
     idx: int
 
     def __str__(self) -> str:
@@ -57,6 +83,7 @@ class SequenceKey:
 @dataclasses.dataclass(frozen=True, slots=True)
 class DictKey:
     """Key of a child of a dict (or OrderedDict, defaultdict): prints as `['W']`."""
+
     key: Hashable
 
     def __str__(self) -> str:
@@ -66,6 +93,7 @@ class DictKey:
 @dataclasses.dataclass(frozen=True, slots=True)
 class GetAttrKey:
     """Key of an attribute child (namedtuple field, dataclass field): prints as `.name`."""
+
     name: str
 
     def __str__(self) -> str:
@@ -75,6 +103,7 @@ class GetAttrKey:
 @dataclasses.dataclass(frozen=True, slots=True)
 class FlattenedIndexKey:
     """Child position in a custom node registered without keys: prints as `[<flat index 0>]`."""
+
     key: int
 
     def __str__(self) -> str:
@@ -87,6 +116,7 @@ KeyPath = tuple[KeyEntry, ...]
 
 class _KeyEntry(optree.PyTreeEntry):
     """optree path entry whose `entry` is already a kiln key (from `register_pytree_with_keys`)."""
+
     __slots__ = ()
 
 
@@ -133,6 +163,7 @@ def keystr(keys: KeyPath, *, simple: bool = False, separator: str = "") -> str:
 # ---------------------------------------------------------------------------------------------
 # PyTreeDef
 # ---------------------------------------------------------------------------------------------
+
 
 def _repr_node(node_type: type, node_data: Any, children: tuple[str, ...]) -> str:
     """Render one node, given its already-rendered children, in JAX's PyTreeDef spelling."""
@@ -225,7 +256,9 @@ class PyTreeDef:
         one_level = self.spec.one_level()
         node_type, node_data = one_level.walk(
             itertools.repeat(None, one_level.num_leaves),
-            lambda node_type, node_data, children: (node_type, node_data), None)
+            lambda node_type, node_data, children: (node_type, node_data),
+            None,
+        )
         if node_type is dict:
             return dict, list(node_data)
         if node_type in (tuple, list, _NONE_TYPE):
@@ -265,6 +298,7 @@ class PyTreeDef:
 # Structure-mismatch diagnosis (error path only)
 # ---------------------------------------------------------------------------------------------
 
+
 def _one_level_structure(tree: Any) -> optree.PyTreeSpec:
     """The structure of `tree`'s root node with every child (None included) as a leaf."""
     seen_root = False
@@ -279,8 +313,9 @@ def _one_level_structure(tree: Any) -> optree.PyTreeSpec:
     return optree.tree_structure(tree, is_leaf=is_leaf, namespace=NAMESPACE)
 
 
-def _first_mismatch(spec: optree.PyTreeSpec, tree: Any,
-                    path: KeyPath) -> tuple[KeyPath, optree.PyTreeSpec, Any] | None:
+def _first_mismatch(
+    spec: optree.PyTreeSpec, tree: Any, path: KeyPath
+) -> tuple[KeyPath, optree.PyTreeSpec, Any] | None:
     """Depth-first search for the first node where `tree` departs from the prefix `spec`.
 
     Returns the key path, the expected sub-structure there, and the offending subtree.
@@ -301,8 +336,8 @@ def _first_mismatch(spec: optree.PyTreeSpec, tree: Any,
 
 def _structure_text(spec: optree.PyTreeSpec, limit: int = 200) -> str:
     """A spec's JAX-style spelling without the `PyTreeDef(...)` wrapper, cut to `limit` chars."""
-    text = repr(PyTreeDef(spec))[len("PyTreeDef("):-1]
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    text = repr(PyTreeDef(spec))[len("PyTreeDef(") : -1]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _mismatch_message(spec: optree.PyTreeSpec, tree: Any, fallback: str) -> str:
@@ -314,18 +349,27 @@ def _mismatch_message(spec: optree.PyTreeSpec, tree: Any, fallback: str) -> str:
     found = optree.tree_structure(subtree, namespace=NAMESPACE)
     where = f"key path {keystr(path)}" if path else "the root"
     expected_text, found_text = _structure_text(expected), _structure_text(found)
-    message = (f"pytree structure mismatch at {where}: expected {expected_text}, "
-               f"got {found_text} (value: {reprlib.repr(subtree)}).")
-    if (found.type is not None and found.type is not expected.type
-            and found.type.__name__ == expected.type.__name__):
+    message = (
+        f"pytree structure mismatch at {where}: expected {expected_text}, "
+        f"got {found_text} (value: {reprlib.repr(subtree)})."
+    )
+    if (
+        found.type is not None
+        and found.type is not expected.type
+        and found.type.__name__ == expected.type.__name__
+    ):
         # Same spelling but different types: two distinct classes share a name (e.g. a
         # namedtuple defined twice), so name them by identity.
-        message += (f" The node types are distinct classes with the same name: expected "
-                    f"{expected.type!r} (id {id(expected.type):#x}), got {found.type!r} "
-                    f"(id {id(found.type):#x}).")
+        message += (
+            f" The node types are distinct classes with the same name: expected "
+            f"{expected.type!r} (id {id(expected.type):#x}), got {found.type!r} "
+            f"(id {id(found.type):#x})."
+        )
     if expected.type is _NONE_TYPE:
-        message += (" None is an empty pytree, not a leaf; to map over it, pass "
-                    "is_leaf=lambda x: x is None.")
+        message += (
+            " None is an empty pytree, not a leaf; to map over it, pass "
+            "is_leaf=lambda x: x is None."
+        )
     return message + f" Full expected structure: {PyTreeDef(spec)!r}."
 
 
@@ -333,8 +377,10 @@ def _mismatch_message(spec: optree.PyTreeSpec, tree: Any, fallback: str) -> str:
 # Flattening and mapping
 # ---------------------------------------------------------------------------------------------
 
-def tree_flatten(tree: Any,
-                 is_leaf: Callable[[Any], bool] | None = None) -> tuple[list[Leaf], PyTreeDef]:
+
+def tree_flatten(
+    tree: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> tuple[list[Leaf], PyTreeDef]:
     """Flatten `tree` into its leaves (in JAX's order: dict keys sorted) and its structure.
 
     Args:
@@ -373,13 +419,16 @@ def _flatten_rest(spec: optree.PyTreeSpec, rest: Sequence[Any], caller: str) -> 
             flat.append(spec.flatten_up_to(other))
         except ValueError as error:
             detail = _mismatch_message(spec, other, str(error))
-            raise ValueError(f"{caller}: rest[{position}] (tree argument {position + 2}) does not "
-                             f"match the structure of the first tree; {detail}") from None
+            raise ValueError(
+                f"{caller}: rest[{position}] (tree argument {position + 2}) does not "
+                f"match the structure of the first tree; {detail}"
+            ) from None
     return flat
 
 
-def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
-             is_leaf: Callable[[Any], bool] | None = None) -> Any:
+def tree_map(
+    f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> Any:
     """Apply `f` leafwise: `f(x, *xs)` for each leaf `x` of `tree` and matching entries of `rest`.
 
     Args:
@@ -398,8 +447,12 @@ def tree_map(f: Callable[..., Any], tree: Any, *rest: Any,
     return spec.unflatten(map(f, leaves, *_flatten_rest(spec, rest, "tree_map")))
 
 
-def tree_reduce(function: Callable[[T, Any], T], tree: Any, initializer: Any = _NO_INITIALIZER,
-                is_leaf: Callable[[Any], bool] | None = None) -> T:
+def tree_reduce(
+    function: Callable[[T, Any], T],
+    tree: Any,
+    initializer: Any = _NO_INITIALIZER,
+    is_leaf: Callable[[Any], bool] | None = None,
+) -> T:
     """Fold `function` over the leaves of `tree`, left to right, as `functools.reduce` does."""
     leaves = tree_leaves(tree, is_leaf)
     if initializer is _NO_INITIALIZER:
@@ -412,8 +465,9 @@ def tree_all(tree: Any, *, is_leaf: Callable[[Any], bool] | None = None) -> bool
     return all(tree_leaves(tree, is_leaf))
 
 
-def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None,
-                   pytree_to_transpose: Any) -> Any:
+def tree_transpose(
+    outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None, pytree_to_transpose: Any
+) -> Any:
     """Turn an outer-of-inner pytree into an inner-of-outer one.
 
     Args:
@@ -465,25 +519,29 @@ def all_leaves(iterable: Iterable[Any], is_leaf: Callable[[Any], bool] | None = 
 # Key paths
 # ---------------------------------------------------------------------------------------------
 
+
 def _leaf_paths(spec: optree.PyTreeSpec) -> list[KeyPath]:
     return [tuple(map(_key_of_entry, accessor)) for accessor in spec.accessors()]
 
 
-def tree_flatten_with_path(tree: Any, is_leaf: Callable[[Any], bool] | None = None
-                           ) -> tuple[list[tuple[KeyPath, Leaf]], PyTreeDef]:
+def tree_flatten_with_path(
+    tree: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> tuple[list[tuple[KeyPath, Leaf]], PyTreeDef]:
     """Like `tree_flatten`, but each leaf comes paired with its key path."""
     leaves, spec = optree.tree_flatten(tree, is_leaf, namespace=NAMESPACE)
     return list(zip(_leaf_paths(spec), leaves)), PyTreeDef(spec)
 
 
-def tree_leaves_with_path(tree: Any, is_leaf: Callable[[Any], bool] | None = None
-                          ) -> list[tuple[KeyPath, Leaf]]:
+def tree_leaves_with_path(
+    tree: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> list[tuple[KeyPath, Leaf]]:
     """The `(key path, leaf)` pairs of `tree`, in flatten order."""
     return tree_flatten_with_path(tree, is_leaf)[0]
 
 
-def tree_map_with_path(f: Callable[..., Any], tree: Any, *rest: Any,
-                       is_leaf: Callable[[Any], bool] | None = None) -> Any:
+def tree_map_with_path(
+    f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] | None = None
+) -> Any:
     """Like `tree_map`, but `f` receives each leaf's key path first: `f(path, x, *xs)`."""
     leaves, spec = optree.tree_flatten(tree, is_leaf, namespace=NAMESPACE)
     flat_rest = _flatten_rest(spec, rest, "tree_map_with_path")
@@ -503,9 +561,12 @@ def keystr_of_leaf_paths(tree: Any, is_leaf: Callable[[Any], bool] | None = None
 # Registration
 # ---------------------------------------------------------------------------------------------
 
-def register_pytree_node(nodetype: type[T],
-                         flatten_func: Callable[[T], tuple[Iterable[Any], Hashable]],
-                         unflatten_func: Callable[[Hashable, Iterable[Any]], T]) -> None:
+
+def register_pytree_node(
+    nodetype: type[T],
+    flatten_func: Callable[[T], tuple[Iterable[Any], Hashable]],
+    unflatten_func: Callable[[Hashable, Iterable[Any]], T],
+) -> None:
     """Make `nodetype` a pytree node (JAX's convention).
 
     Args:
@@ -517,8 +578,13 @@ def register_pytree_node(nodetype: type[T],
     Key paths of its children are `FlattenedIndexKey(i)`; use `register_pytree_with_keys` to
     name them.
     """
-    optree.register_pytree_node(nodetype, flatten_func, unflatten_func,
-                                path_entry_type=optree.FlattenedEntry, namespace=NAMESPACE)
+    optree.register_pytree_node(
+        nodetype,
+        flatten_func,
+        unflatten_func,
+        path_entry_type=optree.FlattenedEntry,
+        namespace=NAMESPACE,
+    )
 
 
 def register_pytree_node_class(cls: Typ) -> Typ:
@@ -529,10 +595,11 @@ def register_pytree_node_class(cls: Typ) -> Typ:
 
 
 def register_pytree_with_keys(
-        nodetype: type[T],
-        flatten_with_keys: Callable[[T], tuple[Iterable[tuple[KeyEntry, Any]], Hashable]],
-        unflatten_func: Callable[[Hashable, Iterable[Any]], T],
-        flatten_func: Callable[[T], tuple[Iterable[Any], Hashable]] | None = None) -> None:
+    nodetype: type[T],
+    flatten_with_keys: Callable[[T], tuple[Iterable[tuple[KeyEntry, Any]], Hashable]],
+    unflatten_func: Callable[[Hashable, Iterable[Any]], T],
+    flatten_func: Callable[[T], tuple[Iterable[Any], Hashable]] | None = None,
+) -> None:
     """Make `nodetype` a pytree node whose children carry keys for key paths.
 
     Args:
@@ -552,15 +619,21 @@ def register_pytree_with_keys(
         children = tuple(child for _, child in key_children)
         return children, aux_data, keys
 
-    optree.register_pytree_node(nodetype, flatten_with_entries, unflatten_func,
-                                path_entry_type=_KeyEntry, namespace=NAMESPACE)
+    optree.register_pytree_node(
+        nodetype,
+        flatten_with_entries,
+        unflatten_func,
+        path_entry_type=_KeyEntry,
+        namespace=NAMESPACE,
+    )
 
 
 def register_pytree_with_keys_class(cls: Typ) -> Typ:
     """Class decorator: register `cls` using its `tree_flatten_with_keys` method and
     `tree_unflatten` classmethod."""
-    register_pytree_with_keys(cls, operator.methodcaller("tree_flatten_with_keys"),
-                              cls.tree_unflatten)
+    register_pytree_with_keys(
+        cls, operator.methodcaller("tree_flatten_with_keys"), cls.tree_unflatten
+    )
     return cls
 
 
@@ -574,32 +647,49 @@ def _attribute_tuple_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any
     return lambda obj: ()
 
 
-def _dataclass_field_split(nodetype: type, data_fields: Sequence[str] | None,
-                           meta_fields: Sequence[str] | None,
-                           drop_fields: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _dataclass_field_split(
+    nodetype: type,
+    data_fields: Sequence[str] | None,
+    meta_fields: Sequence[str] | None,
+    drop_fields: Sequence[str],
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Fill in omitted field lists from the dataclass and check the split covers `__init__`."""
     is_dataclass = dataclasses.is_dataclass(nodetype)
     if (data_fields is None or meta_fields is None) and not is_dataclass:
-        raise TypeError(f"register_dataclass: {nodetype.__name__} is not a dataclass, so "
-                        "data_fields and meta_fields must both be given.")
-    init_fields = ([field for field in dataclasses.fields(nodetype)
-                    if field.init and field.name not in drop_fields] if is_dataclass else [])
+        raise TypeError(
+            f"register_dataclass: {nodetype.__name__} is not a dataclass, so "
+            "data_fields and meta_fields must both be given."
+        )
+    init_fields = (
+        [
+            field
+            for field in dataclasses.fields(nodetype)
+            if field.init and field.name not in drop_fields
+        ]
+        if is_dataclass
+        else []
+    )
     if meta_fields is None:
-        meta_fields = [field.name for field in init_fields
-                       if field.metadata.get("static", False)
-                       and field.name not in (data_fields or ())]
+        meta_fields = [
+            field.name
+            for field in init_fields
+            if field.metadata.get("static", False) and field.name not in (data_fields or ())
+        ]
     if data_fields is None:
         data_fields = [field.name for field in init_fields if field.name not in meta_fields]
     data_fields, meta_fields = tuple(data_fields), tuple(meta_fields)
     if overlap := set(data_fields) & set(meta_fields):
-        raise ValueError(f"register_dataclass: fields {sorted(overlap)} are listed as both data "
-                         "and meta fields.")
+        raise ValueError(
+            f"register_dataclass: fields {sorted(overlap)} are listed as both data and meta fields."
+        )
     if is_dataclass:
         names = {field.name for field in init_fields}
         given = {*data_fields, *meta_fields}
         if given != names:
-            message = ("register_dataclass: data_fields and meta_fields must together list "
-                       f"exactly the __init__ fields of {nodetype.__name__}.")
+            message = (
+                "register_dataclass: data_fields and meta_fields must together list "
+                f"exactly the __init__ fields of {nodetype.__name__}."
+            )
             if missing := names - given:
                 message += f" Missing: {sorted(missing)} (add them to drop_fields to skip them)."
             if unexpected := given - names:
@@ -608,9 +698,12 @@ def _dataclass_field_split(nodetype: type, data_fields: Sequence[str] | None,
     return data_fields, meta_fields
 
 
-def register_dataclass(nodetype: Typ | None = None, data_fields: Sequence[str] | None = None,
-                       meta_fields: Sequence[str] | None = None,
-                       drop_fields: Sequence[str] = ()) -> Any:
+def register_dataclass(
+    nodetype: Typ | None = None,
+    data_fields: Sequence[str] | None = None,
+    meta_fields: Sequence[str] | None = None,
+    drop_fields: Sequence[str] = (),
+) -> Any:
     """Register a dataclass-like type as a pytree node whose children are its data fields.
 
     Usable as `register_dataclass(cls, ...)`, as a bare `@register_dataclass`, or as
@@ -629,10 +722,13 @@ def register_dataclass(nodetype: Typ | None = None, data_fields: Sequence[str] |
       `GetAttrKey(field)`.
     """
     if nodetype is None:
-        return functools.partial(register_dataclass, data_fields=data_fields,
-                                 meta_fields=meta_fields, drop_fields=drop_fields)
-    data_names, meta_names = _dataclass_field_split(nodetype, data_fields, meta_fields,
-                                                    drop_fields)
+        return functools.partial(
+            register_dataclass,
+            data_fields=data_fields,
+            meta_fields=meta_fields,
+            drop_fields=drop_fields,
+        )
+    data_names, meta_names = _dataclass_field_split(nodetype, data_fields, meta_fields, drop_fields)
     get_data = _attribute_tuple_getter(data_names)
     get_meta = _attribute_tuple_getter(meta_names)
 
@@ -642,8 +738,9 @@ def register_dataclass(nodetype: Typ | None = None, data_fields: Sequence[str] |
     def unflatten(meta: tuple[Any, ...], data: Iterable[Any]) -> Any:
         return nodetype(**dict(zip(meta_names, meta)), **dict(zip(data_names, data)))
 
-    optree.register_pytree_node(nodetype, flatten, unflatten,
-                                path_entry_type=optree.GetAttrEntry, namespace=NAMESPACE)
+    optree.register_pytree_node(
+        nodetype, flatten, unflatten, path_entry_type=optree.GetAttrEntry, namespace=NAMESPACE
+    )
     return nodetype
 
 
@@ -657,6 +754,7 @@ def register_static(cls: Typ) -> Typ:
 # ---------------------------------------------------------------------------------------------
 # Partial
 # ---------------------------------------------------------------------------------------------
+
 
 class _HashableCallableShim:
     """Stands in for a `functools.partial` passed to `Partial`, delegating call, hash and eq."""

@@ -1,5 +1,6 @@
 """Shared test helpers: random argument makers, tolerance-aware comparison against NumPy, the
 `OpRecord` row type of the op table (tests/op_records.py) and the harness that checks a row."""
+
 from __future__ import annotations
 
 import itertools
@@ -27,9 +28,12 @@ ALL = BOOLS + INTS + FLOATS + COMPLEX
 SHAPES_1 = [(), (0,), (5,), (3, 4), (2, 3, 4)]
 
 DEFAULT_TOL = {
-    np.dtype(np.float16): 2e-3, np.dtype(ml_dtypes.bfloat16): 1e-2,
-    np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12,
-    np.dtype(np.complex64): 1e-5, np.dtype(np.complex128): 1e-12,
+    np.dtype(np.float16): 2e-3,
+    np.dtype(ml_dtypes.bfloat16): 1e-2,
+    np.dtype(np.float32): 1e-5,
+    np.dtype(np.float64): 1e-12,
+    np.dtype(np.complex64): 1e-5,
+    np.dtype(np.complex128): 1e-12,
 }
 
 
@@ -50,8 +54,9 @@ def rand(shape, dtype, rng: np.random.Generator, kind: str = "normal") -> np.nda
     else:
         base = rng.standard_normal(shape) * 2
     if dtype.kind == "c":
-        base = base + 1j * (rng.standard_normal(shape) if kind != "positive" else
-                            rng.uniform(0.1, 1, shape))
+        base = base + 1j * (
+            rng.standard_normal(shape) if kind != "positive" else rng.uniform(0.1, 1, shape)
+        )
     return np.asarray(base).astype(dtype)
 
 
@@ -70,19 +75,25 @@ def assert_close(actual, expected, tol=None, check_dtype: bool = True, err_msg: 
     expected_np = np.asarray(expected)
     if check_dtype:
         assert actual_np.dtype == dtypes.canonicalize(expected_np.dtype), (
-            f"{err_msg}: dtype {actual_np.dtype} != expected {expected_np.dtype}")
+            f"{err_msg}: dtype {actual_np.dtype} != expected {expected_np.dtype}"
+        )
     assert actual_np.shape == expected_np.shape, (
-        f"{err_msg}: shape {actual_np.shape} != expected {expected_np.shape}")
+        f"{err_msg}: shape {actual_np.shape} != expected {expected_np.shape}"
+    )
     t = tolerance(actual_np.dtype, tol)
     if actual_np.dtype.kind in "fcV" or actual_np.dtype == ml_dtypes.bfloat16:
-        np.testing.assert_allclose(actual_np.astype(np.complex128 if actual_np.dtype.kind == "c"
-                                                    else np.float64),
-                                   expected_np.astype(np.complex128 if expected_np.dtype.kind
-                                                      == "c" else np.float64),
-                                   rtol=t, atol=t, equal_nan=True, err_msg=err_msg)
+        np.testing.assert_allclose(
+            actual_np.astype(np.complex128 if actual_np.dtype.kind == "c" else np.float64),
+            expected_np.astype(np.complex128 if expected_np.dtype.kind == "c" else np.float64),
+            rtol=t,
+            atol=t,
+            equal_nan=True,
+            err_msg=err_msg,
+        )
     else:
-        np.testing.assert_array_equal(actual_np, expected_np.astype(actual_np.dtype),
-                                      err_msg=err_msg)
+        np.testing.assert_array_equal(
+            actual_np, expected_np.astype(actual_np.dtype), err_msg=err_msg
+        )
 
 
 @dataclass
@@ -157,8 +168,11 @@ def draw(kind, shape, dtype, rng: np.random.Generator) -> np.ndarray:
     if kind == "shift":
         bits = 8 * dtype.itemsize
         values = rng.integers(-2, bits + 3, shape)
-        return values.astype(dtype) if dtype.kind == "i" else \
-            np.where(values < 0, bits + 5, values).astype(dtype)
+        return (
+            values.astype(dtype)
+            if dtype.kind == "i"
+            else np.where(values < 0, bits + 5, values).astype(dtype)
+        )
     if kind == "exponent":
         return rng.integers(0, 5, shape).astype(dtype)
     if kind == "small":
@@ -175,8 +189,10 @@ def make_args(record: OpRecord, shapes, dtype, seed: int = 0) -> list[np.ndarray
     rng = np.random.default_rng(seed)
     kinds = record.kind if isinstance(record.kind, tuple) else (record.kind,) * len(shapes)
     arg_dtypes = record.arg_dtypes(dtype) if record.arg_dtypes else (dtype,) * len(shapes)
-    return [draw(kind, shape, arg_dtype, rng)
-            for kind, shape, arg_dtype in zip(kinds, shapes, arg_dtypes)]
+    return [
+        draw(kind, shape, arg_dtype, rng)
+        for kind, shape, arg_dtype in zip(kinds, shapes, arg_dtypes)
+    ]
 
 
 def check_record_eager(record: OpRecord, shapes, dtype) -> None:
@@ -196,11 +212,15 @@ def _compare(record: OpRecord, actual, expected, dtype) -> None:
     if record.out_dtype is not None:
         expected = expected.astype(record.out_dtype(dtype))
     elif expected.dtype != dtypes.canonicalize(expected.dtype) or (
-            dtype != expected.dtype and dtype.kind == expected.dtype.kind
-            and dtype.kind in "fc" and dtype.itemsize < expected.dtype.itemsize):
+        dtype != expected.dtype
+        and dtype.kind == expected.dtype.kind
+        and dtype.kind in "fc"
+        and dtype.itemsize < expected.dtype.itemsize
+    ):
         # NumPy computed in a wider type; kiln keeps the input's (canonical) type.
-        expected = expected.astype(dtypes.canonicalize(expected.dtype)
-                                   if dtype.kind != expected.dtype.kind else dtype)
+        expected = expected.astype(
+            dtypes.canonicalize(expected.dtype) if dtype.kind != expected.dtype.kind else dtype
+        )
     assert_close(actual, expected, record.tol, err_msg=record.name)
 
 
@@ -247,6 +267,7 @@ def use_codegen_target(name: str):
         finally:
             kiln.config.update("kiln_cpu", saved[0])
             kiln.config.update("kiln_cpu_features", saved[1])
+
     return pinned()
 
 
@@ -264,10 +285,12 @@ def per_target_cache(function):
     @functools.wraps(function)
     def wrapper(*args):
         return cached(target.current_target(), *args)
+
     return wrapper
 
 
 # --- 64-bit mode -----------------------------------------------------------------------------
+
 
 def x64_mode(enabled: bool):
     """Context manager: run the block with jax_enable_x64 set to `enabled`, then restore it."""
@@ -281,4 +304,5 @@ def x64_mode(enabled: bool):
             yield enabled
         finally:
             kiln.config.update("jax_enable_x64", previous)
+
     return switched()

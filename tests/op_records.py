@@ -26,6 +26,7 @@ family's names are listed, and `_mark` rejects a name that no row has. Being a p
 op, a flag holds for every row of it, degenerate ones included (an empty array, the variance of
 a single number), where a derivative check has nothing to test.
 """
+
 import warnings
 
 import ml_dtypes
@@ -63,6 +64,7 @@ UNARY_SHAPES = [(s,) for s in SHAPES]
 LAX_BINARY_SHAPES = [(s, s) for s in SHAPES] + [((), (3, 4)), ((2, 3), ())]
 NP_BINARY_SHAPES = [(s, s) for s in SHAPES] + [((3, 1), (1, 4)), ((), (2, 3))]
 
+
 def _base_name(record: OpRecord) -> str:
     """The op a row checks, without the axis/keepdims variant its name may carry."""
     return record.name.split("-axis=")[0]
@@ -94,10 +96,12 @@ def wide(x: np.ndarray) -> np.ndarray:
 
 def quiet(fn):
     """A NumPy reference without warnings (empty means, 0/0 in var, ...)."""
+
     def ref(*args, **kwargs):
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             return fn(*args, **kwargs)
+
     return ref
 
 
@@ -106,6 +110,7 @@ def quiet(fn):
 # =============================================================================================
 
 # --- expected dtypes -----------------------------------------------------------------------------
+
 
 def same(d):
     return d
@@ -131,12 +136,34 @@ def complex_of(d):
     return C64
 
 
-def rec(name, fn, ref, shapes, dtypes, kind="normal", out=same, tol=TOL, native=False,
-        arg_dtypes=None, **kwargs):
+def rec(
+    name,
+    fn,
+    ref,
+    shapes,
+    dtypes,
+    kind="normal",
+    out=same,
+    tol=TOL,
+    native=False,
+    arg_dtypes=None,
+    **kwargs,
+):
     """An elementwise row; `native` references run on the arguments' own dtypes (not
     widened to float64)."""
-    return OpRecord(name, fn, ref, shapes, dtypes, kind=kind, tol=tol, out_dtype=out,
-                    static_kwargs=kwargs, native=native, arg_dtypes=arg_dtypes)
+    return OpRecord(
+        name,
+        fn,
+        ref,
+        shapes,
+        dtypes,
+        kind=kind,
+        tol=tol,
+        out_dtype=out,
+        static_kwargs=kwargs,
+        native=native,
+        arg_dtypes=arg_dtypes,
+    )
 
 
 def _labelled(records, prefix: str) -> list[OpRecord]:
@@ -147,6 +174,7 @@ def _labelled(records, prefix: str) -> list[OpRecord]:
 
 
 # --- XLA integer semantics, written out on Python ints ---------------------------------------
+
 
 def _elementwise_int(fn, *args):
     """Apply a Python-int function elementwise and wrap the result to the first arg's dtype."""
@@ -160,8 +188,11 @@ def _elementwise_int(fn, *args):
         if dtype.kind == "i" and r >= 1 << (bits - 1):
             r -= 1 << bits
         out.append(r)
-    return np.array(out, dtype=np.int64 if dtype.kind == "i" else np.uint64).astype(
-        dtype).reshape(arrays[0].shape)
+    return (
+        np.array(out, dtype=np.int64 if dtype.kind == "i" else np.uint64)
+        .astype(dtype)
+        .reshape(arrays[0].shape)
+    )
 
 
 def c_div(a, b):
@@ -205,7 +236,9 @@ def ref_shift(kind):
                 return 0 if s >= bits else _as_unsigned(a, bits) >> s
             signed = a - (1 << bits) if a >= 1 << (bits - 1) else a
             return (-1 if signed < 0 else 0) if s >= bits else signed >> s
+
         return _elementwise_int(one, x, y)
+
     return ref
 
 
@@ -236,6 +269,7 @@ def ref_complex_order(pick_max):
             return np.maximum(x, y) if pick_max else np.minimum(x, y)
         x_first = (x.real > y.real) | ((x.real == y.real) & (x.imag >= y.imag))
         return np.where(x_first == pick_max, x, y)
+
     return ref
 
 
@@ -256,8 +290,9 @@ def ref_nextafter(x, y):
 def ref_integer_pow(y):
     def ref(x):
         if x.dtype.kind in "iu":
-            return _elementwise_int(lambda a: a ** y, x)
+            return _elementwise_int(lambda a: a**y, x)
         return x ** float(y)
+
     return ref
 
 
@@ -274,8 +309,14 @@ LAX_UNARY = [
     ("floor", lax.floor, np.floor, FLOATS, "normal", same),
     ("ceil", lax.ceil, np.ceil, FLOATS, "normal", same),
     ("round", lax.round, ref_round_away, FLOATS, "normal", same),
-    ("round_even", lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN), np.round,
-     FLOATS, "normal", same),
+    (
+        "round_even",
+        lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN),
+        np.round,
+        FLOATS,
+        "normal",
+        same,
+    ),
     ("is_finite", lax.is_finite, np.isfinite, FLOATS, "normal", to_bool),
     ("exp", lax.exp, np.exp, INEXACT, "normal", same),
     ("exp2", lax.exp2, np.exp2, INEXACT, "normal", same),
@@ -313,11 +354,27 @@ LAX_UNARY = [
     ("clz", lax.clz, ref_clz, INTS, "normal", same),
 ]
 for _y in (0, 1, 2, 3, 7):
-    LAX_UNARY.append((f"integer_pow_{_y}", lambda x, y=_y: lax.integer_pow(x, y),
-                      ref_integer_pow(_y), NUMBER, "small", same))
+    LAX_UNARY.append(
+        (
+            f"integer_pow_{_y}",
+            lambda x, y=_y: lax.integer_pow(x, y),
+            ref_integer_pow(_y),
+            NUMBER,
+            "small",
+            same,
+        )
+    )
 for _y in (-1, -3):
-    LAX_UNARY.append((f"integer_pow_{_y}", lambda x, y=_y: lax.integer_pow(x, y),
-                      ref_integer_pow(_y), INEXACT, "nonzero", same))
+    LAX_UNARY.append(
+        (
+            f"integer_pow_{_y}",
+            lambda x, y=_y: lax.integer_pow(x, y),
+            ref_integer_pow(_y),
+            INEXACT,
+            "nonzero",
+            same,
+        )
+    )
 
 LAX_BINARY = [
     ("add", lax.add, np.add, NUMBER, "normal", same),
@@ -340,44 +397,114 @@ LAX_BINARY = [
     ("bitwise_or", lax.bitwise_or, np.bitwise_or, INTEGRAL, "normal", same),
     ("bitwise_xor", lax.bitwise_xor, np.bitwise_xor, INTEGRAL, "normal", same),
     ("shift_left", lax.shift_left, ref_shift("left"), INTS, ("normal", "shift"), same),
-    ("shift_right_logical", lax.shift_right_logical, ref_shift("logical"), INTS,
-     ("normal", "shift"), same),
-    ("shift_right_arithmetic", lax.shift_right_arithmetic, ref_shift("arithmetic"), INTS,
-     ("normal", "shift"), same),
+    (
+        "shift_right_logical",
+        lax.shift_right_logical,
+        ref_shift("logical"),
+        INTS,
+        ("normal", "shift"),
+        same,
+    ),
+    (
+        "shift_right_arithmetic",
+        lax.shift_right_arithmetic,
+        ref_shift("arithmetic"),
+        INTS,
+        ("normal", "shift"),
+        same,
+    ),
     ("complex", lax.complex, lambda x, y: x + 1j * y, [F32], "normal", complex_of),
 ]
 
 _ELEMENTWISE_LAX_ROWS = (
-    [rec(n, f, r, UNARY_SHAPES, d, kind=k, out=o, native=n in ("nextafter",))
-     for n, f, r, d, k, o in LAX_UNARY]
-    + [rec(n, f, r, LAX_BINARY_SHAPES, d, kind=k, out=o, native=n in ("nextafter",))
-       for n, f, r, d, k, o in LAX_BINARY]
+    [
+        rec(n, f, r, UNARY_SHAPES, d, kind=k, out=o, native=n in ("nextafter",))
+        for n, f, r, d, k, o in LAX_UNARY
+    ]
     + [
-        rec("pow_int_exponent", lax.pow, lambda x, y: x ** y.astype(x.dtype),
-            LAX_BINARY_SHAPES, INEXACT, kind=("positive", "exponent"),
-            arg_dtypes=lambda d: (d, I32)),
-        rec("clamp", lax.clamp, lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi),
-            [((), s, ()) for s in SHAPES] + [((3, 4), (3, 4), (3, 4))], REALS + [BOOL],
-            kind=("small", "normal", "small")),
-        rec("select_n", lax.select_n, lambda c, a, b: np.where(c, b, a),
-            [(s, s, s) for s in SHAPES] + [((), (3, 4), (3, 4))], EVERY,
-            arg_dtypes=lambda d: (BOOL, d, d)),
-        rec("select_n_int", lax.select_n, lambda c, a, b, e: np.choose(c, [a, b, e]),
-            [(s, s, s, s) for s in SHAPES], NUMBER,
-            kind=(lambda shape, dtype, rng: rng.integers(0, 3, shape).astype(I32),
-                  "normal", "normal", "normal"),
-            arg_dtypes=lambda d: (I32, d, d, d)),
-        rec("convert_to_f32", lambda x: lax.convert_element_type(x, F32),
-            lambda x: x.astype(F32), UNARY_SHAPES, EVERY, out=lambda d: F32, native=True),
-        rec("convert_to_i8", lambda x: lax.convert_element_type(x, I8),
-            lambda x: np.clip(np.trunc(x.real if x.dtype.kind == "c" else x.astype(F64)),
-                              -128, 127).astype(I8),
-            UNARY_SHAPES, [BOOL, I32, U8, F32, BF16, C64], kind="small", out=lambda d: I8),
-        rec("convert_to_bool", lambda x: lax.convert_element_type(x, BOOL),
-            lambda x: x != 0, UNARY_SHAPES, EVERY, kind="small", out=to_bool),
-        rec("bitcast_f32_u32", lambda x: lax.bitcast_convert_type(x, U32),
-            lambda x: x.view(U32), UNARY_SHAPES, [F32, I32], out=lambda d: U32, native=True),
-    ])
+        rec(n, f, r, LAX_BINARY_SHAPES, d, kind=k, out=o, native=n in ("nextafter",))
+        for n, f, r, d, k, o in LAX_BINARY
+    ]
+    + [
+        rec(
+            "pow_int_exponent",
+            lax.pow,
+            lambda x, y: x ** y.astype(x.dtype),
+            LAX_BINARY_SHAPES,
+            INEXACT,
+            kind=("positive", "exponent"),
+            arg_dtypes=lambda d: (d, I32),
+        ),
+        rec(
+            "clamp",
+            lax.clamp,
+            lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi),
+            [((), s, ()) for s in SHAPES] + [((3, 4), (3, 4), (3, 4))],
+            REALS + [BOOL],
+            kind=("small", "normal", "small"),
+        ),
+        rec(
+            "select_n",
+            lax.select_n,
+            lambda c, a, b: np.where(c, b, a),
+            [(s, s, s) for s in SHAPES] + [((), (3, 4), (3, 4))],
+            EVERY,
+            arg_dtypes=lambda d: (BOOL, d, d),
+        ),
+        rec(
+            "select_n_int",
+            lax.select_n,
+            lambda c, a, b, e: np.choose(c, [a, b, e]),
+            [(s, s, s, s) for s in SHAPES],
+            NUMBER,
+            kind=(
+                lambda shape, dtype, rng: rng.integers(0, 3, shape).astype(I32),
+                "normal",
+                "normal",
+                "normal",
+            ),
+            arg_dtypes=lambda d: (I32, d, d, d),
+        ),
+        rec(
+            "convert_to_f32",
+            lambda x: lax.convert_element_type(x, F32),
+            lambda x: x.astype(F32),
+            UNARY_SHAPES,
+            EVERY,
+            out=lambda d: F32,
+            native=True,
+        ),
+        rec(
+            "convert_to_i8",
+            lambda x: lax.convert_element_type(x, I8),
+            lambda x: np.clip(
+                np.trunc(x.real if x.dtype.kind == "c" else x.astype(F64)), -128, 127
+            ).astype(I8),
+            UNARY_SHAPES,
+            [BOOL, I32, U8, F32, BF16, C64],
+            kind="small",
+            out=lambda d: I8,
+        ),
+        rec(
+            "convert_to_bool",
+            lambda x: lax.convert_element_type(x, BOOL),
+            lambda x: x != 0,
+            UNARY_SHAPES,
+            EVERY,
+            kind="small",
+            out=to_bool,
+        ),
+        rec(
+            "bitcast_f32_u32",
+            lambda x: lax.bitcast_convert_type(x, U32),
+            lambda x: x.view(U32),
+            UNARY_SHAPES,
+            [F32, I32],
+            out=lambda d: U32,
+            native=True,
+        ),
+    ]
+)
 
 # --- kiln.numpy records ------------------------------------------------------------------------
 NP_UNARY = [
@@ -393,10 +520,15 @@ NP_UNARY = [
     ("fix", jnp.fix, np.trunc, REALS, "normal", same),
     ("rint", jnp.rint, np.rint, EVERY, "normal", inexact),
     ("round", jnp.round, np.round, REALS + [C64], "normal", same),
-    ("around_2", lambda x: jnp.around(x, 2), lambda x: np.round(x, 2), [F32, C64], "normal",
-     same),
-    ("round_1_small", lambda x: jnp.round(x, 1), lambda x: np.round(x, 1), [F16, BF16],
-     "normal", same),
+    ("around_2", lambda x: jnp.around(x, 2), lambda x: np.round(x, 2), [F32, C64], "normal", same),
+    (
+        "round_1_small",
+        lambda x: jnp.round(x, 1),
+        lambda x: np.round(x, 1),
+        [F16, BF16],
+        "normal",
+        same,
+    ),
     ("sqrt", jnp.sqrt, np.sqrt, [BOOL] + INTS + INEXACT, "positive", inexact),
     ("cbrt", jnp.cbrt, np.cbrt, REALS, "normal", inexact),
     ("square", jnp.square, np.square, EVERY, "small", numeric),
@@ -436,27 +568,63 @@ NP_UNARY = [
     ("conj", jnp.conj, np.conj, EVERY, "normal", same),
     ("conjugate", jnp.conjugate, np.conjugate, EVERY, "normal", same),
     ("angle", jnp.angle, np.angle, EVERY, "normal", lambda d: real_of(inexact(d))),
-    ("angle_deg", lambda x: jnp.angle(x, deg=True), lambda x: np.angle(x, deg=True),
-     [F32, C64, I32], "normal", lambda d: real_of(inexact(d))),
+    (
+        "angle_deg",
+        lambda x: jnp.angle(x, deg=True),
+        lambda x: np.angle(x, deg=True),
+        [F32, C64, I32],
+        "normal",
+        lambda d: real_of(inexact(d)),
+    ),
     ("logical_not", jnp.logical_not, np.logical_not, EVERY, "small", to_bool),
     ("bitwise_not", jnp.bitwise_not, np.invert, INTEGRAL, "normal", same),
     ("invert", jnp.invert, np.invert, INTEGRAL, "normal", same),
     ("nan_to_num", jnp.nan_to_num, np.nan_to_num, EVERY, "normal", same),
     ("frexp", jnp.frexp, np.frexp, FLOATS, "normal", same),
     ("modf", jnp.modf, np.modf, FLOATS, "normal", same),
-    ("power_3", lambda x: jnp.power(x, 3), lambda x: x ** 3, NUMBER, "small", same),
-    ("power_0", lambda x: jnp.power(x, 0), lambda x: x ** 0, NUMBER, "small", same),
+    ("power_3", lambda x: jnp.power(x, 3), lambda x: x**3, NUMBER, "small", same),
+    ("power_0", lambda x: jnp.power(x, 0), lambda x: x**0, NUMBER, "small", same),
     ("clip", lambda x: jnp.clip(x, 1, 3), lambda x: np.clip(x, 1, 3), REALS, "normal", same),
-    ("clip_signed", lambda x: jnp.clip(x, -1, 2), lambda x: np.clip(x, -1, 2), SIGNED + FLOATS,
-     "normal", same),
-    ("clip_min", lambda x: jnp.clip(x, min=0.5), lambda x: np.maximum(x, 0.5), FLOATS,
-     "normal", same),
-    ("clip_a_max", lambda x: jnp.clip(x, a_max=1), lambda x: np.minimum(x, 1), REALS,
-     "normal", same),
-    ("astype_f32", lambda x: x.astype(jnp.float32), lambda x: x.astype(F32), EVERY, "small",
-     lambda d: F32),
-    ("astype_u8", lambda x: jnp._astype(x, "uint8"), lambda x: x.astype(U8), INTEGRAL,
-     "small", lambda d: U8),
+    (
+        "clip_signed",
+        lambda x: jnp.clip(x, -1, 2),
+        lambda x: np.clip(x, -1, 2),
+        SIGNED + FLOATS,
+        "normal",
+        same,
+    ),
+    (
+        "clip_min",
+        lambda x: jnp.clip(x, min=0.5),
+        lambda x: np.maximum(x, 0.5),
+        FLOATS,
+        "normal",
+        same,
+    ),
+    (
+        "clip_a_max",
+        lambda x: jnp.clip(x, a_max=1),
+        lambda x: np.minimum(x, 1),
+        REALS,
+        "normal",
+        same,
+    ),
+    (
+        "astype_f32",
+        lambda x: x.astype(jnp.float32),
+        lambda x: x.astype(F32),
+        EVERY,
+        "small",
+        lambda d: F32,
+    ),
+    (
+        "astype_u8",
+        lambda x: jnp._astype(x, "uint8"),
+        lambda x: x.astype(U8),
+        INTEGRAL,
+        "small",
+        lambda d: U8,
+    ),
 ]
 
 NP_BINARY = [
@@ -464,19 +632,22 @@ NP_BINARY = [
     ("subtract", jnp.subtract, np.subtract, NUMBER, "normal", same),
     ("multiply", jnp.multiply, np.multiply, EVERY, "normal", same),
     ("divide", jnp.divide, np.true_divide, REALS + [C64], ("normal", "nonzero"), inexact),
-    ("true_divide", jnp.true_divide, np.true_divide, REALS + [C64], ("normal", "nonzero"),
-     inexact),
-    ("floor_divide", jnp.floor_divide, np.floor_divide, [BOOL] + REALS,
-     ("normal", "nonzero"), numeric),
-    ("remainder", jnp.remainder, np.remainder, [BOOL] + REALS, ("normal", "nonzero"),
-     numeric),
+    ("true_divide", jnp.true_divide, np.true_divide, REALS + [C64], ("normal", "nonzero"), inexact),
+    (
+        "floor_divide",
+        jnp.floor_divide,
+        np.floor_divide,
+        [BOOL] + REALS,
+        ("normal", "nonzero"),
+        numeric,
+    ),
+    ("remainder", jnp.remainder, np.remainder, [BOOL] + REALS, ("normal", "nonzero"), numeric),
     ("mod", jnp.mod, np.mod, REALS, ("normal", "nonzero"), numeric),
     ("fmod", jnp.fmod, np.fmod, [BOOL] + REALS, ("normal", "nonzero"), numeric),
     ("divmod", jnp.divmod, np.divmod, REALS, ("normal", "nonzero"), numeric),
     ("power", jnp.power, np.power, [BOOL] + INTS, ("small", "exponent"), numeric),
     ("power_float", jnp.power, np.power, INEXACT, ("positive", "normal"), same),
-    ("float_power", jnp.float_power, np.float_power, REALS, ("positive", "small"),
-     lambda d: F32),
+    ("float_power", jnp.float_power, np.float_power, REALS, ("positive", "small"), lambda d: F32),
     ("arctan2", jnp.arctan2, np.arctan2, REALS, "normal", inexact),
     ("hypot", jnp.hypot, np.hypot, REALS, "normal", inexact),
     ("logaddexp", jnp.logaddexp, np.logaddexp, REALS, "normal", inexact),
@@ -498,9 +669,14 @@ NP_BINARY = [
     ("bitwise_or", jnp.bitwise_or, np.bitwise_or, INTEGRAL, "normal", same),
     ("bitwise_xor", jnp.bitwise_xor, np.bitwise_xor, INTEGRAL, "normal", same),
     ("left_shift", jnp.left_shift, ref_shift("left"), INTS, ("normal", "shift"), same),
-    ("right_shift", jnp.right_shift,
-     lambda x, y: ref_shift("logical" if x.dtype.kind == "u" else "arithmetic")(x, y),
-     INTS, ("normal", "shift"), same),
+    (
+        "right_shift",
+        jnp.right_shift,
+        lambda x, y: ref_shift("logical" if x.dtype.kind == "u" else "arithmetic")(x, y),
+        INTS,
+        ("normal", "shift"),
+        same,
+    ),
     ("copysign", jnp.copysign, np.copysign, REALS, "normal", inexact),
     ("nextafter", jnp.nextafter, ref_nextafter, FLOATS, "normal", same),
     ("heaviside", jnp.heaviside, np.heaviside, REALS, "small", inexact),
@@ -514,61 +690,204 @@ NP_BINARY = [
 ]
 
 _ELEMENTWISE_NUMPY_ROWS = (
-    [rec(n, f, r, UNARY_SHAPES, d, kind=k, out=o, native=n in ("nan_to_num", "frexp"))
-     for n, f, r, d, k, o in NP_UNARY]
-    + [rec(n, f, r, NP_BINARY_SHAPES, d, kind=k, out=o,
-           native=n in ("nextafter", "ldexp", "isclose", "allclose"),
-           arg_dtypes=(lambda d: (d, I32)) if n == "ldexp" else None)
-       for n, f, r, d, k, o in NP_BINARY]
+    [
+        rec(n, f, r, UNARY_SHAPES, d, kind=k, out=o, native=n in ("nan_to_num", "frexp"))
+        for n, f, r, d, k, o in NP_UNARY
+    ]
     + [
-        rec("where", jnp.where, np.where,
-            [(s, s, s) for s in SHAPES] + [((3, 1), (1, 4), ()), ((), (2, 3), (3,))], EVERY,
-            kind=("small", "normal", "normal")),
-        rec("select", lambda c1, c2, a, b: jnp.select([c1, c2], [a, b], -1),
+        rec(
+            n,
+            f,
+            r,
+            NP_BINARY_SHAPES,
+            d,
+            kind=k,
+            out=o,
+            native=n in ("nextafter", "ldexp", "isclose", "allclose"),
+            arg_dtypes=(lambda d: (d, I32)) if n == "ldexp" else None,
+        )
+        for n, f, r, d, k, o in NP_BINARY
+    ]
+    + [
+        rec(
+            "where",
+            jnp.where,
+            np.where,
+            [(s, s, s) for s in SHAPES] + [((3, 1), (1, 4), ()), ((), (2, 3), (3,))],
+            EVERY,
+            kind=("small", "normal", "normal"),
+        ),
+        rec(
+            "select",
+            lambda c1, c2, a, b: jnp.select([c1, c2], [a, b], -1),
             lambda c1, c2, a, b: np.select([c1, c2], [a, b], -1),
-            [(s, s, s, s) for s in SHAPES] + [((3, 1), (1, 4), (), (3, 4))], REALS,
-            arg_dtypes=lambda d: (BOOL, BOOL, d, d)),
-        rec("piecewise", lambda x: jnp.piecewise(x, [x < 0, x > 1], [lambda v: -v, 1.0, 0.5]),
+            [(s, s, s, s) for s in SHAPES] + [((3, 1), (1, 4), (), (3, 4))],
+            REALS,
+            arg_dtypes=lambda d: (BOOL, BOOL, d, d),
+        ),
+        rec(
+            "piecewise",
+            lambda x: jnp.piecewise(x, [x < 0, x > 1], [lambda v: -v, 1.0, 0.5]),
             lambda x: np.piecewise(x, [x < 0, x > 1], [lambda v: -v, 1.0, 0.5]),
-            UNARY_SHAPES, FLOATS, native=True),
-    ])
+            UNARY_SHAPES,
+            FLOATS,
+            native=True,
+        ),
+    ]
+)
 
 # Left out of both sets: piecewise-constant rows (floor, ceil, round, sign, integer_pow_0),
 # rows with integer or bool results (comparisons, is_finite, conversions to integers), and the
 # bit operations. nextafter moves one ulp off its first argument, so its slope there is 1.
 # (lax.real and lax.imag take only complex numbers: linear maps of the pairs of reals.)
 _LAX_LINEAR = {
-    "neg", "real", "imag", "conj", "integer_pow_1", "add", "sub", "mul", "complex",
-    "select_n", "select_n_int", "convert_to_f32",
+    "neg",
+    "real",
+    "imag",
+    "conj",
+    "integer_pow_1",
+    "add",
+    "sub",
+    "mul",
+    "complex",
+    "select_n",
+    "select_n_int",
+    "convert_to_f32",
 }
 _LAX_DIFFERENTIABLE = {
-    "abs", "exp", "exp2", "log", "log1p", "expm1", "sqrt", "rsqrt", "cbrt", "square",
-    "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
-    "acosh", "atanh", "logistic", "erf", "erfc", "erf_inv", "lgamma", "digamma",
-    "integer_pow_2", "integer_pow_3", "integer_pow_7", "integer_pow_-1", "integer_pow_-3",
-    "div", "rem", "max", "min", "pow", "atan2", "nextafter", "pow_int_exponent", "clamp",
+    "abs",
+    "exp",
+    "exp2",
+    "log",
+    "log1p",
+    "expm1",
+    "sqrt",
+    "rsqrt",
+    "cbrt",
+    "square",
+    "reciprocal",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "logistic",
+    "erf",
+    "erfc",
+    "erf_inv",
+    "lgamma",
+    "digamma",
+    "integer_pow_2",
+    "integer_pow_3",
+    "integer_pow_7",
+    "integer_pow_-1",
+    "integer_pow_-3",
+    "div",
+    "rem",
+    "max",
+    "min",
+    "pow",
+    "atan2",
+    "nextafter",
+    "pow_int_exponent",
+    "clamp",
 }
-ELEMENTWISE_LAX_RECORDS = _mark(_labelled(_ELEMENTWISE_LAX_ROWS, "lax."), "elementwise",
-                                linear=_LAX_LINEAR, differentiable=_LAX_DIFFERENTIABLE)
+ELEMENTWISE_LAX_RECORDS = _mark(
+    _labelled(_ELEMENTWISE_LAX_ROWS, "lax."),
+    "elementwise",
+    linear=_LAX_LINEAR,
+    differentiable=_LAX_DIFFERENTIABLE,
+)
 
 # As for lax; also left out: imag and angle (constant on real input), frexp (an integer
 # exponent), heaviside, power_0, and rounding to decimals. where's condition is a float
 # argument, so where is differentiable but not linear.
 _NUMPY_LINEAR = {
-    "negative", "positive", "real", "conj", "conjugate", "deg2rad", "radians",
-    "rad2deg", "degrees", "nan_to_num", "astype_f32", "add", "subtract", "multiply", "ldexp",
+    "negative",
+    "positive",
+    "real",
+    "conj",
+    "conjugate",
+    "deg2rad",
+    "radians",
+    "rad2deg",
+    "degrees",
+    "nan_to_num",
+    "astype_f32",
+    "add",
+    "subtract",
+    "multiply",
+    "ldexp",
 }
 _NUMPY_DIFFERENTIABLE = {
-    "abs", "absolute", "fabs", "sqrt", "cbrt", "square", "reciprocal", "exp", "exp2", "expm1",
-    "log", "log2", "log10", "log1p", "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh",
-    "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "sinc", "modf", "power_3", "clip",
-    "clip_signed", "clip_min", "clip_a_max", "divide", "true_divide", "remainder", "mod",
-    "fmod", "divmod", "power_float", "float_power", "arctan2", "hypot", "logaddexp",
-    "logaddexp2", "maximum", "minimum", "fmax", "fmin", "copysign", "nextafter", "where",
-    "select", "piecewise",
+    "abs",
+    "absolute",
+    "fabs",
+    "sqrt",
+    "cbrt",
+    "square",
+    "reciprocal",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sin",
+    "cos",
+    "tan",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "arcsinh",
+    "arccosh",
+    "arctanh",
+    "sinc",
+    "modf",
+    "power_3",
+    "clip",
+    "clip_signed",
+    "clip_min",
+    "clip_a_max",
+    "divide",
+    "true_divide",
+    "remainder",
+    "mod",
+    "fmod",
+    "divmod",
+    "power_float",
+    "float_power",
+    "arctan2",
+    "hypot",
+    "logaddexp",
+    "logaddexp2",
+    "maximum",
+    "minimum",
+    "fmax",
+    "fmin",
+    "copysign",
+    "nextafter",
+    "where",
+    "select",
+    "piecewise",
 }
-ELEMENTWISE_NUMPY_RECORDS = _mark(_labelled(_ELEMENTWISE_NUMPY_ROWS, "jnp."), "elementwise",
-                                  linear=_NUMPY_LINEAR, differentiable=_NUMPY_DIFFERENTIABLE)
+ELEMENTWISE_NUMPY_RECORDS = _mark(
+    _labelled(_ELEMENTWISE_NUMPY_ROWS, "jnp."),
+    "elementwise",
+    linear=_NUMPY_LINEAR,
+    differentiable=_NUMPY_DIFFERENTIABLE,
+)
 ELEMENTWISE_RECORDS = ELEMENTWISE_LAX_RECORDS + ELEMENTWISE_NUMPY_RECORDS
 
 
@@ -578,8 +897,19 @@ ELEMENTWISE_RECORDS = ELEMENTWISE_LAX_RECORDS + ELEMENTWISE_NUMPY_RECORDS
 
 # Shape ops do not look at values, so one dtype per family (plus the narrow floats) suffices
 # for the kiln.numpy tables; the primitives get every dtype.
-SAMPLE = [np.dtype(t) for t in (np.bool_, np.int8, np.uint16, np.int32, np.float16,
-                                ml_dtypes.bfloat16, np.float32, np.complex64)]
+SAMPLE = [
+    np.dtype(t)
+    for t in (
+        np.bool_,
+        np.int8,
+        np.uint16,
+        np.int32,
+        np.float16,
+        ml_dtypes.bfloat16,
+        np.float32,
+        np.complex64,
+    )
+]
 
 
 def one(*shapes):
@@ -588,6 +918,7 @@ def one(*shapes):
 
 
 # --- NumPy references that NumPy does not have ---------------------------------------------------
+
 
 def np_pad_reference(x, value, config):
     """lax.pad by index arithmetic: output position o along a dimension reads operand element
@@ -599,8 +930,11 @@ def np_pad_reference(x, value, config):
         src = []
         for o in range(size):
             s = o - lo
-            src.append(s // (interior + 1) if s >= 0 and s % (interior + 1) == 0
-                       and s // (interior + 1) < d else -1)
+            src.append(
+                s // (interior + 1)
+                if s >= 0 and s % (interior + 1) == 0 and s // (interior + 1) < d
+                else -1
+            )
         sources.append(np.array(src, dtype=np.int64))
     result = np.full([len(s) for s in sources], out, dtype=x.dtype)
     for index in np.ndindex(*result.shape):
@@ -628,247 +962,772 @@ def _pad_config(shape, lo, hi, interior):
 # --- primitive records -------------------------------------------------------------------------
 
 _SHAPE_LAX_ROWS = [
-    OpRecord("broadcast_in_dim", lambda x: lax.broadcast_in_dim(x, (2,) + x.shape,
-                                                                tuple(range(1, x.ndim + 1))),
-             lambda x: np.broadcast_to(x, (2,) + x.shape), one((), (0,), (3,), (3, 4)),
-             _testing.ALL),
-    OpRecord("broadcast_in_dim_stretch",
-             lambda x: lax.broadcast_in_dim(x, (4, 3, 2), (0, 1)),
-             lambda x: np.broadcast_to(x[:, :, None], (4, 3, 2)), one((1, 3), (4, 1)),
-             _testing.ALL),
-    OpRecord("reshape", lambda x: lax.reshape(x, (x.size,)), lambda x: x.reshape(-1),
-             one((), (0,), (3, 4), (2, 3, 4)), _testing.ALL),
-    OpRecord("reshape_dimensions",
-             lambda x: lax.reshape(x, (x.size,), tuple(range(x.ndim - 1, -1, -1))),
-             lambda x: np.transpose(x).reshape(-1), one((3, 4), (2, 3, 4), (2, 0)), _testing.ALL),
-    OpRecord("squeeze", lambda x: lax.squeeze(x, [i for i, d in enumerate(x.shape) if d == 1]),
-             np.squeeze, one((1,), (1, 3, 1), (2, 1, 0), (3,)), _testing.ALL),
-    OpRecord("squeeze_negative", lambda x: lax.squeeze(x, (-1,)), lambda x: x[..., 0],
-             one((3, 1), (1,)), _testing.ALL),
-    OpRecord("expand_dims", lambda x: lax.expand_dims(x, (0, -1)),
-             lambda x: np.expand_dims(x, (0, -1)), one((), (0,), (3, 4)), _testing.ALL),
-    OpRecord("transpose", lambda x: lax.transpose(x, tuple(range(x.ndim - 1, -1, -1))),
-             np.transpose, one((3, 4), (2, 3, 4), (0, 2)), _testing.ALL),
-    OpRecord("transpose_cycle", lambda x: lax.transpose(x, (1, 2, 0)),
-             lambda x: np.transpose(x, (1, 2, 0)), one((2, 3, 4)), _testing.ALL),
-    OpRecord("rev", lambda x: lax.rev(x, tuple(range(x.ndim))), np.flip,
-             one((), (0,), (5,), (3, 4)), _testing.ALL),
-    OpRecord("rev_one_axis", lambda x: lax.rev(x, (1,)), lambda x: np.flip(x, 1),
-             one((3, 4), (2, 3, 4)), _testing.ALL),
-    OpRecord("concatenate", lambda x, y: lax.concatenate([x, y], 0),
-             lambda x, y: np.concatenate([x, y], 0),
-             [((3,), (3,)), ((2, 3), (4, 3)), ((0, 3), (2, 3)), ((0,), (0,))], _testing.ALL),
-    OpRecord("concatenate_last", lambda x, y, z: lax.concatenate([x, y, z], x.ndim - 1),
-             lambda x, y, z: np.concatenate([x, y, z], -1),
-             [((2, 3), (2, 1), (2, 0)), ((1, 2, 3), (1, 2, 3), (1, 2, 3))], _testing.ALL),
-    OpRecord("pad", lambda x: lax.pad(x, 0, _pad_config(x.shape, 1, 2, 0)),
-             lambda x: np_pad_reference(x, 0, _pad_config(x.shape, 1, 2, 0)),
-             one((), (0,), (3,), (2, 3)), _testing.ALL),
-    OpRecord("pad_interior_negative", lambda x: lax.pad(x, 1, _pad_config(x.shape, -1, 1, 2)),
-             lambda x: np_pad_reference(x, 1, _pad_config(x.shape, -1, 1, 2)),
-             one((3,), (2, 3), (0, 2)), _testing.ALL),
-    OpRecord("slice", lambda x: lax.slice(x, [min(1, d) for d in x.shape], x.shape,
-                                          [2] * x.ndim),
-             lambda x: x[tuple(slice(min(1, d), d, 2) for d in x.shape)],
-             one((), (0,), (5,), (3, 4), (2, 3, 4)), _testing.ALL),
-    OpRecord("slice_unit_strides", lambda x: lax.slice(x, (0, 1), (2, 3)),
-             lambda x: x[0:2, 1:3], one((3, 4), (2, 3)), _testing.ALL),
-    OpRecord("slice_in_dim", lambda x: lax.slice_in_dim(x, 1, -1, 1, axis=-1),
-             lambda x: x[..., 1:-1], one((5,), (3, 4)), _testing.ALL),
-    OpRecord("index_in_dim", lambda x: lax.index_in_dim(x, -1, 0, keepdims=False),
-             lambda x: x[-1], one((5,), (3, 4)), _testing.ALL),
-    OpRecord("index_in_dim_keepdims", lambda x: lax.index_in_dim(x, 1, 1),
-             lambda x: x[:, 1:2], one((3, 4),), _testing.ALL),
-    OpRecord("collapse", lambda x: lax.collapse(x, 1), lambda x: x.reshape(x.shape[0], -1),
-             one((2, 3, 4), (2, 0, 3)), _testing.ALL),
-    OpRecord("broadcast", lambda x: lax.broadcast(x, (2, 1)),
-             lambda x: np.broadcast_to(x, (2, 1) + x.shape), one((), (3,)), _testing.ALL),
-    OpRecord("broadcast_to_rank", lambda x: lax.broadcast_to_rank(x, 3),
-             lambda x: x.reshape((1,) * (3 - x.ndim) + x.shape), one((), (3,), (2, 3, 4)),
-             _testing.ALL),
+    OpRecord(
+        "broadcast_in_dim",
+        lambda x: lax.broadcast_in_dim(x, (2,) + x.shape, tuple(range(1, x.ndim + 1))),
+        lambda x: np.broadcast_to(x, (2,) + x.shape),
+        one((), (0,), (3,), (3, 4)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "broadcast_in_dim_stretch",
+        lambda x: lax.broadcast_in_dim(x, (4, 3, 2), (0, 1)),
+        lambda x: np.broadcast_to(x[:, :, None], (4, 3, 2)),
+        one((1, 3), (4, 1)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "reshape",
+        lambda x: lax.reshape(x, (x.size,)),
+        lambda x: x.reshape(-1),
+        one((), (0,), (3, 4), (2, 3, 4)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "reshape_dimensions",
+        lambda x: lax.reshape(x, (x.size,), tuple(range(x.ndim - 1, -1, -1))),
+        lambda x: np.transpose(x).reshape(-1),
+        one((3, 4), (2, 3, 4), (2, 0)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "squeeze",
+        lambda x: lax.squeeze(x, [i for i, d in enumerate(x.shape) if d == 1]),
+        np.squeeze,
+        one((1,), (1, 3, 1), (2, 1, 0), (3,)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "squeeze_negative",
+        lambda x: lax.squeeze(x, (-1,)),
+        lambda x: x[..., 0],
+        one((3, 1), (1,)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "expand_dims",
+        lambda x: lax.expand_dims(x, (0, -1)),
+        lambda x: np.expand_dims(x, (0, -1)),
+        one((), (0,), (3, 4)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "transpose",
+        lambda x: lax.transpose(x, tuple(range(x.ndim - 1, -1, -1))),
+        np.transpose,
+        one((3, 4), (2, 3, 4), (0, 2)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "transpose_cycle",
+        lambda x: lax.transpose(x, (1, 2, 0)),
+        lambda x: np.transpose(x, (1, 2, 0)),
+        one((2, 3, 4)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "rev",
+        lambda x: lax.rev(x, tuple(range(x.ndim))),
+        np.flip,
+        one((), (0,), (5,), (3, 4)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "rev_one_axis",
+        lambda x: lax.rev(x, (1,)),
+        lambda x: np.flip(x, 1),
+        one((3, 4), (2, 3, 4)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "concatenate",
+        lambda x, y: lax.concatenate([x, y], 0),
+        lambda x, y: np.concatenate([x, y], 0),
+        [((3,), (3,)), ((2, 3), (4, 3)), ((0, 3), (2, 3)), ((0,), (0,))],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "concatenate_last",
+        lambda x, y, z: lax.concatenate([x, y, z], x.ndim - 1),
+        lambda x, y, z: np.concatenate([x, y, z], -1),
+        [((2, 3), (2, 1), (2, 0)), ((1, 2, 3), (1, 2, 3), (1, 2, 3))],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "pad",
+        lambda x: lax.pad(x, 0, _pad_config(x.shape, 1, 2, 0)),
+        lambda x: np_pad_reference(x, 0, _pad_config(x.shape, 1, 2, 0)),
+        one((), (0,), (3,), (2, 3)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "pad_interior_negative",
+        lambda x: lax.pad(x, 1, _pad_config(x.shape, -1, 1, 2)),
+        lambda x: np_pad_reference(x, 1, _pad_config(x.shape, -1, 1, 2)),
+        one((3,), (2, 3), (0, 2)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "slice",
+        lambda x: lax.slice(x, [min(1, d) for d in x.shape], x.shape, [2] * x.ndim),
+        lambda x: x[tuple(slice(min(1, d), d, 2) for d in x.shape)],
+        one((), (0,), (5,), (3, 4), (2, 3, 4)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "slice_unit_strides",
+        lambda x: lax.slice(x, (0, 1), (2, 3)),
+        lambda x: x[0:2, 1:3],
+        one((3, 4), (2, 3)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "slice_in_dim",
+        lambda x: lax.slice_in_dim(x, 1, -1, 1, axis=-1),
+        lambda x: x[..., 1:-1],
+        one((5,), (3, 4)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "index_in_dim",
+        lambda x: lax.index_in_dim(x, -1, 0, keepdims=False),
+        lambda x: x[-1],
+        one((5,), (3, 4)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "index_in_dim_keepdims",
+        lambda x: lax.index_in_dim(x, 1, 1),
+        lambda x: x[:, 1:2],
+        one(
+            (3, 4),
+        ),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "collapse",
+        lambda x: lax.collapse(x, 1),
+        lambda x: x.reshape(x.shape[0], -1),
+        one((2, 3, 4), (2, 0, 3)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "broadcast",
+        lambda x: lax.broadcast(x, (2, 1)),
+        lambda x: np.broadcast_to(x, (2, 1) + x.shape),
+        one((), (3,)),
+        _testing.ALL,
+    ),
+    OpRecord(
+        "broadcast_to_rank",
+        lambda x: lax.broadcast_to_rank(x, 3),
+        lambda x: x.reshape((1,) * (3 - x.ndim) + x.shape),
+        one((), (3,), (2, 3, 4)),
+        _testing.ALL,
+    ),
     OpRecord("copy", lax.copy, np.copy, one((), (0,), (3, 4)), _testing.ALL),
-    OpRecord("full_like", lambda x: lax.full_like(x, 1), np.ones_like, one((), (0,), (3, 4)),
-             _testing.ALL),
+    OpRecord(
+        "full_like",
+        lambda x: lax.full_like(x, 1),
+        np.ones_like,
+        one((), (0,), (3, 4)),
+        _testing.ALL,
+    ),
 ]
 
 
 # --- kiln.numpy records ----------------------------------------------------------------------
+
 
 def _square(n):
     return ((n, n),)
 
 
 _SHAPE_NUMPY_ROWS = [
-    OpRecord("reshape", lambda x: jnp.reshape(x, (-1, x.shape[-1]) if x.ndim else (1,)),
-             lambda x: np.reshape(x, (-1, x.shape[-1]) if x.ndim else (1,)),
-             one((), (0, 2), (3, 4), (2, 3, 4)), SAMPLE),
-    OpRecord("reshape_F", lambda x: jnp.reshape(x, (x.shape[-1], -1), order="F"),
-             lambda x: np.reshape(x, (x.shape[-1], -1), order="F"), one((3, 4), (2, 3, 4)),
-             SAMPLE),
-    OpRecord("reshape_method", lambda x: x.reshape(x.size), lambda x: x.reshape(x.size),
-             one((3, 4),), SAMPLE),
+    OpRecord(
+        "reshape",
+        lambda x: jnp.reshape(x, (-1, x.shape[-1]) if x.ndim else (1,)),
+        lambda x: np.reshape(x, (-1, x.shape[-1]) if x.ndim else (1,)),
+        one((), (0, 2), (3, 4), (2, 3, 4)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "reshape_F",
+        lambda x: jnp.reshape(x, (x.shape[-1], -1), order="F"),
+        lambda x: np.reshape(x, (x.shape[-1], -1), order="F"),
+        one((3, 4), (2, 3, 4)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "reshape_method",
+        lambda x: x.reshape(x.size),
+        lambda x: x.reshape(x.size),
+        one(
+            (3, 4),
+        ),
+        SAMPLE,
+    ),
     OpRecord("ravel", jnp.ravel, np.ravel, one((), (0,), (3, 4)), SAMPLE),
-    OpRecord("ravel_F", lambda x: jnp.ravel(x, order="F"), lambda x: np.ravel(x, order="F"),
-             one((3, 4),), SAMPLE),
-    OpRecord("transpose", jnp.transpose, np.transpose, one((), (3,), (3, 4), (2, 3, 4)),
-             SAMPLE),
-    OpRecord("transpose_axes", lambda x: jnp.transpose(x, (1, -1, 0)),
-             lambda x: np.transpose(x, (1, -1, 0)), one((2, 3, 4), (0, 2, 3)), SAMPLE),
-    OpRecord("T", lambda x: x.T, lambda x: x.T, one((3, 4),), SAMPLE),
-    OpRecord("permute_dims", lambda x: jnp.permute_dims(x, (1, 0)),
-             lambda x: np.transpose(x, (1, 0)), one((3, 4),), SAMPLE),
-    OpRecord("moveaxis", lambda x: jnp.moveaxis(x, 0, -1), lambda x: np.moveaxis(x, 0, -1),
-             one((3,), (3, 4), (2, 3, 4)), SAMPLE),
-    OpRecord("moveaxis_many", lambda x: jnp.moveaxis(x, (0, 1), (2, 0)),
-             lambda x: np.moveaxis(x, (0, 1), (2, 0)), one((2, 3, 4),), SAMPLE),
-    OpRecord("swapaxes", lambda x: jnp.swapaxes(x, 0, -1), lambda x: np.swapaxes(x, 0, -1),
-             one((3, 4), (2, 3, 4)), SAMPLE),
-    OpRecord("rollaxis", lambda x: jnp.rollaxis(x, 2, 1), lambda x: np.rollaxis(x, 2, 1),
-             one((2, 3, 4),), SAMPLE),
+    OpRecord(
+        "ravel_F",
+        lambda x: jnp.ravel(x, order="F"),
+        lambda x: np.ravel(x, order="F"),
+        one(
+            (3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord("transpose", jnp.transpose, np.transpose, one((), (3,), (3, 4), (2, 3, 4)), SAMPLE),
+    OpRecord(
+        "transpose_axes",
+        lambda x: jnp.transpose(x, (1, -1, 0)),
+        lambda x: np.transpose(x, (1, -1, 0)),
+        one((2, 3, 4), (0, 2, 3)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "T",
+        lambda x: x.T,
+        lambda x: x.T,
+        one(
+            (3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "permute_dims",
+        lambda x: jnp.permute_dims(x, (1, 0)),
+        lambda x: np.transpose(x, (1, 0)),
+        one(
+            (3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "moveaxis",
+        lambda x: jnp.moveaxis(x, 0, -1),
+        lambda x: np.moveaxis(x, 0, -1),
+        one((3,), (3, 4), (2, 3, 4)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "moveaxis_many",
+        lambda x: jnp.moveaxis(x, (0, 1), (2, 0)),
+        lambda x: np.moveaxis(x, (0, 1), (2, 0)),
+        one(
+            (2, 3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "swapaxes",
+        lambda x: jnp.swapaxes(x, 0, -1),
+        lambda x: np.swapaxes(x, 0, -1),
+        one((3, 4), (2, 3, 4)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "rollaxis",
+        lambda x: jnp.rollaxis(x, 2, 1),
+        lambda x: np.rollaxis(x, 2, 1),
+        one(
+            (2, 3, 4),
+        ),
+        SAMPLE,
+    ),
     OpRecord("squeeze", jnp.squeeze, np.squeeze, one((), (1,), (1, 3, 1), (3, 4)), SAMPLE),
-    OpRecord("squeeze_axis", lambda x: jnp.squeeze(x, -1), lambda x: np.squeeze(x, -1),
-             one((3, 1), (1, 1)), SAMPLE),
-    OpRecord("expand_dims", lambda x: jnp.expand_dims(x, 1), lambda x: np.expand_dims(x, 1),
-             one((3,), (3, 4), (0,)), SAMPLE),
-    OpRecord("expand_dims_tuple", lambda x: jnp.expand_dims(x, (0, 2)),
-             lambda x: np.expand_dims(x, (0, 2)), one((3,), (2, 3)), SAMPLE),
+    OpRecord(
+        "squeeze_axis",
+        lambda x: jnp.squeeze(x, -1),
+        lambda x: np.squeeze(x, -1),
+        one((3, 1), (1, 1)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "expand_dims",
+        lambda x: jnp.expand_dims(x, 1),
+        lambda x: np.expand_dims(x, 1),
+        one((3,), (3, 4), (0,)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "expand_dims_tuple",
+        lambda x: jnp.expand_dims(x, (0, 2)),
+        lambda x: np.expand_dims(x, (0, 2)),
+        one((3,), (2, 3)),
+        SAMPLE,
+    ),
     OpRecord("atleast_1d", jnp.atleast_1d, np.atleast_1d, one((), (3,), (2, 3)), SAMPLE),
     OpRecord("atleast_2d", jnp.atleast_2d, np.atleast_2d, one((), (3,), (2, 3)), SAMPLE),
-    OpRecord("atleast_3d", jnp.atleast_3d, np.atleast_3d, one((), (3,), (2, 3), (1, 2, 3)),
-             SAMPLE),
-    OpRecord("atleast_1d_many", lambda x, y: jnp.atleast_1d(x, y),
-             lambda x, y: np.atleast_1d(x, y), [((), (2,))], SAMPLE),
-    OpRecord("broadcast_to", lambda x: jnp.broadcast_to(x, (2, 3, 4)),
-             lambda x: np.broadcast_to(x, (2, 3, 4)), one((), (4,), (3, 1), (1, 3, 4)), SAMPLE),
-    OpRecord("broadcast_arrays", jnp.broadcast_arrays, np.broadcast_arrays,
-             [((3, 1), (4,)), ((), (2, 2)), ((0, 1), (1, 5))], SAMPLE),
-    OpRecord("concatenate", lambda x, y: jnp.concatenate([x, y]),
-             lambda x, y: np.concatenate([x, y]), [((3,), (2,)), ((2, 3), (0, 3))], SAMPLE),
-    OpRecord("concatenate_axis", lambda x, y: jnp.concatenate((x, y), axis=-1),
-             lambda x, y: np.concatenate((x, y), axis=-1), [((2, 3), (2, 2))], SAMPLE),
-    OpRecord("concatenate_none", lambda x, y: jnp.concatenate([x, y], axis=None),
-             lambda x, y: np.concatenate([x, y], axis=None), [((2, 3), (4,)), ((), ())],
-             SAMPLE),
-    OpRecord("concatenate_array", lambda x: jnp.concatenate(x, axis=1),
-             lambda x: np.concatenate(x, axis=1), one((2, 3, 4),), SAMPLE),
-    OpRecord("concat", lambda x, y: jnp.concat([x, y], axis=1),
-             lambda x, y: np.concatenate([x, y], axis=1), [((2, 3), (2, 1))], SAMPLE),
-    OpRecord("stack", lambda x, y: jnp.stack([x, y]), lambda x, y: np.stack([x, y]),
-             [((), ()), ((3,), (3,)), ((0, 2), (0, 2))], SAMPLE),
-    OpRecord("stack_axis", lambda x, y: jnp.stack((x, y), axis=-1),
-             lambda x, y: np.stack((x, y), axis=-1), [((2, 3), (2, 3))], SAMPLE),
-    OpRecord("stack_array", lambda x: jnp.stack(x, axis=1), lambda x: np.stack(x, axis=1),
-             one((2, 3, 4),), SAMPLE),
-    OpRecord("hstack", lambda x, y: jnp.hstack([x, y]), lambda x, y: np.hstack([x, y]),
-             [((), (2,)), ((3,), (2,)), ((2, 3), (2, 1))], SAMPLE),
-    OpRecord("vstack", lambda x, y: jnp.vstack([x, y]), lambda x, y: np.vstack([x, y]),
-             [((3,), (3,)), ((2, 3), (3,)), ((), ())], SAMPLE),
-    OpRecord("dstack", lambda x, y: jnp.dstack([x, y]), lambda x, y: np.dstack([x, y]),
-             [((3,), (3,)), ((2, 3), (2, 3)), ((), ())], SAMPLE),
-    OpRecord("column_stack", lambda x, y: jnp.column_stack([x, y]),
-             lambda x, y: np.column_stack([x, y]), [((3,), (3,)), ((3, 2), (3,))], SAMPLE),
-    OpRecord("block", lambda a, b, c, d: jnp.block([[a, b], [c, d]]),
-             lambda a, b, c, d: np.block([[a, b], [c, d]]),
-             [((2, 2), (2, 3), (1, 2), (1, 3)), ((), (), (), ())], SAMPLE),
-    OpRecord("split", lambda x: jnp.split(x, 2), lambda x: np.split(x, 2),
-             one((4,), (6, 2), (0,)), SAMPLE),
-    OpRecord("split_indices", lambda x: jnp.split(x, [1, 4, 3], axis=-1),
-             lambda x: np.split(x, [1, 4, 3], axis=-1), one((5,), (2, 6)), SAMPLE),
-    OpRecord("array_split", lambda x: jnp.array_split(x, 3), lambda x: np.array_split(x, 3),
-             one((7,), (4, 2), (2,)), SAMPLE),
-    OpRecord("hsplit", lambda x: jnp.hsplit(x, 2), lambda x: np.hsplit(x, 2),
-             one((4,), (3, 4)), SAMPLE),
-    OpRecord("vsplit", lambda x: jnp.vsplit(x, np.array([1])), lambda x: np.vsplit(x, [1]),
-             one((3, 4),), SAMPLE),
-    OpRecord("dsplit", lambda x: jnp.dsplit(x, 2), lambda x: np.dsplit(x, 2),
-             one((2, 3, 4),), SAMPLE),
-    OpRecord("unstack", lambda x: jnp.unstack(x, axis=1),
-             lambda x: tuple(np.moveaxis(x, 1, 0)), one((2, 3), (2, 3, 4)), SAMPLE),
-    OpRecord("tile", lambda x: jnp.tile(x, 2), lambda x: np.tile(x, 2),
-             one((), (3,), (2, 3)), SAMPLE),
-    OpRecord("tile_tuple", lambda x: jnp.tile(x, (2, 1, 3)), lambda x: np.tile(x, (2, 1, 3)),
-             one((3,), (2, 3), (0, 2)), SAMPLE),
-    OpRecord("repeat", lambda x: jnp.repeat(x, 3), lambda x: np.repeat(x, 3),
-             one((), (3,), (2, 3)), SAMPLE),
-    OpRecord("repeat_axis", lambda x: jnp.repeat(x, 2, axis=-1),
-             lambda x: np.repeat(x, 2, axis=-1), one((3,), (2, 3), (2, 0)), SAMPLE),
-    OpRecord("repeat_counts", lambda x: jnp.repeat(x, np.array([1, 0, 2, 2]), axis=0),
-             lambda x: np.repeat(x, [1, 0, 2, 2], axis=0), one((4,), (4, 2)), SAMPLE),
-    OpRecord("repeat_total_short", lambda x: jnp.repeat(x, np.array([1, 2, 3]),
-                                                        total_repeat_length=4),
-             lambda x: np_repeat_total(x, [1, 2, 3], 4, 0), one((3,),), SAMPLE),
-    OpRecord("repeat_total_long", lambda x: jnp.repeat(x, 2, axis=1, total_repeat_length=7),
-             lambda x: np_repeat_total(x, 2, 7, 1), one((2, 3),), SAMPLE),
+    OpRecord("atleast_3d", jnp.atleast_3d, np.atleast_3d, one((), (3,), (2, 3), (1, 2, 3)), SAMPLE),
+    OpRecord(
+        "atleast_1d_many",
+        lambda x, y: jnp.atleast_1d(x, y),
+        lambda x, y: np.atleast_1d(x, y),
+        [((), (2,))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "broadcast_to",
+        lambda x: jnp.broadcast_to(x, (2, 3, 4)),
+        lambda x: np.broadcast_to(x, (2, 3, 4)),
+        one((), (4,), (3, 1), (1, 3, 4)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "broadcast_arrays",
+        jnp.broadcast_arrays,
+        np.broadcast_arrays,
+        [((3, 1), (4,)), ((), (2, 2)), ((0, 1), (1, 5))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "concatenate",
+        lambda x, y: jnp.concatenate([x, y]),
+        lambda x, y: np.concatenate([x, y]),
+        [((3,), (2,)), ((2, 3), (0, 3))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "concatenate_axis",
+        lambda x, y: jnp.concatenate((x, y), axis=-1),
+        lambda x, y: np.concatenate((x, y), axis=-1),
+        [((2, 3), (2, 2))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "concatenate_none",
+        lambda x, y: jnp.concatenate([x, y], axis=None),
+        lambda x, y: np.concatenate([x, y], axis=None),
+        [((2, 3), (4,)), ((), ())],
+        SAMPLE,
+    ),
+    OpRecord(
+        "concatenate_array",
+        lambda x: jnp.concatenate(x, axis=1),
+        lambda x: np.concatenate(x, axis=1),
+        one(
+            (2, 3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "concat",
+        lambda x, y: jnp.concat([x, y], axis=1),
+        lambda x, y: np.concatenate([x, y], axis=1),
+        [((2, 3), (2, 1))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "stack",
+        lambda x, y: jnp.stack([x, y]),
+        lambda x, y: np.stack([x, y]),
+        [((), ()), ((3,), (3,)), ((0, 2), (0, 2))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "stack_axis",
+        lambda x, y: jnp.stack((x, y), axis=-1),
+        lambda x, y: np.stack((x, y), axis=-1),
+        [((2, 3), (2, 3))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "stack_array",
+        lambda x: jnp.stack(x, axis=1),
+        lambda x: np.stack(x, axis=1),
+        one(
+            (2, 3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "hstack",
+        lambda x, y: jnp.hstack([x, y]),
+        lambda x, y: np.hstack([x, y]),
+        [((), (2,)), ((3,), (2,)), ((2, 3), (2, 1))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "vstack",
+        lambda x, y: jnp.vstack([x, y]),
+        lambda x, y: np.vstack([x, y]),
+        [((3,), (3,)), ((2, 3), (3,)), ((), ())],
+        SAMPLE,
+    ),
+    OpRecord(
+        "dstack",
+        lambda x, y: jnp.dstack([x, y]),
+        lambda x, y: np.dstack([x, y]),
+        [((3,), (3,)), ((2, 3), (2, 3)), ((), ())],
+        SAMPLE,
+    ),
+    OpRecord(
+        "column_stack",
+        lambda x, y: jnp.column_stack([x, y]),
+        lambda x, y: np.column_stack([x, y]),
+        [((3,), (3,)), ((3, 2), (3,))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "block",
+        lambda a, b, c, d: jnp.block([[a, b], [c, d]]),
+        lambda a, b, c, d: np.block([[a, b], [c, d]]),
+        [((2, 2), (2, 3), (1, 2), (1, 3)), ((), (), (), ())],
+        SAMPLE,
+    ),
+    OpRecord(
+        "split",
+        lambda x: jnp.split(x, 2),
+        lambda x: np.split(x, 2),
+        one((4,), (6, 2), (0,)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "split_indices",
+        lambda x: jnp.split(x, [1, 4, 3], axis=-1),
+        lambda x: np.split(x, [1, 4, 3], axis=-1),
+        one((5,), (2, 6)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "array_split",
+        lambda x: jnp.array_split(x, 3),
+        lambda x: np.array_split(x, 3),
+        one((7,), (4, 2), (2,)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "hsplit", lambda x: jnp.hsplit(x, 2), lambda x: np.hsplit(x, 2), one((4,), (3, 4)), SAMPLE
+    ),
+    OpRecord(
+        "vsplit",
+        lambda x: jnp.vsplit(x, np.array([1])),
+        lambda x: np.vsplit(x, [1]),
+        one(
+            (3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "dsplit",
+        lambda x: jnp.dsplit(x, 2),
+        lambda x: np.dsplit(x, 2),
+        one(
+            (2, 3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "unstack",
+        lambda x: jnp.unstack(x, axis=1),
+        lambda x: tuple(np.moveaxis(x, 1, 0)),
+        one((2, 3), (2, 3, 4)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "tile", lambda x: jnp.tile(x, 2), lambda x: np.tile(x, 2), one((), (3,), (2, 3)), SAMPLE
+    ),
+    OpRecord(
+        "tile_tuple",
+        lambda x: jnp.tile(x, (2, 1, 3)),
+        lambda x: np.tile(x, (2, 1, 3)),
+        one((3,), (2, 3), (0, 2)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "repeat",
+        lambda x: jnp.repeat(x, 3),
+        lambda x: np.repeat(x, 3),
+        one((), (3,), (2, 3)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "repeat_axis",
+        lambda x: jnp.repeat(x, 2, axis=-1),
+        lambda x: np.repeat(x, 2, axis=-1),
+        one((3,), (2, 3), (2, 0)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "repeat_counts",
+        lambda x: jnp.repeat(x, np.array([1, 0, 2, 2]), axis=0),
+        lambda x: np.repeat(x, [1, 0, 2, 2], axis=0),
+        one((4,), (4, 2)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "repeat_total_short",
+        lambda x: jnp.repeat(x, np.array([1, 2, 3]), total_repeat_length=4),
+        lambda x: np_repeat_total(x, [1, 2, 3], 4, 0),
+        one(
+            (3,),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "repeat_total_long",
+        lambda x: jnp.repeat(x, 2, axis=1, total_repeat_length=7),
+        lambda x: np_repeat_total(x, 2, 7, 1),
+        one(
+            (2, 3),
+        ),
+        SAMPLE,
+    ),
     OpRecord("flip", jnp.flip, np.flip, one((), (0,), (3,), (2, 3)), SAMPLE),
-    OpRecord("flip_axis", lambda x: jnp.flip(x, (0, -1)), lambda x: np.flip(x, (0, -1)),
-             one((2, 3, 4),), SAMPLE),
-    OpRecord("fliplr", jnp.fliplr, np.fliplr, one((2, 3),), SAMPLE),
+    OpRecord(
+        "flip_axis",
+        lambda x: jnp.flip(x, (0, -1)),
+        lambda x: np.flip(x, (0, -1)),
+        one(
+            (2, 3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "fliplr",
+        jnp.fliplr,
+        np.fliplr,
+        one(
+            (2, 3),
+        ),
+        SAMPLE,
+    ),
     OpRecord("flipud", jnp.flipud, np.flipud, one((3,), (2, 3)), SAMPLE),
-    OpRecord("roll", lambda x: jnp.roll(x, 2), lambda x: np.roll(x, 2),
-             one((), (0,), (5,), (2, 3)), SAMPLE),
-    OpRecord("roll_axis", lambda x: jnp.roll(x, -4, axis=1), lambda x: np.roll(x, -4, axis=1),
-             one((2, 3), (2, 0)), SAMPLE),
-    OpRecord("roll_tuple", lambda x: jnp.roll(x, (1, 5), axis=(0, 1)),
-             lambda x: np.roll(x, (1, 5), axis=(0, 1)), one((2, 3), (3, 4, 2)), SAMPLE),
+    OpRecord(
+        "roll",
+        lambda x: jnp.roll(x, 2),
+        lambda x: np.roll(x, 2),
+        one((), (0,), (5,), (2, 3)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "roll_axis",
+        lambda x: jnp.roll(x, -4, axis=1),
+        lambda x: np.roll(x, -4, axis=1),
+        one((2, 3), (2, 0)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "roll_tuple",
+        lambda x: jnp.roll(x, (1, 5), axis=(0, 1)),
+        lambda x: np.roll(x, (1, 5), axis=(0, 1)),
+        one((2, 3), (3, 4, 2)),
+        SAMPLE,
+    ),
     OpRecord("rot90", jnp.rot90, np.rot90, one((2, 3), (2, 3, 4)), SAMPLE),
-    OpRecord("rot90_k2", lambda x: jnp.rot90(x, 2), lambda x: np.rot90(x, 2), one((2, 3),),
-             SAMPLE),
-    OpRecord("rot90_k3_axes", lambda x: jnp.rot90(x, -1, axes=(2, 0)),
-             lambda x: np.rot90(x, -1, axes=(2, 0)), one((2, 3, 4),), SAMPLE),
+    OpRecord(
+        "rot90_k2",
+        lambda x: jnp.rot90(x, 2),
+        lambda x: np.rot90(x, 2),
+        one(
+            (2, 3),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "rot90_k3_axes",
+        lambda x: jnp.rot90(x, -1, axes=(2, 0)),
+        lambda x: np.rot90(x, -1, axes=(2, 0)),
+        one(
+            (2, 3, 4),
+        ),
+        SAMPLE,
+    ),
     OpRecord("tril", jnp.tril, np.tril, one((3, 3), (3, 4), (2, 3, 4), (0, 2)), SAMPLE),
-    OpRecord("tril_k", lambda x: jnp.tril(x, -1), lambda x: np.tril(x, -1), one((4, 3),),
-             SAMPLE),
+    OpRecord(
+        "tril_k",
+        lambda x: jnp.tril(x, -1),
+        lambda x: np.tril(x, -1),
+        one(
+            (4, 3),
+        ),
+        SAMPLE,
+    ),
     OpRecord("triu", jnp.triu, np.triu, one((3, 3), (4, 3), (2, 3, 4)), SAMPLE),
-    OpRecord("triu_k", lambda x: jnp.triu(x, 2), lambda x: np.triu(x, 2), one((3, 5),), SAMPLE),
+    OpRecord(
+        "triu_k",
+        lambda x: jnp.triu(x, 2),
+        lambda x: np.triu(x, 2),
+        one(
+            (3, 5),
+        ),
+        SAMPLE,
+    ),
     OpRecord("diag_vector", jnp.diag, np.diag, one((0,), (1,), (4,)), SAMPLE),
-    OpRecord("diag_vector_k", lambda x: jnp.diag(x, -2), lambda x: np.diag(x, -2),
-             one((0,), (3,)), SAMPLE),
-    OpRecord("diag_matrix", lambda x: jnp.diag(x, 1), lambda x: np.diag(x, 1),
-             one((3, 3), (3, 5), (1, 1), (0, 3)), SAMPLE),
+    OpRecord(
+        "diag_vector_k",
+        lambda x: jnp.diag(x, -2),
+        lambda x: np.diag(x, -2),
+        one((0,), (3,)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "diag_matrix",
+        lambda x: jnp.diag(x, 1),
+        lambda x: np.diag(x, 1),
+        one((3, 3), (3, 5), (1, 1), (0, 3)),
+        SAMPLE,
+    ),
     OpRecord("diagonal", jnp.diagonal, np.diagonal, one((3, 4), (4, 3), (2, 3, 4)), SAMPLE),
-    OpRecord("diagonal_offset", lambda x: jnp.diagonal(x, -1, 2, 0),
-             lambda x: np.diagonal(x, -1, 2, 0), one((2, 3, 4), (3, 3, 3)), SAMPLE),
-    OpRecord("diagonal_out_of_range", lambda x: jnp.diagonal(x, 7), lambda x: np.diagonal(x, 7),
-             one((3, 4),), SAMPLE),
-    OpRecord("diagonal_method", lambda x: x.diagonal(), lambda x: x.diagonal(),
-             one((3, 4),), SAMPLE),
-    OpRecord("diagflat", lambda x: jnp.diagflat(x, 1), lambda x: np.diagflat(x, 1),
-             one((), (2, 2)), SAMPLE),
-    OpRecord("pad_constant", lambda x: jnp.pad(x, 2), lambda x: np.pad(x, 2),
-             one((), (0,), (3,), (2, 3)), SAMPLE),
-    OpRecord("pad_constant_values",
-             lambda x: jnp.pad(x, ((1, 2), (0, 1)), constant_values=((1, 2), (3, 4))),
-             lambda x: np.pad(x, ((1, 2), (0, 1)), constant_values=((1, 2), (3, 4))),
-             one((2, 3),), SAMPLE),
-    OpRecord("pad_edge", lambda x: jnp.pad(x, (1, 3), mode="edge"),
-             lambda x: np.pad(x, (1, 3), mode="edge"), one((3,), (2, 3)), SAMPLE),
-    OpRecord("pad_reflect", lambda x: jnp.pad(x, (4, 6), mode="reflect"),
-             lambda x: np.pad(x, (4, 6), mode="reflect"), one((1,), (3,), (2, 3)), SAMPLE),
-    OpRecord("pad_symmetric", lambda x: jnp.pad(x, ((5, 1), (0, 2)), mode="symmetric"),
-             lambda x: np.pad(x, ((5, 1), (0, 2)), mode="symmetric"), one((2, 3),), SAMPLE),
-    OpRecord("pad_wrap", lambda x: jnp.pad(x, ((4, 2),), mode="wrap"),
-             lambda x: np.pad(x, ((4, 2),), mode="wrap"), one((3,), (2, 3)), SAMPLE),
-    OpRecord("pad_empty_axis_zero_width", lambda x: jnp.pad(x, ((0, 0), (1, 1)), mode="edge"),
-             lambda x: np.pad(x, ((0, 0), (1, 1)), mode="edge"), one((0, 2),), SAMPLE),
-    OpRecord("resize", lambda x: jnp.resize(x, (3, 5)), lambda x: np.resize(x, (3, 5)),
-             one((), (4,), (2, 3)), SAMPLE),
+    OpRecord(
+        "diagonal_offset",
+        lambda x: jnp.diagonal(x, -1, 2, 0),
+        lambda x: np.diagonal(x, -1, 2, 0),
+        one((2, 3, 4), (3, 3, 3)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "diagonal_out_of_range",
+        lambda x: jnp.diagonal(x, 7),
+        lambda x: np.diagonal(x, 7),
+        one(
+            (3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "diagonal_method",
+        lambda x: x.diagonal(),
+        lambda x: x.diagonal(),
+        one(
+            (3, 4),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "diagflat",
+        lambda x: jnp.diagflat(x, 1),
+        lambda x: np.diagflat(x, 1),
+        one((), (2, 2)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "pad_constant",
+        lambda x: jnp.pad(x, 2),
+        lambda x: np.pad(x, 2),
+        one((), (0,), (3,), (2, 3)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "pad_constant_values",
+        lambda x: jnp.pad(x, ((1, 2), (0, 1)), constant_values=((1, 2), (3, 4))),
+        lambda x: np.pad(x, ((1, 2), (0, 1)), constant_values=((1, 2), (3, 4))),
+        one(
+            (2, 3),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "pad_edge",
+        lambda x: jnp.pad(x, (1, 3), mode="edge"),
+        lambda x: np.pad(x, (1, 3), mode="edge"),
+        one((3,), (2, 3)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "pad_reflect",
+        lambda x: jnp.pad(x, (4, 6), mode="reflect"),
+        lambda x: np.pad(x, (4, 6), mode="reflect"),
+        one((1,), (3,), (2, 3)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "pad_symmetric",
+        lambda x: jnp.pad(x, ((5, 1), (0, 2)), mode="symmetric"),
+        lambda x: np.pad(x, ((5, 1), (0, 2)), mode="symmetric"),
+        one(
+            (2, 3),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "pad_wrap",
+        lambda x: jnp.pad(x, ((4, 2),), mode="wrap"),
+        lambda x: np.pad(x, ((4, 2),), mode="wrap"),
+        one((3,), (2, 3)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "pad_empty_axis_zero_width",
+        lambda x: jnp.pad(x, ((0, 0), (1, 1)), mode="edge"),
+        lambda x: np.pad(x, ((0, 0), (1, 1)), mode="edge"),
+        one(
+            (0, 2),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "resize",
+        lambda x: jnp.resize(x, (3, 5)),
+        lambda x: np.resize(x, (3, 5)),
+        one((), (4,), (2, 3)),
+        SAMPLE,
+    ),
     OpRecord("append", jnp.append, np.append, [((2, 3), (4,)), ((), ())], SAMPLE),
-    OpRecord("append_axis", lambda x, y: jnp.append(x, y, axis=0),
-             lambda x, y: np.append(x, y, axis=0), [((2, 3), (1, 3))], SAMPLE),
-    OpRecord("insert_scalar", lambda x, v: jnp.insert(x, 1, v, axis=1),
-             lambda x, v: np.insert(x, 1, v, axis=1), [((2, 3), ()), ((2, 3), (2,))], SAMPLE),
-    OpRecord("insert_indices", lambda x, v: jnp.insert(x, np.array([0, 2, 2, -1]), v),
-             lambda x, v: np.insert(x, [0, 2, 2, -1], v), [((5,), (4,)), ((2, 2), ())], SAMPLE),
-    OpRecord("insert_slice", lambda x, v: jnp.insert(x, slice(0, 3, 2), v, axis=0),
-             lambda x, v: np.insert(x, slice(0, 3, 2), v, axis=0), [((3, 2), (2,))], SAMPLE),
-    OpRecord("delete", lambda x: jnp.delete(x, np.array([0, -1])),
-             lambda x: np.delete(x, [0, -1]), one((5,), (2, 3)), SAMPLE),
-    OpRecord("delete_axis", lambda x: jnp.delete(x, 1, axis=1), lambda x: np.delete(x, 1, 1),
-             one((2, 3),), SAMPLE),
-    OpRecord("delete_slice_mask", lambda x: jnp.delete(x, slice(None, None, 2), axis=0),
-             lambda x: np.delete(x, slice(None, None, 2), axis=0), one((5, 2),), SAMPLE),
+    OpRecord(
+        "append_axis",
+        lambda x, y: jnp.append(x, y, axis=0),
+        lambda x, y: np.append(x, y, axis=0),
+        [((2, 3), (1, 3))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "insert_scalar",
+        lambda x, v: jnp.insert(x, 1, v, axis=1),
+        lambda x, v: np.insert(x, 1, v, axis=1),
+        [((2, 3), ()), ((2, 3), (2,))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "insert_indices",
+        lambda x, v: jnp.insert(x, np.array([0, 2, 2, -1]), v),
+        lambda x, v: np.insert(x, [0, 2, 2, -1], v),
+        [((5,), (4,)), ((2, 2), ())],
+        SAMPLE,
+    ),
+    OpRecord(
+        "insert_slice",
+        lambda x, v: jnp.insert(x, slice(0, 3, 2), v, axis=0),
+        lambda x, v: np.insert(x, slice(0, 3, 2), v, axis=0),
+        [((3, 2), (2,))],
+        SAMPLE,
+    ),
+    OpRecord(
+        "delete",
+        lambda x: jnp.delete(x, np.array([0, -1])),
+        lambda x: np.delete(x, [0, -1]),
+        one((5,), (2, 3)),
+        SAMPLE,
+    ),
+    OpRecord(
+        "delete_axis",
+        lambda x: jnp.delete(x, 1, axis=1),
+        lambda x: np.delete(x, 1, 1),
+        one(
+            (2, 3),
+        ),
+        SAMPLE,
+    ),
+    OpRecord(
+        "delete_slice_mask",
+        lambda x: jnp.delete(x, slice(None, None, 2), axis=0),
+        lambda x: np.delete(x, slice(None, None, 2), axis=0),
+        one(
+            (5, 2),
+        ),
+        SAMPLE,
+    ),
     OpRecord("copy", jnp.copy, np.copy, one((), (0,), (3, 4)), SAMPLE),
-    OpRecord("copy_method", lambda x: x.copy(), np.copy, one((3,),), SAMPLE),
+    OpRecord(
+        "copy_method",
+        lambda x: x.copy(),
+        np.copy,
+        one(
+            (3,),
+        ),
+        SAMPLE,
+    ),
 ]
 
 
@@ -885,11 +1744,17 @@ _SHAPE_TRACE_ROWS = [
 # and full_like ignores its argument's values.
 _AFFINE_SHAPE_OPS = {"pad_interior_negative", "pad_constant_values"}
 SHAPE_LAX_RECORDS = _mark(
-    _SHAPE_LAX_ROWS, "shape", differentiable={"pad_interior_negative"},
-    linear={_base_name(r) for r in _SHAPE_LAX_ROWS} - _AFFINE_SHAPE_OPS - {"full_like"})
+    _SHAPE_LAX_ROWS,
+    "shape",
+    differentiable={"pad_interior_negative"},
+    linear={_base_name(r) for r in _SHAPE_LAX_ROWS} - _AFFINE_SHAPE_OPS - {"full_like"},
+)
 SHAPE_NUMPY_RECORDS = _mark(
-    _SHAPE_NUMPY_ROWS, "shape", differentiable={"pad_constant_values"},
-    linear={_base_name(r) for r in _SHAPE_NUMPY_ROWS} - _AFFINE_SHAPE_OPS)
+    _SHAPE_NUMPY_ROWS,
+    "shape",
+    differentiable={"pad_constant_values"},
+    linear={_base_name(r) for r in _SHAPE_NUMPY_ROWS} - _AFFINE_SHAPE_OPS,
+)
 SHAPE_TRACE_RECORDS = _mark(_SHAPE_TRACE_ROWS, "shape", linear={"trace"})
 SHAPE_RECORDS = SHAPE_LAX_RECORDS + SHAPE_NUMPY_RECORDS + SHAPE_TRACE_RECORDS
 
@@ -902,6 +1767,7 @@ MODES = lax.GatherScatterMode
 
 # --- NumPy reference loops (independent of the vectorized impls) -----------------------------
 
+
 def gather_reference(operand, indices, dn, slice_sizes, mode=MODES.CLIP, fill_value=None):
     ndim = operand.ndim
     batch_shape = indices.shape[:-1]
@@ -909,8 +1775,9 @@ def gather_reference(operand, indices, dn, slice_sizes, mode=MODES.CLIP, fill_va
     window_shape = [n for d, n in enumerate(slice_sizes) if d not in dropped]
     rank = len(window_shape) + len(batch_shape)
     batch_iter, window_iter = iter(batch_shape), iter(window_shape)
-    out_shape = tuple(next(window_iter) if i in dn.offset_dims else next(batch_iter)
-                      for i in range(rank))
+    out_shape = tuple(
+        next(window_iter) if i in dn.offset_dims else next(batch_iter) for i in range(rank)
+    )
     out = np.zeros(out_shape, operand.dtype)
     windows = {}
     for b in np.ndindex(*batch_shape):
@@ -919,10 +1786,10 @@ def gather_reference(operand, indices, dn, slice_sizes, mode=MODES.CLIP, fill_va
             start[d] = int(indices[b][k])
         for d, idim in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
             start[d] = b[idim]
-        out_of_bounds = any(not 0 <= start[d] <= operand.shape[d] - slice_sizes[d]
-                            for d in dn.start_index_map)
-        start = [min(max(s, 0), dim - n) for s, dim, n in
-                 zip(start, operand.shape, slice_sizes)]
+        out_of_bounds = any(
+            not 0 <= start[d] <= operand.shape[d] - slice_sizes[d] for d in dn.start_index_map
+        )
+        start = [min(max(s, 0), dim - n) for s, dim, n in zip(start, operand.shape, slice_sizes)]
         window = operand[tuple(slice(s, s + n) for s, n in zip(start, slice_sizes))]
         if mode == MODES.FILL_OR_DROP and out_of_bounds:
             window = np.full(window.shape, np.nan if fill_value is None else fill_value)
@@ -938,8 +1805,11 @@ def scatter_reference(operand, indices, updates, dn, combine, mode=MODES.FILL_OR
     """Apply every update element in batch-major order (the order the last write wins in)."""
     out = operand.copy()
     ndim = operand.ndim
-    window_dims = [d for d in range(ndim) if d not in dn.inserted_window_dims
-                   and d not in dn.operand_batching_dims]
+    window_dims = [
+        d
+        for d in range(ndim)
+        if d not in dn.inserted_window_dims and d not in dn.operand_batching_dims
+    ]
     window = [1] * ndim
     for d, u in zip(window_dims, dn.update_window_dims):
         window[d] = updates.shape[u]
@@ -981,104 +1851,186 @@ COMBINES = {
 
 # --- op records for the primitives -----------------------------------------------------------
 
+
 def np_dynamic_slice(x, starts, sizes):
     starts = [min(max(s + d if s < 0 else s, 0), d - n) for s, d, n in zip(starts, x.shape, sizes)]
     return x[tuple(slice(s, s + n) for s, n in zip(starts, sizes))]
 
 
 def np_dynamic_update_slice(x, u, starts):
-    starts = [min(max(s + d if s < 0 else s, 0), d - n)
-              for s, d, n in zip(starts, x.shape, u.shape)]
+    starts = [
+        min(max(s + d if s < 0 else s, 0), d - n) for s, d, n in zip(starts, x.shape, u.shape)
+    ]
     out = x.copy()
     out[tuple(slice(s, s + n) for s, n in zip(starts, u.shape))] = u
     return out
 
 
-ROWS = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,),
-                                  start_index_map=(0,))
-POINTS = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0, 1),
-                                    start_index_map=(0, 1))
-PATCHES = lax.GatherDimensionNumbers(offset_dims=(1, 2), collapsed_slice_dims=(),
-                                     start_index_map=(1, 0))
-BATCHED = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(1,),
-                                     start_index_map=(1,), operand_batching_dims=(0,),
-                                     start_indices_batching_dims=(0,))
+ROWS = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
+POINTS = lax.GatherDimensionNumbers(
+    offset_dims=(), collapsed_slice_dims=(0, 1), start_index_map=(0, 1)
+)
+PATCHES = lax.GatherDimensionNumbers(
+    offset_dims=(1, 2), collapsed_slice_dims=(), start_index_map=(1, 0)
+)
+BATCHED = lax.GatherDimensionNumbers(
+    offset_dims=(1,),
+    collapsed_slice_dims=(1,),
+    start_index_map=(1,),
+    operand_batching_dims=(0,),
+    start_indices_batching_dims=(0,),
+)
 ROW_IDX = np.array([[2], [0], [7], [-1], [2]])
 POINT_IDX = np.array([[[0, 1], [2, 3]], [[5, 0], [1, -4]]])
 PATCH_IDX = np.array([[0, 1], [2, 3], [-1, 9]])
 BATCH_IDX = np.array([[[1], [0]], [[3], [2]], [[0], [0]]])
 
-SCATTER_ROWS = lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
-                                           scatter_dims_to_operand_dims=(0,))
-SCATTER_POINTS = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0, 1),
-                                             scatter_dims_to_operand_dims=(1, 0))
+SCATTER_ROWS = lax.ScatterDimensionNumbers(
+    update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
+)
+SCATTER_POINTS = lax.ScatterDimensionNumbers(
+    update_window_dims=(), inserted_window_dims=(0, 1), scatter_dims_to_operand_dims=(1, 0)
+)
 SCATTER_IDX = np.array([[1], [3], [1], [9], [-1]])
 SCATTER_POINT_IDX = np.array([[0, 1], [3, 2], [0, 1], [-1, 0]])
 
 _INDEXING_ROWS = [
-    OpRecord("dynamic_slice", lambda x: lax.dynamic_slice(x, (1, -1), (2, 3)),
-             lambda x: np_dynamic_slice(x, (1, -1), (2, 3)), [((3, 4),), ((4, 5),)], _testing.ALL),
-    OpRecord("dynamic_slice_clamped", lambda x: lax.dynamic_slice(x, (7,), (2,)),
-             lambda x: np_dynamic_slice(x, (7,), (2,)), [((5,),), ((2,),)], _testing.ALL),
-    OpRecord("dynamic_slice_3d", lambda x: lax.dynamic_slice(x, (0, 2, -9), (2, 1, 3)),
-             lambda x: np_dynamic_slice(x, (0, 2, -9), (2, 1, 3)), [((2, 3, 4),)], _testing.ALL),
-    OpRecord("dynamic_slice_scalar", lambda x: lax.dynamic_slice(x, (), ()),
-             lambda x: x, [((),)], _testing.ALL),
-    OpRecord("dynamic_update_slice",
-             lambda x, u: lax.dynamic_update_slice(x, u, (2, -2)),
-             lambda x, u: np_dynamic_update_slice(x, u, (2, -2)),
-             [((4, 5), (2, 3)), ((3, 3), (3, 3)), ((4, 5), (0, 2))], _testing.ALL),
-    OpRecord("gather_rows", lambda x: lax.gather(x, ROW_IDX, ROWS, (1, x.shape[1])),
-             lambda x: gather_reference(x, ROW_IDX, ROWS, (1, x.shape[1])),
-             [((4, 3),), ((8, 1),)], _testing.ALL),
-    OpRecord("gather_points",
-             lambda x: lax.gather(x, POINT_IDX, POINTS, (1, 1), mode="clip"),
-             lambda x: gather_reference(x, POINT_IDX, POINTS, (1, 1)), [((4, 5),)], _testing.ALL),
-    OpRecord("gather_patches", lambda x: lax.gather(x, PATCH_IDX, PATCHES, (2, 3)),
-             lambda x: gather_reference(x, PATCH_IDX, PATCHES, (2, 3)), [((4, 5),)], _testing.ALL),
-    OpRecord("gather_batched", lambda x: lax.gather(x, BATCH_IDX, BATCHED, (1, 1, 2)),
-             lambda x: gather_reference(x, BATCH_IDX, BATCHED, (1, 1, 2)),
-             [((3, 4, 2),)], _testing.ALL),
-    OpRecord("gather_fill",
-             lambda x: lax.gather(x, ROW_IDX, ROWS, (1, x.shape[1]), mode="fill",
-                                  fill_value=7),
-             lambda x: gather_reference(x, ROW_IDX, ROWS, (1, x.shape[1]),
-                                        MODES.FILL_OR_DROP, 7), [((4, 3),)], _testing.NUMERIC),
+    OpRecord(
+        "dynamic_slice",
+        lambda x: lax.dynamic_slice(x, (1, -1), (2, 3)),
+        lambda x: np_dynamic_slice(x, (1, -1), (2, 3)),
+        [((3, 4),), ((4, 5),)],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "dynamic_slice_clamped",
+        lambda x: lax.dynamic_slice(x, (7,), (2,)),
+        lambda x: np_dynamic_slice(x, (7,), (2,)),
+        [((5,),), ((2,),)],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "dynamic_slice_3d",
+        lambda x: lax.dynamic_slice(x, (0, 2, -9), (2, 1, 3)),
+        lambda x: np_dynamic_slice(x, (0, 2, -9), (2, 1, 3)),
+        [((2, 3, 4),)],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "dynamic_slice_scalar",
+        lambda x: lax.dynamic_slice(x, (), ()),
+        lambda x: x,
+        [((),)],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "dynamic_update_slice",
+        lambda x, u: lax.dynamic_update_slice(x, u, (2, -2)),
+        lambda x, u: np_dynamic_update_slice(x, u, (2, -2)),
+        [((4, 5), (2, 3)), ((3, 3), (3, 3)), ((4, 5), (0, 2))],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "gather_rows",
+        lambda x: lax.gather(x, ROW_IDX, ROWS, (1, x.shape[1])),
+        lambda x: gather_reference(x, ROW_IDX, ROWS, (1, x.shape[1])),
+        [((4, 3),), ((8, 1),)],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "gather_points",
+        lambda x: lax.gather(x, POINT_IDX, POINTS, (1, 1), mode="clip"),
+        lambda x: gather_reference(x, POINT_IDX, POINTS, (1, 1)),
+        [((4, 5),)],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "gather_patches",
+        lambda x: lax.gather(x, PATCH_IDX, PATCHES, (2, 3)),
+        lambda x: gather_reference(x, PATCH_IDX, PATCHES, (2, 3)),
+        [((4, 5),)],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "gather_batched",
+        lambda x: lax.gather(x, BATCH_IDX, BATCHED, (1, 1, 2)),
+        lambda x: gather_reference(x, BATCH_IDX, BATCHED, (1, 1, 2)),
+        [((3, 4, 2),)],
+        _testing.ALL,
+    ),
+    OpRecord(
+        "gather_fill",
+        lambda x: lax.gather(x, ROW_IDX, ROWS, (1, x.shape[1]), mode="fill", fill_value=7),
+        lambda x: gather_reference(x, ROW_IDX, ROWS, (1, x.shape[1]), MODES.FILL_OR_DROP, 7),
+        [((4, 3),)],
+        _testing.NUMERIC,
+    ),
 ]
 for _name, (_fn, _combine) in COMBINES.items():
-    _dtypes = _testing.ALL if _name in ("scatter", "scatter_min", "scatter_max") else \
-        _testing.INTS + _testing.FLOATS + _testing.COMPLEX
-    _INDEXING_ROWS.append(OpRecord(
-        f"{_name}_rows",
-        lambda x, u, fn=_fn: fn(x, SCATTER_IDX, u, SCATTER_ROWS),
-        lambda x, u, c=_combine: scatter_reference(x, SCATTER_IDX, u, SCATTER_ROWS, c),
-        [((4, 3), (5, 3))], _dtypes, kind="positive"))
-    _INDEXING_ROWS.append(OpRecord(
-        f"{_name}_points_clip",
-        lambda x, u, fn=_fn: fn(x, SCATTER_POINT_IDX, u, SCATTER_POINTS, mode="clip"),
-        lambda x, u, c=_combine: scatter_reference(x, SCATTER_POINT_IDX, u, SCATTER_POINTS,
-                                                   c, MODES.CLIP),
-        [((3, 4), (4,))], _dtypes, kind="positive"))
+    _dtypes = (
+        _testing.ALL
+        if _name in ("scatter", "scatter_min", "scatter_max")
+        else _testing.INTS + _testing.FLOATS + _testing.COMPLEX
+    )
+    _INDEXING_ROWS.append(
+        OpRecord(
+            f"{_name}_rows",
+            lambda x, u, fn=_fn: fn(x, SCATTER_IDX, u, SCATTER_ROWS),
+            lambda x, u, c=_combine: scatter_reference(x, SCATTER_IDX, u, SCATTER_ROWS, c),
+            [((4, 3), (5, 3))],
+            _dtypes,
+            kind="positive",
+        )
+    )
+    _INDEXING_ROWS.append(
+        OpRecord(
+            f"{_name}_points_clip",
+            lambda x, u, fn=_fn: fn(x, SCATTER_POINT_IDX, u, SCATTER_POINTS, mode="clip"),
+            lambda x, u, c=_combine: scatter_reference(
+                x, SCATTER_POINT_IDX, u, SCATTER_POINTS, c, MODES.CLIP
+            ),
+            [((3, 4), (4,))],
+            _dtypes,
+            kind="positive",
+        )
+    )
 
 
 # gather with a fill value is affine; scatter_mul multiplies repeated updates together, and
 # scatter_min/max pick, so those are differentiable only.
 _INDEXING_LINEAR = {
-    "dynamic_slice", "dynamic_slice_clamped", "dynamic_slice_3d", "dynamic_slice_scalar",
-    "dynamic_update_slice", "gather_rows", "gather_points", "gather_patches", "gather_batched",
-    "scatter_rows", "scatter_points_clip", "scatter_add_rows", "scatter_add_points_clip",
+    "dynamic_slice",
+    "dynamic_slice_clamped",
+    "dynamic_slice_3d",
+    "dynamic_slice_scalar",
+    "dynamic_update_slice",
+    "gather_rows",
+    "gather_points",
+    "gather_patches",
+    "gather_batched",
+    "scatter_rows",
+    "scatter_points_clip",
+    "scatter_add_rows",
+    "scatter_add_points_clip",
 }
 _INDEXING_DIFFERENTIABLE = {
-    "gather_fill", "scatter_mul_rows", "scatter_mul_points_clip", "scatter_min_rows",
-    "scatter_min_points_clip", "scatter_max_rows", "scatter_max_points_clip",
+    "gather_fill",
+    "scatter_mul_rows",
+    "scatter_mul_points_clip",
+    "scatter_min_rows",
+    "scatter_min_points_clip",
+    "scatter_max_rows",
+    "scatter_max_points_clip",
 }
-INDEXING_RECORDS = _mark(_INDEXING_ROWS, "indexing", linear=_INDEXING_LINEAR,
-                         differentiable=_INDEXING_DIFFERENTIABLE)
+INDEXING_RECORDS = _mark(
+    _INDEXING_ROWS, "indexing", linear=_INDEXING_LINEAR, differentiable=_INDEXING_DIFFERENTIABLE
+)
 
 
 # =============================================================================================
 # Reductions: kiln.numpy's reductions over every axis/keepdims variant
 # =============================================================================================
+
 
 def _default_int_like(d):
     """sum/prod's result dtype: small ints and bools promote to int32/uint32."""
@@ -1115,8 +2067,7 @@ def _np(fn):
 
 
 def _has_empty_reduction(shape, axis):
-    axes = range(len(shape)) if axis is None else (
-        axis if isinstance(axis, tuple) else (axis,))
+    axes = range(len(shape)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
     return any(shape[a] == 0 for a in axes)
 
 
@@ -1136,8 +2087,15 @@ REDUCTION_DTYPES = [BOOL, I8, U8, I32, F16, BF16, F32]
 # (name, kiln fn, numpy fn, dtypes, out dtype, data kind, needs non-empty reduction)
 JNP_REDUCTIONS = [
     ("sum", jnp.sum, np.sum, REDUCTION_DTYPES + [C64], _default_int_like, "normal", False),
-    ("prod", jnp.prod, np.prod, [BOOL, I8, U8, I32, F16, F32, C64], _default_int_like, "unit",
-     False),
+    (
+        "prod",
+        jnp.prod,
+        np.prod,
+        [BOOL, I8, U8, I32, F16, F32, C64],
+        _default_int_like,
+        "unit",
+        False,
+    ),
     ("max", jnp.max, np.max, REDUCTION_DTYPES, _same, "normal", True),
     ("min", jnp.min, np.min, REDUCTION_DTYPES, _same, "normal", True),
     ("amax", jnp.amax, np.amax, [F32], _same, "normal", True),
@@ -1147,12 +2105,18 @@ JNP_REDUCTIONS = [
     ("any", jnp.any, np.any, [BOOL, I8, F32, C64], _bool, "normal", False),
     ("all", jnp.all, np.all, [BOOL, I8, F32, C64], _bool, "normal", False),
     ("mean", jnp.mean, np.mean, REDUCTION_DTYPES + [C64], _inexact, "normal", False),
-    ("var", jnp.var, np.var, [BOOL, I8, I32, F16, BF16, F32, C64], _real_inexact, "normal",
-     False),
+    ("var", jnp.var, np.var, [BOOL, I8, I32, F16, BF16, F32, C64], _real_inexact, "normal", False),
     ("std", jnp.std, np.std, [I8, F16, F32, C64], _real_inexact, "normal", False),
     ("ptp", jnp.ptp, np.ptp, [I8, U8, I32, F16, F32], _same, "normal", True),
-    ("count_nonzero", jnp.count_nonzero, np.count_nonzero, [BOOL, I8, F32, C64], _int32,
-     "normal", False),
+    (
+        "count_nonzero",
+        jnp.count_nonzero,
+        np.count_nonzero,
+        [BOOL, I8, F32, C64],
+        _int32,
+        "normal",
+        False,
+    ),
     ("median", jnp.median, np.median, [I8, I32, F16, F32], _inexact, "normal", True),
     ("nansum", jnp.nansum, np.nansum, [I8, F16, F32], _default_int_like, "normal", False),
     ("nanmax", jnp.nanmax, np.nanmax, [I8, F32], _same, "normal", True),
@@ -1169,15 +2133,25 @@ def _reduction_rows():
             for axis in _axis_variants(shape):
                 if nonempty and _has_empty_reduction(shape, axis):
                     continue
-                for keepdims in ((False, True) if axis is not None else (False,)):
+                for keepdims in (False, True) if axis is not None else (False,):
                     kwargs = dict(axis=axis, keepdims=keepdims)
                     if (name == "count_nonzero" and shape == ()) or (
-                            name == "median" and 0 in shape):  # NumPy fails on these
+                        name == "median" and 0 in shape
+                    ):  # NumPy fails on these
                         continue
-                    records.append(OpRecord(f"{name}-axis={axis}-keepdims={keepdims}", fn,
-                                            _np(np_fn), [(shape,)], dts, kind=kind,
-                                            out_dtype=out, static_kwargs=kwargs,
-                                            tol={F16: 4e-3, BF16: 2e-2, F32: 2e-5, C64: 2e-5}))
+                    records.append(
+                        OpRecord(
+                            f"{name}-axis={axis}-keepdims={keepdims}",
+                            fn,
+                            _np(np_fn),
+                            [(shape,)],
+                            dts,
+                            kind=kind,
+                            out_dtype=out,
+                            static_kwargs=kwargs,
+                            tol={F16: 4e-3, BF16: 2e-2, F32: 2e-5, C64: 2e-5},
+                        )
+                    )
     return records
 
 
@@ -1186,17 +2160,39 @@ _REDUCTION_ROWS = _reduction_rows()
 # The nan* reductions act on random data without NaNs, so they are their plain versions; any,
 # all and count_nonzero have bool or integer results.
 REDUCTION_RECORDS = _mark(
-    _REDUCTION_ROWS, "reductions", linear={"sum", "mean", "nansum", "nanmean"},
-    differentiable={"prod", "max", "min", "amax", "amin", "nanmin", "nanprod", "var", "std",
-                    "ptp", "median", "nanmax", "nanvar", "nanstd"})
+    _REDUCTION_ROWS,
+    "reductions",
+    linear={"sum", "mean", "nansum", "nanmean"},
+    differentiable={
+        "prod",
+        "max",
+        "min",
+        "amax",
+        "amin",
+        "nanmin",
+        "nanprod",
+        "var",
+        "std",
+        "ptp",
+        "median",
+        "nanmax",
+        "nanvar",
+        "nanstd",
+    },
+)
 
 
 # =============================================================================================
 # Products: dot_general through kiln.numpy's products
 # =============================================================================================
 
-PRODUCT_DTYPES = [np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int8),
-                  np.dtype(np.float16), np.dtype(np.complex64)]
+PRODUCT_DTYPES = [
+    np.dtype(np.float32),
+    np.dtype(np.int32),
+    np.dtype(np.int8),
+    np.dtype(np.float16),
+    np.dtype(np.complex64),
+]
 #: Products accumulate many terms, so their float tolerance is looser than one op's.
 PRODUCT_TOL = {F16: 1e-2, F32: 1e-5, C64: 1e-5}
 
@@ -1206,23 +2202,46 @@ def _product(name, fn, ref, shapes):
 
 
 _PRODUCT_ROWS = [
-    _product("matmul", jnp.matmul, np.matmul,
-             [((3, 4), (4, 5)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4, 5)),
-              ((2, 1, 3, 4), (5, 4, 2)), ((0, 3), (3, 2)), ((3, 0), (0, 2))]),
-    _product("dot", jnp.dot, np.dot,
-             [((3, 4), (4, 5)), ((4,), (4,)), ((), (3,)), ((2, 3, 4), (4,)), ((2, 3), (4, 3, 5))]),
+    _product(
+        "matmul",
+        jnp.matmul,
+        np.matmul,
+        [
+            ((3, 4), (4, 5)),
+            ((4,), (4, 2)),
+            ((3, 4), (4,)),
+            ((4,), (4,)),
+            ((2, 3, 4), (4, 5)),
+            ((2, 1, 3, 4), (5, 4, 2)),
+            ((0, 3), (3, 2)),
+            ((3, 0), (0, 2)),
+        ],
+    ),
+    _product(
+        "dot",
+        jnp.dot,
+        np.dot,
+        [((3, 4), (4, 5)), ((4,), (4,)), ((), (3,)), ((2, 3, 4), (4,)), ((2, 3), (4, 3, 5))],
+    ),
     _product("vdot", jnp.vdot, np.vdot, [((3, 4), (12,)), ((5,), (5,))]),
     _product("inner", jnp.inner, np.inner, [((3, 4), (5, 4)), ((4,), (4,)), ((), (2,))]),
     _product("outer", jnp.outer, np.outer, [((3,), (4,)), ((2, 2), (3,))]),
     _product("kron", jnp.kron, np.kron, [((2, 3), (3, 2)), ((2,), (3, 1))]),
-    _product("tensordot", lambda a, b: jnp.tensordot(a, b, axes=2),
-             lambda a, b: np.tensordot(a, b, axes=2), [((2, 3, 4), (3, 4, 5))]),
-    _product("tensordot_pairs", lambda a, b: jnp.tensordot(a, b, axes=([0, 2], [2, 0])),
-             lambda a, b: np.tensordot(a, b, axes=([0, 2], [2, 0])), [((2, 3, 4), (4, 5, 2))]),
+    _product(
+        "tensordot",
+        lambda a, b: jnp.tensordot(a, b, axes=2),
+        lambda a, b: np.tensordot(a, b, axes=2),
+        [((2, 3, 4), (3, 4, 5))],
+    ),
+    _product(
+        "tensordot_pairs",
+        lambda a, b: jnp.tensordot(a, b, axes=([0, 2], [2, 0])),
+        lambda a, b: np.tensordot(a, b, axes=([0, 2], [2, 0])),
+        [((2, 3, 4), (4, 5, 2))],
+    ),
 ]
 # Bilinear: linear in each operand while the other is held fixed.
-PRODUCT_RECORDS = _mark(_PRODUCT_ROWS, "products",
-                        linear={_base_name(r) for r in _PRODUCT_ROWS})
+PRODUCT_RECORDS = _mark(_PRODUCT_ROWS, "products", linear={_base_name(r) for r in _PRODUCT_ROWS})
 
 
 # =============================================================================================
@@ -1230,8 +2249,15 @@ PRODUCT_RECORDS = _mark(_PRODUCT_ROWS, "products",
 # =============================================================================================
 
 SORT_DTYPES = [BOOL, I8, U8, I32, U32, F16, BF16, F32, C64]
-SHAPES_AXES = [((5,), -1), ((0,), 0), ((3, 4), 0), ((3, 4), 1), ((2, 3, 4), 1), ((2, 0, 3), 2),
-               ((12,), 0)]
+SHAPES_AXES = [
+    ((5,), -1),
+    ((0,), 0),
+    ((3, 4), 0),
+    ((3, 4), 1),
+    ((2, 3, 4), 1),
+    ((2, 0, 3), 2),
+    ((12,), 0),
+]
 
 
 def np_sortable(x):
@@ -1250,11 +2276,27 @@ def np_argsort(x, axis=-1):
 def _sort_rows():
     rows = []
     for shape, axis in SHAPES_AXES + [((3, 4), None), ((), None)]:
-        rows.append(OpRecord(f"sort-axis={axis}", jnp.sort, np_sort, [(shape,)], SORT_DTYPES,
-                             static_kwargs=dict(axis=axis)))
-        rows.append(OpRecord(f"argsort-axis={axis}", jnp.argsort, np_argsort, [(shape,)],
-                             SORT_DTYPES, static_kwargs=dict(axis=axis),
-                             out_dtype=lambda d: I32))
+        rows.append(
+            OpRecord(
+                f"sort-axis={axis}",
+                jnp.sort,
+                np_sort,
+                [(shape,)],
+                SORT_DTYPES,
+                static_kwargs=dict(axis=axis),
+            )
+        )
+        rows.append(
+            OpRecord(
+                f"argsort-axis={axis}",
+                jnp.argsort,
+                np_argsort,
+                [(shape,)],
+                SORT_DTYPES,
+                static_kwargs=dict(axis=axis),
+                out_dtype=lambda d: I32,
+            )
+        )
     return rows
 
 
@@ -1273,14 +2315,16 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 def f64(fn):
     """A reference evaluated in float64 (the harness rounds it to the input's dtype)."""
+
     def ref(x, **kwargs):
         with np.errstate(all="ignore"):
             return fn(np.asarray(x, np.float64), **kwargs)
+
     return ref
 
 
 def _gelu_tanh(x):
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def _elu(x, alpha=1.0):
@@ -1291,8 +2335,11 @@ ACTIVATIONS = [
     ("relu", nn.relu, lambda x: np.maximum(x, 0)),
     ("relu6", nn.relu6, lambda x: np.clip(x, 0, 6)),
     ("gelu", nn.gelu, _gelu_tanh),
-    ("gelu_exact", lambda x: nn.gelu(x, approximate=False),
-     lambda x: 0.5 * x * (1 + special.erf(x / np.sqrt(2)))),
+    (
+        "gelu_exact",
+        lambda x: nn.gelu(x, approximate=False),
+        lambda x: 0.5 * x * (1 + special.erf(x / np.sqrt(2))),
+    ),
     ("sigmoid", nn.sigmoid, special.expit),
     ("log_sigmoid", nn.log_sigmoid, special.log_expit),
     ("tanh", nn.tanh, np.tanh),
@@ -1302,47 +2349,95 @@ ACTIVATIONS = [
     ("soft_sign", nn.soft_sign, lambda x: x / (np.abs(x) + 1)),
     ("elu", nn.elu, _elu),
     ("elu_alpha", lambda x: nn.elu(x, alpha=0.5), lambda x: _elu(x, 0.5)),
-    ("celu", lambda x: nn.celu(x, alpha=1.5),
-     lambda x: np.maximum(x, 0) + 1.5 * np.expm1(np.minimum(x, 0) / 1.5)),
+    (
+        "celu",
+        lambda x: nn.celu(x, alpha=1.5),
+        lambda x: np.maximum(x, 0) + 1.5 * np.expm1(np.minimum(x, 0) / 1.5),
+    ),
     ("selu", nn.selu, lambda x: SELU_SCALE * _elu(x, SELU_ALPHA)),
     ("leaky_relu", nn.leaky_relu, lambda x: np.where(x >= 0, x, 0.01 * x)),
-    ("leaky_relu_slope", lambda x: nn.leaky_relu(x, negative_slope=0.2),
-     lambda x: np.where(x >= 0, x, 0.2 * x)),
+    (
+        "leaky_relu_slope",
+        lambda x: nn.leaky_relu(x, negative_slope=0.2),
+        lambda x: np.where(x >= 0, x, 0.2 * x),
+    ),
     ("hard_tanh", nn.hard_tanh, lambda x: np.clip(x, -1, 1)),
     ("hard_sigmoid", nn.hard_sigmoid, lambda x: np.clip(x + 3, 0, 6) / 6),
     ("hard_silu", nn.hard_silu, lambda x: x * np.clip(x + 3, 0, 6) / 6),
     ("hard_swish", nn.hard_swish, lambda x: x * np.clip(x + 3, 0, 6) / 6),
 ]
 
-NN_ACTIVATION_RECORDS = [OpRecord(name, fn, f64(ref), NN_SHAPES, FLOATS, out_dtype=same,
-                                  tol=NN_TOL) for name, fn, ref in ACTIVATIONS]
+NN_ACTIVATION_RECORDS = [
+    OpRecord(name, fn, f64(ref), NN_SHAPES, FLOATS, out_dtype=same, tol=NN_TOL)
+    for name, fn, ref in ACTIVATIONS
+]
 
 AXIS_FUNCTIONS = [
     ("softmax", nn.softmax, special.softmax),
     ("log_softmax", nn.log_softmax, special.log_softmax),
 ]
-NN_AXIS_RECORDS = [OpRecord(f"{name}-axis={axis}", fn, f64(ref), [(shape,)], FLOATS,
-                            out_dtype=same, tol=NN_TOL, static_kwargs=dict(axis=axis))
-                   for name, fn, ref in AXIS_FUNCTIONS
-                   for shape, axis in (((7,), -1), ((3, 4), 0), ((3, 4), -1), ((2, 3, 4), 1),
-                                       ((2, 3, 4), (0, 2)), ((0, 3), 1))]
+NN_AXIS_RECORDS = [
+    OpRecord(
+        f"{name}-axis={axis}",
+        fn,
+        f64(ref),
+        [(shape,)],
+        FLOATS,
+        out_dtype=same,
+        tol=NN_TOL,
+        static_kwargs=dict(axis=axis),
+    )
+    for name, fn, ref in AXIS_FUNCTIONS
+    for shape, axis in (
+        ((7,), -1),
+        ((3, 4), 0),
+        ((3, 4), -1),
+        ((2, 3, 4), 1),
+        ((2, 3, 4), (0, 2)),
+        ((0, 3), 1),
+    )
+]
 NN_LOGSUMEXP_RECORDS = [
-    OpRecord(f"logsumexp-axis={axis}-keepdims={keepdims}", nn.logsumexp,
-             f64(special.logsumexp), [(shape,)], FLOATS, out_dtype=same, tol=NN_TOL,
-             static_kwargs=dict(axis=axis, keepdims=keepdims))
-    for shape, axis in (((), None), ((7,), None), ((3, 4), 0), ((3, 4), -1),
-                        ((2, 3, 4), (0, 2)), ((2, 3, 4), None), ((0, 3), 0))
-    for keepdims in ((False, True) if shape else (False,))]
+    OpRecord(
+        f"logsumexp-axis={axis}-keepdims={keepdims}",
+        nn.logsumexp,
+        f64(special.logsumexp),
+        [(shape,)],
+        FLOATS,
+        out_dtype=same,
+        tol=NN_TOL,
+        static_kwargs=dict(axis=axis, keepdims=keepdims),
+    )
+    for shape, axis in (
+        ((), None),
+        ((7,), None),
+        ((3, 4), 0),
+        ((3, 4), -1),
+        ((2, 3, 4), (0, 2)),
+        ((2, 3, 4), None),
+        ((0, 3), 0),
+    )
+    for keepdims in ((False, True) if shape else (False,))
+]
 # Every nn function is smooth or piecewise smooth, and none is linear (relu and leaky_relu are
 # only positively homogeneous; the hard_* ones are affine between their kinks).
-NN_RECORDS = _mark(NN_ACTIVATION_RECORDS + NN_AXIS_RECORDS + NN_LOGSUMEXP_RECORDS, "nn",
-                   differentiable={name for name, _, _ in ACTIVATIONS + AXIS_FUNCTIONS}
-                   | {"logsumexp"})
+NN_RECORDS = _mark(
+    NN_ACTIVATION_RECORDS + NN_AXIS_RECORDS + NN_LOGSUMEXP_RECORDS,
+    "nn",
+    differentiable={name for name, _, _ in ACTIVATIONS + AXIS_FUNCTIONS} | {"logsumexp"},
+)
 
 
 # =============================================================================================
 # Every op
 # =============================================================================================
 
-ALL_RECORDS = (ELEMENTWISE_RECORDS + SHAPE_RECORDS + INDEXING_RECORDS + REDUCTION_RECORDS
-               + PRODUCT_RECORDS + SORT_RECORDS + NN_RECORDS)
+ALL_RECORDS = (
+    ELEMENTWISE_RECORDS
+    + SHAPE_RECORDS
+    + INDEXING_RECORDS
+    + REDUCTION_RECORDS
+    + PRODUCT_RECORDS
+    + SORT_RECORDS
+    + NN_RECORDS
+)

@@ -7,6 +7,7 @@ vector-matrix products over 1M, matrix products, batch dimensions, half-precisio
 operands, block tails, inf and NaN. A float32 dot carried in one accumulator per vector lane
 loses about 1e-3 of its value over 10M elements; every check here allows 1e-6.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,6 +50,7 @@ SPELLINGS = {
 
 # --- vector dots of 10M and 50M float32 values ---------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tenths_and_ones():
     n = 50_000_000
@@ -86,13 +88,16 @@ def test_dot_of_random_values(mode, random_pair_10m):
 
 # --- matrix-vector, vector-matrix and matrix products --------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tall_operands():
     """A (16, 1M) matrix of tenths and of random values, and a 1M vector of ones and of randoms."""
     rng = np.random.default_rng(1)
     k = 1_000_000
-    return {"constant": (np.full((16, k), 0.1, np.float32), np.ones(k, np.float32)),
-            "random": (rng.random((16, k), dtype=np.float32), rng.random(k, dtype=np.float32))}
+    return {
+        "constant": (np.full((16, k), 0.1, np.float32), np.ones(k, np.float32)),
+        "random": (rng.random((16, k), dtype=np.float32), rng.random(k, dtype=np.float32)),
+    }
 
 
 @pytest.mark.parametrize("mode", ["jit", "eager"])
@@ -135,8 +140,10 @@ def test_batched_and_transposed_contractions():
     # Batch dimension 0 against 1, contracting 1 against 0, with the free dims last on each side.
     dims = (((1,), (0,)), ((0,), (1,)))
     reference = np.einsum("bkm,kb->bm", lhs.astype(np.float64), rhs.astype(np.float64))
-    for fn in (lambda a, b: lax.dot_general(a, b, dims),
-               kiln.jit(lambda a, b: lax.dot_general(a, b, dims))):
+    for fn in (
+        lambda a, b: lax.dot_general(a, b, dims),
+        kiln.jit(lambda a, b: lax.dot_general(a, b, dims)),
+    ):
         product = fn(jnp.asarray(lhs), jnp.asarray(rhs))
         assert product.shape == (3, 2)
         assert relative_error(product, reference) < RTOL
@@ -154,12 +161,14 @@ def test_einsum_and_tensordot_over_two_contracted_axes():
 
 # --- other dtypes ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 def test_half_precision_operands_with_float32_result(dtype):
     rng = np.random.default_rng(4)
     x = rng.random(2_000_000).astype(dtype)
     y = rng.random(2_000_000).astype(dtype)
     exact = math.fsum((x.astype(np.float64) * y.astype(np.float64)).tolist())
+
     def dot(a, b):
         return jnp.dot(a, b, preferred_element_type=jnp.float32)
 
@@ -193,6 +202,7 @@ def test_complex64_dot():
 
 
 # --- semantics kept -------------------------------------------------------------------------------
+
 
 def test_short_contractions_are_numpys_result():
     rng = np.random.default_rng(6)

@@ -6,6 +6,7 @@ eagerly, against float64 and math.fsum references; and the compensated kernels t
 A float32 sum carried in one accumulator per vector lane loses about 1e-3 of its value over
 10M elements; every check here allows 1e-6 (about 8 ulps).
 """
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,7 @@ import kiln
 import kiln.numpy as jnp
 from kiln import nn
 from kiln.compiler import kir
-from kiln.compiler.kir import Buffer, Kernel, Loop, Program, Reduce, ReduceKind, Store, Var
+from kiln.compiler.kir import Buffer, Kernel, Program, Reduce, ReduceKind, Store, Var
 from kiln.compiler.kir_schedule import schedule_kernel
 from kiln.runtime.engine import compile_program
 
@@ -38,6 +39,7 @@ MODES = ["jit", "interpret", "eager"]
 
 
 # --- whole-array sums of 10M and 50M float32 values ----------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tenths_50m():
@@ -69,10 +71,11 @@ def test_sum_of_random_values_matches_fsum(mode, random_10m):
 
 # --- 2-D arrays with a long reduced axis ---------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tall():
     rng = np.random.default_rng(1)
-    return (rng.random((1_000_000, 12), dtype=np.float32) + np.float32(0.5))
+    return rng.random((1_000_000, 12), dtype=np.float32) + np.float32(0.5)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -135,11 +138,11 @@ def test_logsumexp_and_softmax_over_long_rows(mode):
     lse = np.asarray(modes(lambda a: nn.logsumexp(a, axis=1))[mode](jnp.asarray(x)))
     np.testing.assert_allclose(lse, np.log(shifted.sum(axis=1)) + wide.max(axis=1), rtol=RTOL)
     soft = np.asarray(modes(lambda a: nn.softmax(a, axis=1))[mode](jnp.asarray(x)))
-    np.testing.assert_allclose(soft, shifted / shifted.sum(axis=1, keepdims=True),
-                               rtol=2 * RTOL)
+    np.testing.assert_allclose(soft, shifted / shifted.sum(axis=1, keepdims=True), rtol=2 * RTOL)
 
 
 # --- cumulative sums -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", MODES)
 def test_cumsum_of_many_tenths(mode):
@@ -161,6 +164,7 @@ def test_cumsum_along_a_long_column(mode):
 
 
 # --- the compensated kernels ---------------------------------------------------------------------
+
 
 def sum_program(name: str, dtype, n: int, *, init=None, dynamic: bool = False) -> Program:
     x = Buffer("x", dtype, (n,))
@@ -205,9 +209,16 @@ def test_initial_value_is_added_once():
     assert relative_error(run_sum(program, np.full(n, 0.5, np.float32)), 1000.0 + n * 0.5) < RTOL
 
 
-@pytest.mark.parametrize("special, expected", [
-    ([np.inf], np.inf), ([-np.inf], -np.inf), ([np.inf, -np.inf], np.nan), ([np.nan], np.nan),
-    ([3e38, 3e38], np.inf)])
+@pytest.mark.parametrize(
+    "special, expected",
+    [
+        ([np.inf], np.inf),
+        ([-np.inf], -np.inf),
+        ([np.inf, -np.inf], np.nan),
+        ([np.nan], np.nan),
+        ([3e38, 3e38], np.inf),
+    ],
+)
 def test_inf_and_nan_survive_the_compensation(special, expected):
     n = 100_000
     x = np.full(n, 0.25, np.float32)
@@ -238,8 +249,11 @@ def column_sum_program(rows: int, cols: int) -> Program:
     x = Buffer("x", np.float32, (rows, cols))
     out = Buffer("out", np.float32, (cols,), "output")
     k = Var("k")
-    body = kir.loop_nest((cols,), lambda j: [
-        Store(out, (j,), Reduce(ReduceKind.SUM, k, 0, rows, x[k, j]) * 2.0)], prefix="j")
+    body = kir.loop_nest(
+        (cols,),
+        lambda j: [Store(out, (j,), Reduce(ReduceKind.SUM, k, 0, rows, x[k, j]) * 2.0)],
+        prefix="j",
+    )
     return Program("column_sums", [x, out], [Kernel("k", body)])
 
 

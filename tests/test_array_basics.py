@@ -2,6 +2,7 @@
 str and format, immutability and zero-copy NumPy views, iteration and len, scalar
 conversions, block_until_ready, pickling, and the eager `x * y` fast path agreeing with
 kiln.numpy's promotion for every dtype pair."""
+
 import itertools
 import operator
 import pickle
@@ -30,41 +31,69 @@ REPRS = [
     (lambda: jnp.array(True), "Array(True, dtype=bool)"),
     (lambda: jnp.zeros((0,)), "Array([], shape=(0,), dtype=float32)"),
     (lambda: jnp.zeros((2, 0), jnp.int32), "Array([], shape=(2, 0), dtype=int32)"),
-    (lambda: jnp.array([1.5, 2.25, -3.0], jnp.bfloat16),
-     "Array([1.5, 2.25, -3], dtype=bfloat16)"),
-    (lambda: jnp.array([1.5, 2.25, -3.0, 65504], jnp.float16),
-     "Array([ 1.50e+00,  2.25e+00, -3.00e+00,  6.55e+04], dtype=float16)"),
+    (lambda: jnp.array([1.5, 2.25, -3.0], jnp.bfloat16), "Array([1.5, 2.25, -3], dtype=bfloat16)"),
+    (
+        lambda: jnp.array([1.5, 2.25, -3.0, 65504], jnp.float16),
+        "Array([ 1.50e+00,  2.25e+00, -3.00e+00,  6.55e+04], dtype=float16)",
+    ),
     (lambda: jnp.array([1 + 2j, -0.5j]), "Array([ 1.+2.j , -0.-0.5j], dtype=complex64)"),
     (lambda: jnp.array([0, 255, 7], jnp.uint8), "Array([  0, 255,   7], dtype=uint8)"),
     (lambda: jnp.array(-5, jnp.int8), "Array(-5, dtype=int8)"),
-    (lambda: jnp.array(np.arange(2000)),
-     "Array([   0,    1,    2, ..., 1997, 1998, 1999], dtype=int32)"),
-    (lambda: jnp.array([np.nan, np.inf, -np.inf, 0.0, -0.0]),
-     "Array([ nan,  inf, -inf,   0.,  -0.], dtype=float32)"),
-    (lambda: jnp.array([-1., -0.93132854, -1., -0.99993926, 0.9998755, -0.9970358,
-                        -0.8498685, 1., -0.9999984, 1.], jnp.float32),
-     "Array([-1.        , -0.93132854, -1.        , -0.99993926,  0.9998755 ,\n"
-     "       -0.9970358 , -0.8498685 ,  1.        , -0.9999984 ,  1.        ],      "
-     "dtype=float32)"),
-    (lambda: jnp.array(np.arange(30) * 1000),
-     "Array([    0,  1000,  2000,  3000,  4000,  5000,  6000,  7000,  8000,\n"
-     "        9000, 10000, 11000, 12000, 13000, 14000, 15000, 16000, 17000,\n"
-     "       18000, 19000, 20000, 21000, 22000, 23000, 24000, 25000, 26000,\n"
-     "       27000, 28000, 29000], dtype=int32)"),
-    (lambda: jnp.array(np.arange(24).reshape(2, 3, 4)),
-     "Array([[[ 0,  1,  2,  3],\n        [ 4,  5,  6,  7],\n        [ 8,  9, 10, 11]],\n\n"
-     "       [[12, 13, 14, 15],\n        [16, 17, 18, 19],\n        [20, 21, 22, 23]]], "
-     "dtype=int32)"),
-    (lambda: jnp.array([[0.0, 1 / 3, 2 / 3], [1.0, 4 / 3, 1.6666667]], jnp.float32),
-     "Array([[0.        , 0.33333334, 0.6666667 ],\n"
-     "       [1.        , 1.3333334 , 1.6666667 ]], dtype=float32)"),
+    (
+        lambda: jnp.array(np.arange(2000)),
+        "Array([   0,    1,    2, ..., 1997, 1998, 1999], dtype=int32)",
+    ),
+    (
+        lambda: jnp.array([np.nan, np.inf, -np.inf, 0.0, -0.0]),
+        "Array([ nan,  inf, -inf,   0.,  -0.], dtype=float32)",
+    ),
+    (
+        lambda: jnp.array(
+            [
+                -1.0,
+                -0.93132854,
+                -1.0,
+                -0.99993926,
+                0.9998755,
+                -0.9970358,
+                -0.8498685,
+                1.0,
+                -0.9999984,
+                1.0,
+            ],
+            jnp.float32,
+        ),
+        "Array([-1.        , -0.93132854, -1.        , -0.99993926,  0.9998755 ,\n"
+        "       -0.9970358 , -0.8498685 ,  1.        , -0.9999984 ,  1.        ],      "
+        "dtype=float32)",
+    ),
+    (
+        lambda: jnp.array(np.arange(30) * 1000),
+        "Array([    0,  1000,  2000,  3000,  4000,  5000,  6000,  7000,  8000,\n"
+        "        9000, 10000, 11000, 12000, 13000, 14000, 15000, 16000, 17000,\n"
+        "       18000, 19000, 20000, 21000, 22000, 23000, 24000, 25000, 26000,\n"
+        "       27000, 28000, 29000], dtype=int32)",
+    ),
+    (
+        lambda: jnp.array(np.arange(24).reshape(2, 3, 4)),
+        "Array([[[ 0,  1,  2,  3],\n        [ 4,  5,  6,  7],\n        [ 8,  9, 10, 11]],\n\n"
+        "       [[12, 13, 14, 15],\n        [16, 17, 18, 19],\n        [20, 21, 22, 23]]], "
+        "dtype=int32)",
+    ),
+    (
+        lambda: jnp.array([[0.0, 1 / 3, 2 / 3], [1.0, 4 / 3, 1.6666667]], jnp.float32),
+        "Array([[0.        , 0.33333334, 0.6666667 ],\n"
+        "       [1.        , 1.3333334 , 1.6666667 ]], dtype=float32)",
+    ),
     (lambda: jnp.array([1e-10, 1.0], jnp.float32), "Array([1.e-10, 1.e+00], dtype=float32)"),
     (lambda: jnp.float32(0.1), "Array(0.1, dtype=float32)"),
     (lambda: jnp.array(-0.0), "Array(-0., dtype=float32, weak_type=True)"),
     (lambda: jnp.complex64(1 - 1j), "Array(1.-1.j, dtype=complex64)"),
-    (lambda: jnp.array(np.arange(1200, dtype=np.float32) / np.float32(7)),
-     "Array([0.0000000e+00, 1.4285715e-01, 2.8571430e-01, ..., 1.7100000e+02,\n"
-     "       1.7114285e+02, 1.7128572e+02], dtype=float32)"),
+    (
+        lambda: jnp.array(np.arange(1200, dtype=np.float32) / np.float32(7)),
+        "Array([0.0000000e+00, 1.4285715e-01, 2.8571430e-01, ..., 1.7100000e+02,\n"
+        "       1.7114285e+02, 1.7128572e+02], dtype=float32)",
+    ),
 ]
 
 
@@ -88,6 +117,7 @@ def test_str_and_format():
 
 
 # --- immutability and NumPy interop ------------------------------------------------------------
+
 
 def test_item_assignment_raises_and_points_to_at():
     x = jnp.array([1, 2, 3])
@@ -125,12 +155,12 @@ def test_results_do_not_alias_their_inputs():
 
 # --- Python protocol ---------------------------------------------------------------------------
 
+
 def test_iteration_and_len():
     x = jnp.array([3, 4, 5])
     items = list(x)
     assert len(x) == 3 and len(items) == 3
-    assert all(isinstance(i, kiln.Array) and i.shape == () and i.dtype == np.int32
-               for i in items)
+    assert all(isinstance(i, kiln.Array) and i.shape == () and i.dtype == np.int32 for i in items)
     assert [int(i) for i in items] == [3, 4, 5]
     rows = list(jnp.zeros((2, 3)))
     assert [r.shape for r in rows] == [(3,), (3,)]
@@ -185,11 +215,19 @@ def test_block_until_ready_and_device():
     assert x.device.platform == "cpu"
 
 
-@pytest.mark.parametrize("make", [
-    lambda: jnp.array([1.5, -2.0]), lambda: jnp.asarray(2.0),
-    lambda: jnp.array([1, 2], jnp.bfloat16), lambda: jnp.zeros((0, 3), jnp.int8),
-    lambda: jnp.array([1 + 1j]), lambda: jnp.array(True), lambda: jnp.array([7], jnp.uint16),
-], ids=["f32", "weak", "bf16", "empty", "c64", "bool", "u16"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: jnp.array([1.5, -2.0]),
+        lambda: jnp.asarray(2.0),
+        lambda: jnp.array([1, 2], jnp.bfloat16),
+        lambda: jnp.zeros((0, 3), jnp.int8),
+        lambda: jnp.array([1 + 1j]),
+        lambda: jnp.array(True),
+        lambda: jnp.array([7], jnp.uint16),
+    ],
+    ids=["f32", "weak", "bf16", "empty", "c64", "bool", "u16"],
+)
 def test_pickle_round_trip(make):
     x = make()
     y = pickle.loads(pickle.dumps(x))
@@ -210,10 +248,21 @@ def test_astype_method():
 
 
 # --- the eager fast path -------------------------------------------------------------------------
-DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.uint8, np.uint32,
-                                np.float16, np.float32, np.complex64)] + [BF16]
-OPERATORS = [(operator.mul, jnp.multiply), (operator.add, jnp.add),
-             (operator.sub, jnp.subtract)]
+DTYPES = [
+    np.dtype(t)
+    for t in (
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.uint8,
+        np.uint32,
+        np.float16,
+        np.float32,
+        np.complex64,
+    )
+] + [BF16]
+OPERATORS = [(operator.mul, jnp.multiply), (operator.add, jnp.add), (operator.sub, jnp.subtract)]
 
 
 def _value(dtype, shape, weak):
@@ -221,15 +270,17 @@ def _value(dtype, shape, weak):
     return _weak(data, dtype) if weak else jnp.asarray(data)
 
 
-@pytest.mark.parametrize("a,b", list(itertools.product(DTYPES, DTYPES)),
-                         ids=[f"{a.name}-{b.name}" for a, b in itertools.product(DTYPES, DTYPES)])
+@pytest.mark.parametrize(
+    "a,b",
+    list(itertools.product(DTYPES, DTYPES)),
+    ids=[f"{a.name}-{b.name}" for a, b in itertools.product(DTYPES, DTYPES)],
+)
 def test_operator_fast_path_matches_numpy_functions(a, b):
     """x * y (and +, -) give the dtype, weak type and values of jnp.multiply (add, subtract)
     for every dtype pair, weak or strong (not both: see the test below), same shape (the fast
     path) or 0-d."""
     weakness = [(False, False), (True, False), (False, True)]
-    for (op, fn), shape, (weak_x, weak_y) in itertools.product(OPERATORS, [(3,), ()],
-                                                              weakness):
+    for (op, fn), shape, (weak_x, weak_y) in itertools.product(OPERATORS, [(3,), ()], weakness):
         x, y = _value(a, shape, weak_x), _value(b, shape, weak_y)
         try:
             expected = fn(x, y)
@@ -239,16 +290,28 @@ def test_operator_fast_path_matches_numpy_functions(a, b):
             continue
         out = op(x, y)
         assert isinstance(out, kiln.Array) and isinstance(np.asarray(out), np.ndarray)
-        assert (out.dtype, out.weak_type, out.shape) == \
-            (expected.dtype, expected.weak_type, expected.shape), (op, a, b, weak_x, weak_y)
+        assert (out.dtype, out.weak_type, out.shape) == (
+            expected.dtype,
+            expected.weak_type,
+            expected.shape,
+        ), (op, a, b, weak_x, weak_y)
         np.testing.assert_array_equal(np.asarray(out), np.asarray(expected))
 
 
 def test_reflected_operators_with_python_scalars():
     x = jnp.array([1, 2], jnp.int8)
-    for out, expected in ((2 * x, [2, 4]), (1 - x, [0, -1]), (x ** 2, [1, 4]),
-                          (7 // x, [7, 3]), (7 % x, [0, 1]), (-x, [-1, -2]), (~x, [-2, -3]),
-                          (abs(-x), [1, 2]), (x << 1, [2, 4]), (x >> 1, [0, 1])):
+    for out, expected in (
+        (2 * x, [2, 4]),
+        (1 - x, [0, -1]),
+        (x**2, [1, 4]),
+        (7 // x, [7, 3]),
+        (7 % x, [0, 1]),
+        (-x, [-1, -2]),
+        (~x, [-2, -3]),
+        (abs(-x), [1, 2]),
+        (x << 1, [2, 4]),
+        (x >> 1, [0, 1]),
+    ):
         assert out.dtype == np.int8 and out.tolist() == expected
     assert (1.5 * x).dtype == np.float32 and (1.5 * x).weak_type
     assert (x / 2).dtype == np.float32
@@ -256,8 +319,9 @@ def test_reflected_operators_with_python_scalars():
     assert divmod(x, 2)[1].tolist() == [1, 0]
 
 
-@pytest.mark.parametrize("a,b", [(np.int8, np.int8), (np.int8, np.uint8),
-                                 (np.float16, np.float16), (np.uint8, np.uint8)])
+@pytest.mark.parametrize(
+    "a,b", [(np.int8, np.int8), (np.int8, np.uint8), (np.float16, np.float16), (np.uint8, np.uint8)]
+)
 def test_all_weak_operands_promote_like_jax(a, b):
     x, y = _value(np.dtype(a), (3,), True), _value(np.dtype(b), (3,), True)
     expected = (jnp.promote_types(a, b), True)
@@ -275,7 +339,8 @@ def test_python_float_fast_path_matches_general_path(dtype, weak, op):
     fn = {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply}[op]
     for left, right in ((x, 2.5), (2.5, x)):
         expected = fn(left, right)
-        actual = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
-                  "mul": lambda a, b: a * b}[op](left, right)
+        actual = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}[
+            op
+        ](left, right)
         assert actual.dtype == expected.dtype and actual.weak_type == expected.weak_type
         np.testing.assert_array_equal(np.asarray(actual), np.asarray(expected))

@@ -1,6 +1,7 @@
 """`.at[...]` functional updates against NumPy's in-place ones: every method and dtype family,
 duplicate indices, out-of-bounds drops and modes, value broadcasting and casting, boolean masks
 (eager only; traced masks are an error, as in the seed), and the seed's examples verbatim."""
+
 import re
 
 import numpy as np
@@ -20,14 +21,19 @@ needs_jit = pytest.mark.skipif(not hasattr(kiln, "jit"), reason="kiln.jit not av
 
 # --- the seed's examples ---------------------------------------------------------------------
 
+
 def test_seed_reads_and_updates():
     x1 = jnp.array([0, 2, 4, 6])
-    assert repr((x1[0], x1[-1], x1[10000])) == \
-        "(Array(0, dtype=int32), Array(6, dtype=int32), Array(6, dtype=int32))"
+    assert (
+        repr((x1[0], x1[-1], x1[10000]))
+        == "(Array(0, dtype=int32), Array(6, dtype=int32), Array(6, dtype=int32))"
+    )
     x1_p999 = x1.at[0].add(999)
     # The seed's text has its runs of spaces collapsed (NumPy pads "[999,   2, ...").
-    assert re.sub(r"\s+", " ", repr((x1, x1_p999))) == \
-        "(Array([0, 2, 4, 6], dtype=int32), Array([999, 2, 4, 6], dtype=int32))"
+    assert (
+        re.sub(r"\s+", " ", repr((x1, x1_p999)))
+        == "(Array([0, 2, 4, 6], dtype=int32), Array([999, 2, 4, 6], dtype=int32))"
+    )
     x1 = x1.at[10000].set(999)
     assert repr(x1) == "Array([0, 2, 4, 6], dtype=int32)"
 
@@ -41,7 +47,7 @@ def test_seed_item_assignment_is_an_error():
 
 
 def mask_tensor(x, mask):
-    x = x.at[mask].set(-100.)
+    x = x.at[mask].set(-100.0)
     return x
 
 
@@ -54,7 +60,8 @@ def test_seed_mask_tensor_eager_and_traced():
     with pytest.raises(errors.NonConcreteBooleanIndexError) as info:
         kiln.make_jaxpr(mask_tensor)(jnp.asarray(x), jnp.asarray(mask))
     assert str(info.value).startswith(
-        "Array boolean indices must be concrete; got ShapedArray(bool[4,4])")
+        "Array boolean indices must be concrete; got ShapedArray(bool[4,4])"
+    )
 
 
 @needs_jit
@@ -83,8 +90,11 @@ def _families(method):
     return ALL
 
 
-@pytest.mark.parametrize("method,dtype", [(m, d) for m in METHODS for d in _families(m)],
-                         ids=lambda v: v if isinstance(v, str) else v.name)
+@pytest.mark.parametrize(
+    "method,dtype",
+    [(m, d) for m in METHODS for d in _families(m)],
+    ids=lambda v: v if isinstance(v, str) else v.name,
+)
 def test_method_matches_numpy(method, dtype):
     rng = np.random.default_rng(1)
     x = rand((4, 5), dtype, rng, "positive")
@@ -98,13 +108,15 @@ def test_method_matches_numpy(method, dtype):
     actual = getattr(jnp.asarray(x).at[index], method)(jnp.asarray(values))
     assert_close(actual, expected, err_msg=method)
     if method in ("set", "add"):
-        traced = run_traced(lambda a, v: getattr(a.at[index], method)(v), jnp.asarray(x),
-                            jnp.asarray(values))
+        traced = run_traced(
+            lambda a, v: getattr(a.at[index], method)(v), jnp.asarray(x), jnp.asarray(values)
+        )
         assert_close(traced, expected, err_msg=f"{method} traced")
 
 
-@pytest.mark.parametrize("dtype", [np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.int8)],
-                         ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "dtype", [np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.int8)], ids=lambda d: d.name
+)
 def test_divide_power_apply_get(dtype):
     x = np.arange(1, 7).astype(dtype)
     kx = jnp.asarray(x)
@@ -138,20 +150,24 @@ def test_add_and_multiply_reject_bool():
 
 # --- duplicates, bounds, modes ----------------------------------------------------------------
 
+
 def test_duplicate_indices_accumulate():
     x = jnp.asarray(np.zeros(5, np.float32))
     idx = np.array([0, 1, 0, 0, 4, 1])
     assert_close(x.at[idx].add(1.0), np.array([3, 2, 0, 0, 1], np.float32))
-    assert_close(x.at[idx].add(np.arange(6, dtype=np.float32)),
-                 np.array([0 + 2 + 3, 1 + 5, 0, 0, 4], np.float32))
+    assert_close(
+        x.at[idx].add(np.arange(6, dtype=np.float32)),
+        np.array([0 + 2 + 3, 1 + 5, 0, 0, 4], np.float32),
+    )
     ones = jnp.asarray(np.ones(5, np.int32))
     assert_close(ones.at[idx].multiply(2), np.array([8, 4, 1, 1, 2]))
     values = np.array([5, -1, 3, -7, 2, 9], np.int32)
     assert_close(ones.at[idx].min(values), np.array([-7, -1, 1, 1, 1]))
     assert_close(ones.at[idx].max(values), np.array([5, 9, 1, 1, 2]))
     kidx = jnp.asarray(idx)
-    assert_close(run_traced(lambda a, i: a.at[i].add(1.0), x, kidx),
-                 np.array([3, 2, 0, 0, 1], np.float32))
+    assert_close(
+        run_traced(lambda a, i: a.at[i].add(1.0), x, kidx), np.array([3, 2, 0, 0, 1], np.float32)
+    )
 
 
 def test_out_of_bounds_updates_are_dropped():
@@ -198,11 +214,20 @@ def test_negative_indices_wrap():
 # --- index kinds ------------------------------------------------------------------------------
 
 UPDATE_INDICES = [
-    (), 1, -1, (1, 2), (slice(None), 2), (slice(1, None), slice(None, None, -2)),
-    (Ellipsis, 1), (None, 0), (slice(None, None, 3), None, slice(1, 3)),
-    (np.array([2, 0]),), (slice(None), np.array([[3], [0]])),
+    (),
+    1,
+    -1,
+    (1, 2),
+    (slice(None), 2),
+    (slice(1, None), slice(None, None, -2)),
+    (Ellipsis, 1),
+    (None, 0),
+    (slice(None, None, 3), None, slice(1, 3)),
+    (np.array([2, 0]),),
+    (slice(None), np.array([[3], [0]])),
     (np.array([1, 2]), slice(None), np.array([0, 1])),
-    (np.array([1, 2]), None, np.array([0, 1])), (1, slice(None), np.array([0, 2])),
+    (np.array([1, 2]), None, np.array([0, 1])),
+    (1, slice(None), np.array([0, 2])),
     (slice(2, 0, -1), 0, np.array([1, 1])),
 ]
 
@@ -216,8 +241,9 @@ def test_update_index_kinds(index):
     added = x.copy()
     np.add.at(added, index, values)
     assert_close(jnp.asarray(x).at[index].add(values), added)
-    assert_close(run_traced(lambda a, v: a.at[index].add(v), jnp.asarray(x),
-                            jnp.asarray(values)), added)
+    assert_close(
+        run_traced(lambda a, v: a.at[index].add(v), jnp.asarray(x), jnp.asarray(values)), added
+    )
     expected = x.copy()
     expected[index] = 7
     assert_close(jnp.asarray(x).at[index].set(7), expected)
@@ -243,8 +269,7 @@ def test_values_broadcast_and_cast():
     x = np.zeros((2, 3), np.int8)
     kx = jnp.asarray(x)
     i8 = np.int8
-    assert_close(kx.at[:, 1].set(np.array([4, 5], np.int64)),
-                 np.array([[0, 4, 0], [0, 5, 0]], i8))
+    assert_close(kx.at[:, 1].set(np.array([4, 5], np.int64)), np.array([[0, 4, 0], [0, 5, 0]], i8))
     assert_close(kx.at[0].set(2.7), np.array([[2, 2, 2], [0, 0, 0]], i8))
     assert_close(kx.at[1].add(np.array([1, 2, 3])), np.array([[0, 0, 0], [1, 2, 3]], i8))
     assert_close(kx.at[0, 0].set(1000), np.array([[-24, 0, 0], [0, 0, 0]], i8))  # as JAX
@@ -273,8 +298,9 @@ def test_at_reprs_and_kwargs():
     x = jnp.asarray(np.arange(3))
     assert repr(x.at) == "_IndexUpdateHelper(Array([0, 1, 2], dtype=int32))"
     assert repr(x.at[1]) == "_IndexUpdateRef(Array([0, 1, 2], dtype=int32), 1)"
-    jaxpr = kiln.make_jaxpr(lambda a: a.at[np.array([0, 2])].add(
-        1, indices_are_sorted=True, unique_indices=True))(x)
+    jaxpr = kiln.make_jaxpr(
+        lambda a: a.at[np.array([0, 2])].add(1, indices_are_sorted=True, unique_indices=True)
+    )(x)
     (eqn,) = [e for e in jaxpr.eqns if e.primitive.name == "scatter-add"]
     assert eqn.params["indices_are_sorted"] and eqn.params["unique_indices"]
     jaxpr = kiln.make_jaxpr(lambda a: a.at[1].add(9))(x)
@@ -285,9 +311,13 @@ def test_at_reprs_and_kwargs():
 
 def test_update_jaxprs_typecheck():
     x = jnp.asarray(np.zeros((3, 4), np.float32))
-    for fn in [lambda a, i: a.at[i].set(1.0), lambda a, i: a.at[:, i].add(a[:, 0]),
-               lambda a, i: a.at[i, ::-1].max(2.0), lambda a, i: a.at[i].get(mode="fill"),
-               lambda a, i: a.at[np.array([0, 2]), i].multiply(3.0)]:
+    for fn in [
+        lambda a, i: a.at[i].set(1.0),
+        lambda a, i: a.at[:, i].add(a[:, 0]),
+        lambda a, i: a.at[i, ::-1].max(2.0),
+        lambda a, i: a.at[i].get(mode="fill"),
+        lambda a, i: a.at[np.array([0, 2]), i].multiply(3.0),
+    ]:
         closed = kiln.make_jaxpr(fn)(x, jnp.asarray(np.int32(1)))
         typecheck_jaxpr(closed.jaxpr)
         assert closed.out_avals[0].dtype == np.float32
@@ -297,11 +327,13 @@ def test_update_jaxprs_typecheck():
 def test_updates_under_jit():
     x = jnp.asarray(np.arange(5, dtype=np.float32))
     fn = kiln.jit(lambda a, i: a.at[i].add(10.0))
-    assert_close(fn(x, jnp.asarray(np.array([0, 0, 9], np.int32))),
-                 np.array([20, 1, 2, 3, 4], np.float32))
+    assert_close(
+        fn(x, jnp.asarray(np.array([0, 0, 9], np.int32))), np.array([20, 1, 2, 3, 4], np.float32)
+    )
 
 
 # --- property tests ---------------------------------------------------------------------------
+
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
@@ -309,11 +341,20 @@ def test_add_matches_numpy_add_at(data):
     shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
     axis_count = data.draw(st.integers(1, len(shape)))
     index_shape = tuple(data.draw(st.lists(st.integers(0, 3), min_size=0, max_size=2)))
-    index = tuple(np.asarray(data.draw(st.lists(st.integers(-shape[d], shape[d] - 1),
-                                                min_size=int(np.prod(index_shape)),
-                                                max_size=int(np.prod(index_shape))))
-                             ).reshape(index_shape).astype(np.int64)
-                  for d in range(axis_count))
+    index = tuple(
+        np.asarray(
+            data.draw(
+                st.lists(
+                    st.integers(-shape[d], shape[d] - 1),
+                    min_size=int(np.prod(index_shape)),
+                    max_size=int(np.prod(index_shape)),
+                )
+            )
+        )
+        .reshape(index_shape)
+        .astype(np.int64)
+        for d in range(axis_count)
+    )
     x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
     values = np.ones(x[index].shape, np.float32) * 2
     expected = x.copy()

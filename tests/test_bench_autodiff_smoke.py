@@ -1,6 +1,7 @@
 """A tiny-size run of benchmarks/bench_autodiff.py, so the benchmark's code cannot rot: every
 workload must trace, differentiate, compile and run under kiln, and the report must print.
 Nothing here looks at a timing."""
+
 from __future__ import annotations
 
 import pathlib
@@ -31,6 +32,7 @@ def test_equation_count_descends_into_sub_jaxprs():
     def loss(c, x):
         carry, _ = bench_autodiff.kiln.lax.scan(lambda c, x_t: (c * x_t + 1.0, None), c, x)
         return carry
+
     jaxpr = bench_autodiff.kiln.make_jaxpr(loss)(np.float32(0.0), np.ones(3, np.float32))
     assert len(jaxpr.jaxpr.eqns) == 1
     assert bench_autodiff.count_equations(jaxpr) == 3

@@ -4,6 +4,7 @@ The seed's examples with their printed output; results against Python/NumPy loop
 carries, closures and nesting; JAX's type errors; jit (both backends) against eager; the
 typechecker; and dead-code elimination of loops and branches in the jit pipeline.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -91,8 +92,8 @@ def seed_less_stupid_while(x):
     y = jnp.copy(x)
     x = jax.lax.while_loop(
         cond_fun=lambda ix: ix[0] < 1000,
-        body_fun=lambda ix: (ix[0]+1, ix[1]*ix[1]),
-        init_val=(0, x)
+        body_fun=lambda ix: (ix[0] + 1, ix[1] * ix[1]),
+        init_val=(0, x),
     )
     return y
 
@@ -113,8 +114,9 @@ def test_seed_less_stupid_fn_compiles_to_a_single_copy(fn):
     x = jnp.array([1.1, -1.1])
     compiled = jax.jit(fn).lower(x).compile()
     program = compiled.as_text().split("\n", 1)[1]
-    assert _normalize(program).startswith(
-        "{ lambda ; a:f32[2]. let b:f32[2] = copy a in (b,) }"), program
+    assert _normalize(program).startswith("{ lambda ; a:f32[2]. let b:f32[2] = copy a in (b,) }"), (
+        program
+    )
     assert "scan[" not in program and "while[" not in program
     assert program.count(" = copy ") == 1
     np.testing.assert_array_equal(np.asarray(compiled(x)), np.float32([1.1, -1.1]))
@@ -159,6 +161,7 @@ def test_seed_is_even_fast_switch():
 
 # --- cond ------------------------------------------------------------------------------------
 
+
 def test_cond_selects_branch_eagerly_and_traced():
     x = np.float32([1.0, -2.0, 3.0])
     for pred, expected in [(True, x + 1), (False, x * 2)]:
@@ -180,9 +183,13 @@ def test_cond_numeric_predicates_mean_nonzero():
 
 def test_cond_pytree_operands_and_outputs():
     def f(p, tree):
-        return lax.cond(p, lambda t: {"s": t[0] + t[1]["w"], "n": t[1]["n"]},
-                        lambda t: {"s": t[0] - t[1]["w"], "n": t[1]["n"] * 2},
-                        tree)
+        return lax.cond(
+            p,
+            lambda t: {"s": t[0] + t[1]["w"], "n": t[1]["n"]},
+            lambda t: {"s": t[0] - t[1]["w"], "n": t[1]["n"] * 2},
+            tree,
+        )
+
     tree = (np.float32([1, 2]), {"w": np.float32([3, 4]), "n": np.int32(5)})
     out = f(False, tree)
     assert set(out) == {"s", "n"}
@@ -223,16 +230,16 @@ def test_cond_under_disable_jit_runs_python_branch():
     traced = []
     kiln.config.update("jax_disable_jit", True)
     try:
-        out = lax.cond(True, lambda: traced.append("t") or 1.0,
-                       lambda: traced.append("f") or 2.0)
+        out = lax.cond(True, lambda: traced.append("t") or 1.0, lambda: traced.append("f") or 2.0)
     finally:
         kiln.config.update("jax_disable_jit", False)
     assert out == 1.0 and traced == ["t"]
 
 
 def test_cond_weak_types_join():
-    assert repr(lax.cond(True, lambda: 1.0, lambda: 2.0)) == \
-        "Array(1., dtype=float32, weak_type=True)"
+    assert (
+        repr(lax.cond(True, lambda: 1.0, lambda: 2.0)) == "Array(1., dtype=float32, weak_type=True)"
+    )
     out = lax.cond(True, lambda: 1.0, lambda: jnp.float32(2.0))
     assert repr(out) == "Array(1., dtype=float32)"
     closed = jax.make_jaxpr(lambda p: lax.cond(p, lambda: 1.0, lambda: jnp.float32(2.0)))(True)
@@ -273,8 +280,9 @@ def test_cond_errors_match_jax():
         lax.cond(jnp.array([True, False]), lambda: 1.0, lambda: 2.0)
     with pytest.raises(TypeError, match="Pred must be a scalar"):
         lax.cond([True], lambda: 1.0, lambda: 2.0)
-    with pytest.raises(TypeError, match="Pred type must be either boolean or number, got "
-                                        "complex64"):
+    with pytest.raises(
+        TypeError, match="Pred type must be either boolean or number, got complex64"
+    ):
         lax.cond(jnp.complex64(1), lambda: 1.0, lambda: 2.0)
     with pytest.raises(TypeError, match="cond predicate is None"):
         lax.cond(None, lambda: 1.0, lambda: 2.0)
@@ -287,21 +295,26 @@ def test_cond_branch_type_mismatches_are_type_errors():
         lax.cond(True, lambda: 1.0, lambda: jnp.float16(2.0))
     message = str(info.value)
     assert message.startswith("cond branches must have equal output types but they differ.")
-    assert ("The output of true_fun has type float32[] but the corresponding output of "
-            "false_fun has type float16[], so the dtypes do not match.") in message
+    assert (
+        "The output of true_fun has type float32[] but the corresponding output of "
+        "false_fun has type float16[], so the dtypes do not match."
+    ) in message
     with pytest.raises(TypeError, match="so the shapes do not match"):
         lax.cond(True, lambda: jnp.zeros(2), lambda: jnp.zeros(3))
-    with pytest.raises(TypeError, match=r"output of true_fun at path \['a'\] has type "
-                                        r"float32\[2\]"):
+    with pytest.raises(
+        TypeError,
+        match=r"output of true_fun at path \['a'\] has type "
+        r"float32\[2\]",
+    ):
         lax.cond(True, lambda: {"a": jnp.zeros(2)}, lambda: {"a": jnp.zeros(2, "int32")})
-    with pytest.raises(TypeError, match="cond branch outputs must have the same pytree "
-                                        "structure"):
+    with pytest.raises(TypeError, match="cond branch outputs must have the same pytree structure"):
         lax.cond(True, lambda: (1.0, 2.0), lambda: [1.0, 2.0])
     with pytest.raises(TypeError, match="arrays or scalars"):
         lax.cond(True, lambda: "a", lambda: "b")
 
 
 # --- switch ----------------------------------------------------------------------------------
+
 
 def test_switch_clamps_index_like_jax():
     branches = [lambda v: v + 1, lambda v: v * 10, lambda v: -v]
@@ -313,9 +326,12 @@ def test_switch_clamps_index_like_jax():
 
 def test_switch_jaxpr():
     closed = jax.make_jaxpr(
-        lambda i, x: lax.switch(i, [lambda x: x + 1, lambda x: x * 2, lambda x: -x], x))(1, 2.0)
+        lambda i, x: lax.switch(i, [lambda x: x + 1, lambda x: x * 2, lambda x: -x], x)
+    )(1, 2.0)
     typecheck_jaxpr(closed.jaxpr)
-    assert str(closed) == """\
+    assert (
+        str(closed)
+        == """\
 { lambda ; a:i32[] b:f32[]. let
     c:i32[] = convert_element_type[new_dtype=int32 weak_type=False] a
     d:i32[] = clamp 0 c 2
@@ -328,11 +344,14 @@ def test_switch_jaxpr():
       linear=(False,)
     ] d b
   in (e,) }"""
+    )
 
 
 def test_switch_single_branch_is_called_directly_and_errors():
-    assert str(jax.make_jaxpr(lambda: lax.switch(1, [lambda: 1.0]))()) == \
-        "{ lambda ; . let  in (1.0,) }"
+    assert (
+        str(jax.make_jaxpr(lambda: lax.switch(1, [lambda: 1.0]))())
+        == "{ lambda ; . let  in (1.0,) }"
+    )
     with pytest.raises(ValueError, match="Empty branch sequence"):
         lax.switch(0, [])
     with pytest.raises(TypeError, match="Index type must be an integer, got 1.5 as float32"):
@@ -346,6 +365,7 @@ def test_switch_single_branch_is_called_directly_and_errors():
 
 
 # --- while_loop ------------------------------------------------------------------------------
+
 
 def _collatz_steps(n: int) -> int:
     steps = 0
@@ -361,6 +381,7 @@ def test_while_loop_against_python_loop():
             k, steps = c
             k = jnp.where(k % 2 == 0, k // 2, 3 * k + 1)
             return k, steps + 1
+
         return lax.while_loop(lambda c: c[0] != 1, body, (n, 0))[1]
 
     for n in [1, 6, 27, 97]:
@@ -376,6 +397,7 @@ def test_while_loop_pytree_carry_and_closures():
     def f(x, limit):
         def body(c):
             return {"i": c["i"] + 1, "v": c["v"] * scale + x}
+
         return lax.while_loop(lambda c: c["i"] < limit, body, {"i": 0, "v": jnp.zeros(2)})
 
     def ref(x, limit):
@@ -430,20 +452,33 @@ def test_while_loop_errors_match_jax():
         "while_loop body function carry input and carry output must have equal types, but "
         "they differ:\n\nThe input carry c has type float32[] but the corresponding output "
         "carry component has type float16[], so the dtypes do not match.\n\nRevise the "
-        "function so that all output types match the corresponding input types.")
-    with pytest.raises(TypeError, match=r"The input carry component c\[1\] has type "
-                                        r"float32\[\] but .* int16\[\]"):
-        lax.while_loop(lambda c: c[0] < 10, lambda c: (c[0] + 1, c[1].astype(jnp.int16)),
-                       (0, jnp.float32(0)))
-    with pytest.raises(TypeError, match=r"c\['b'\] has type float32\[2\] .* float32\[3\], so "
-                                        "the shapes do not match"):
-        lax.while_loop(lambda c: c["a"] < 10,
-                       lambda c: {"a": c["a"] + 1, "b": jnp.zeros(3)},
-                       {"a": 0, "b": jnp.zeros(2)})
+        "function so that all output types match the corresponding input types."
+    )
+    with pytest.raises(
+        TypeError,
+        match=r"The input carry component c\[1\] has type "
+        r"float32\[\] but .* int16\[\]",
+    ):
+        lax.while_loop(
+            lambda c: c[0] < 10, lambda c: (c[0] + 1, c[1].astype(jnp.int16)), (0, jnp.float32(0))
+        )
+    with pytest.raises(
+        TypeError,
+        match=r"c\['b'\] has type float32\[2\] .* float32\[3\], so "
+        "the shapes do not match",
+    ):
+        lax.while_loop(
+            lambda c: c["a"] < 10,
+            lambda c: {"a": c["a"] + 1, "b": jnp.zeros(3)},
+            {"a": 0, "b": jnp.zeros(2)},
+        )
     with pytest.raises(TypeError, match="must have the same pytree structure"):
         lax.while_loop(lambda c: c < 10, lambda c: (c, c), 0)
-    with pytest.raises(TypeError, match=r"cond_fun must return a boolean scalar, but got "
-                                        r"output type\(s\) \[ShapedArray\(bool\[1\]\)\]"):
+    with pytest.raises(
+        TypeError,
+        match=r"cond_fun must return a boolean scalar, but got "
+        r"output type\(s\) \[ShapedArray\(bool\[1\]\)\]",
+    ):
         lax.while_loop(lambda c: jnp.array([True]), lambda c: c, 20)
     with pytest.raises(TypeError, match="cond_fun must return a boolean scalar"):
         lax.while_loop(lambda c: 1, lambda c: c, 20)
@@ -458,15 +493,18 @@ def test_while_loop_traced_python_branch_names_the_loop():
         if c > 3:  # a Python branch on a traced carry
             return c
         return c + 1
+
     with pytest.raises(kiln.core.errors.TracerBoolConversionError, match="for while_loop"):
         lax.while_loop(lambda c: c < 5, body, 0)
 
 
 # --- fori_loop -------------------------------------------------------------------------------
 
+
 def test_fori_loop_static_bounds_is_a_scan_with_weak_index():
     def f(x):
         return lax.fori_loop(2, 7, lambda i, acc: acc + i * x, jnp.zeros(3))
+
     x = np.float32([1.0, 2.0, -1.0])
     assert_close(f(x), x * sum(range(2, 7)))
     closed = jax.make_jaxpr(f)(x)
@@ -500,15 +538,16 @@ def test_fori_loop_traced_bounds_is_a_while_loop():
     if hasattr(kiln, "jit"):
         assert float(jax.jit(f)(6, 1.0)) == ref(6, 1.0)
     # A Python int bound adopts the other bound's integer type.
-    closed = jax.make_jaxpr(lambda n: lax.fori_loop(0, n, lambda i, c: c + 1, 0))(
-        np.int16(4))
+    closed = jax.make_jaxpr(lambda n: lax.fori_loop(0, n, lambda i, c: c + 1, 0))(np.int16(4))
     assert "i16[]" in str(closed.jaxpr.eqns[0].params["cond_jaxpr"])
 
 
 def test_fori_loop_errors():
-    with pytest.raises(TypeError, match="lower and upper arguments to fori_loop must have "
-                                        "equal types, got float32 and int32"):
-        lax.fori_loop(0., 3, lambda i, c: c, 0)
+    with pytest.raises(
+        TypeError,
+        match="lower and upper arguments to fori_loop must have equal types, got float32 and int32",
+    ):
+        lax.fori_loop(0.0, 3, lambda i, c: c, 0)
     with pytest.raises(ValueError, match="statically known"):
         jax.make_jaxpr(lambda n: lax.fori_loop(0, n, lambda i, c: c, 0.0, unroll=2))(3)
     with pytest.raises(TypeError, match="should be callable"):
@@ -518,6 +557,7 @@ def test_fori_loop_errors():
 
 
 # --- scan ------------------------------------------------------------------------------------
+
 
 def test_scan_cumulative_sum_and_products():
     xs = np.arange(1, 6, dtype=np.float32)
@@ -555,8 +595,7 @@ def test_scan_reverse_unroll_and_pytrees():
             assert int(count) == 4
             assert_close(ys["prev"], prev)
             assert_close(ys["b2"], xs["b"] * 2)
-    closed = jax.make_jaxpr(lambda xs: lax.scan(body, (0.0, 0), xs, reverse=True,
-                                                unroll=True))(xs)
+    closed = jax.make_jaxpr(lambda xs: lax.scan(body, (0.0, 0), xs, reverse=True, unroll=True))(xs)
     assert closed.jaxpr.eqns[0].params["unroll"] == 4
     assert closed.jaxpr.eqns[0].params["reverse"] is True
 
@@ -612,22 +651,30 @@ def test_scan_every_dtype(dtype, shape):
 
 
 def test_scan_errors_match_jax():
-    with pytest.raises(ValueError, match="scan got no values to scan over and `length` not "
-                                         "provided."):
+    with pytest.raises(
+        ValueError, match="scan got no values to scan over and `length` not provided."
+    ):
         lax.scan(lambda c, x: (c, x), 0, None)
-    with pytest.raises(ValueError, match=r"scan got `length` argument of 4 which disagrees "
-                                         r"with leading axis sizes \[3\]."):
+    with pytest.raises(
+        ValueError,
+        match=r"scan got `length` argument of 4 which disagrees "
+        r"with leading axis sizes \[3\].",
+    ):
         lax.scan(lambda c, x: (c, x), 0, jnp.zeros(3), length=4)
-    with pytest.raises(ValueError, match="scan got values with different leading axis sizes: "
-                                         "3, 4."):
+    with pytest.raises(
+        ValueError, match="scan got values with different leading axis sizes: 3, 4."
+    ):
         lax.scan(lambda c, x: (c, x), 0, (jnp.zeros(3), jnp.zeros(4)))
     with pytest.raises(ValueError, match="no leading axis"):
         lax.scan(lambda c, x: (c, x), 0, jnp.zeros(()))
     with pytest.raises(TypeError, match="scan body output must be a pair"):
         lax.scan(lambda c, x: c, 0.0, jnp.zeros(3))
-    with pytest.raises(TypeError, match=r"(?s)scan body function carry input and carry output "
-                                        r"must have equal types.*The input carry carry has "
-                                        r"type float32\[\] but .* int32\[\]"):
+    with pytest.raises(
+        TypeError,
+        match=r"(?s)scan body function carry input and carry output "
+        r"must have equal types.*The input carry carry has "
+        r"type float32\[\] but .* int32\[\]",
+    ):
         lax.scan(lambda carry, x: (carry.astype(jnp.int32), x), jnp.float32(0), jnp.zeros(2))
     with pytest.raises(ValueError, match="positive"):
         lax.scan(lambda c, x: (c, x), 0, jnp.zeros(3), unroll=0)
@@ -649,8 +696,10 @@ def test_map_against_numpy():
 
 # --- nesting, jit and the typechecker ----------------------------------------------------------
 
+
 def nested_control_flow(x, w):
     """cond inside scan inside while; each level closes over values of the enclosing ones."""
+
     def wbody(c):
         k, v = c
 
@@ -730,25 +779,46 @@ def test_jit_inside_loop_body_and_loop_inside_jit_call():
 def test_abstract_eval_rejects_ill_typed_equations():
     body = jax.make_jaxpr(lambda c, x: (c + x, c))(1.0, 2.0)
     with pytest.raises(TypeError, match="xs operand 0"):
-        lax.scan_p.bind(jnp.float32(0), jnp.zeros(4), jaxpr=body, length=3,
-                        reverse=False, linear=(False, False), unroll=1, num_consts=0,
-                        num_carry=1, _split_transpose=False)
+        lax.scan_p.bind(
+            jnp.float32(0),
+            jnp.zeros(4),
+            jaxpr=body,
+            length=3,
+            reverse=False,
+            linear=(False, False),
+            unroll=1,
+            num_consts=0,
+            num_carry=1,
+            _split_transpose=False,
+        )
     with pytest.raises(TypeError, match="operand 0 of jaxpr has type i32"):
-        lax.scan_p.bind(jnp.int32(0), jnp.zeros(3), jaxpr=body, length=3, reverse=False,
-                        linear=(False, False), unroll=1, num_consts=0, num_carry=1,
-                        _split_transpose=False)
+        lax.scan_p.bind(
+            jnp.int32(0),
+            jnp.zeros(3),
+            jaxpr=body,
+            length=3,
+            reverse=False,
+            linear=(False, False),
+            unroll=1,
+            num_consts=0,
+            num_carry=1,
+            _split_transpose=False,
+        )
     branch_a = jax.make_jaxpr(lambda x: x)(1.0)
     branch_b = jax.make_jaxpr(lambda x: x.astype(jnp.int32))(1.0)
     with pytest.raises(TypeError, match="branch 1 returns"):
-        lax.cond_p.bind(jnp.int32(0), jnp.float32(1), branches=(branch_a, branch_b),
-                        linear=(False,))
+        lax.cond_p.bind(
+            jnp.int32(0), jnp.float32(1), branches=(branch_a, branch_b), linear=(False,)
+        )
     with pytest.raises(TypeError, match="int32 scalar"):
-        lax.cond_p.bind(jnp.float32(0), jnp.float32(1), branches=(branch_a, branch_a),
-                        linear=(False,))
+        lax.cond_p.bind(
+            jnp.float32(0), jnp.float32(1), branches=(branch_a, branch_a), linear=(False,)
+        )
     cond = jax.make_jaxpr(lambda c: c)(1.0)
     with pytest.raises(TypeError, match="boolean scalar"):
-        lax.while_p.bind(jnp.float32(0), cond_jaxpr=cond, body_jaxpr=cond, cond_nconsts=0,
-                         body_nconsts=0)
+        lax.while_p.bind(
+            jnp.float32(0), cond_jaxpr=cond, body_jaxpr=cond, cond_nconsts=0, body_nconsts=0
+        )
 
 
 def test_typecheck_reaches_into_sub_jaxprs():
@@ -762,11 +832,14 @@ def test_typecheck_reaches_into_sub_jaxprs():
 
 # --- dead-code elimination -------------------------------------------------------------------
 
+
 def test_dce_prunes_unused_carries_and_ys_of_scan():
     def f(xs):
         (a, b, _), (ya, yb) = lax.scan(
             lambda c, x: ((c[0] + x, c[1] * 2, c[2] + c[1]), (c[0], x * 3)),
-            (jnp.float32(0), jnp.float32(1), jnp.float32(0)), xs)
+            (jnp.float32(0), jnp.float32(1), jnp.float32(0)),
+            xs,
+        )
         return a, yb
 
     xs = np.float32([1, 2, 3, 4])
@@ -794,8 +867,9 @@ def test_dce_keeps_carries_the_kept_ones_depend_on():
 
 def test_dce_of_while_keeps_what_the_condition_reads():
     def f(x):
-        i, y, z = lax.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] * 2, c[2] + 1),
-                                 (0, x, x))
+        i, y, z = lax.while_loop(
+            lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] * 2, c[2] + 1), (0, x, x)
+        )
         return y
 
     closed = dce(jax.make_jaxpr(f)(1.0))
@@ -818,7 +892,7 @@ def test_dce_of_cond_prunes_outputs_and_operands():
     assert all(len(b.jaxpr.eqns) == 1 for b in eqn.params["branches"])
     out, _ = _run_optimized(f, False, np.float32(1.0), np.float32(2.0))
     assert float(out[0]) == 0.0
-    unused = dce(jax.make_jaxpr(lambda p, x: (lax.cond(p, jnp.sin, jnp.cos, x), x)[1])(True, 1.))
+    unused = dce(jax.make_jaxpr(lambda p, x: (lax.cond(p, jnp.sin, jnp.cos, x), x)[1])(True, 1.0))
     assert unused.jaxpr.eqns == []
 
 
@@ -827,6 +901,7 @@ def test_dce_keeps_loops_with_effects(capsys):
         def body(c, x):
             jax.debug.print("x={}", x)
             return c + x, x * 2
+
         lax.scan(body, 0.0, xs)
         return xs
 
@@ -846,6 +921,7 @@ def test_dce_inside_loop_bodies():
         def body(c, x):
             jnp.exp(x) * 3  # dead inside the body
             return c + x, None
+
         return lax.scan(body, jnp.float32(0), xs)[0]
 
     _, optimized = _run_optimized(f, jnp.ones(3))
@@ -860,6 +936,7 @@ def test_dce_rules_registered():
 
 
 # --- JAX as an oracle (optional) ---------------------------------------------------------------
+
 
 def test_against_jax_when_installed():
     real_jax = pytest.importorskip("jax")

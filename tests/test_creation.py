@@ -4,6 +4,7 @@ The dtype/weak-type expectations in the tables below were read off JAX (jax.nump
 mode off and on; values come from NumPy. Creation functions are also traced: under make_jaxpr
 a filled array is a `broadcast_in_dim` of a literal and a range an `iota`.
 """
+
 import math
 
 import ml_dtypes
@@ -42,11 +43,21 @@ DTYPE_RULES = [
     (lambda: jnp.full((2,), 2.0), [2.0, 2.0], F32, F64, True),
     (lambda: jnp.full((2,), 1j), [1j, 1j], C64, C128, True),
     (lambda: jnp.full((2,), True), [True, True], np.dtype(bool), np.dtype(bool), False),
-    (lambda: jnp.full((2,), np.float16(1)), [1, 1], np.dtype(np.float16),
-     np.dtype(np.float16), False),
+    (
+        lambda: jnp.full((2,), np.float16(1)),
+        [1, 1],
+        np.dtype(np.float16),
+        np.dtype(np.float16),
+        False,
+    ),
     (lambda: jnp.full((2,), np.int64(3)), [3, 3], I32, I64, False),
-    (lambda: jnp.full((2,), 3, dtype=np.uint8), [3, 3], np.dtype(np.uint8),
-     np.dtype(np.uint8), False),
+    (
+        lambda: jnp.full((2,), 3, dtype=np.uint8),
+        [3, 3],
+        np.dtype(np.uint8),
+        np.dtype(np.uint8),
+        False,
+    ),
     (lambda: jnp.zeros(3), np.zeros(3), F32, F64, False),
     (lambda: jnp.zeros(3, int), np.zeros(3), I32, I64, False),
     (lambda: jnp.zeros(2, float), np.zeros(2), F32, F64, False),
@@ -62,8 +73,7 @@ DTYPE_RULES = [
     (lambda: jnp.empty_like(jnp.full((), 2.0)), 0.0, F32, F64, True),
     (lambda: jnp.arange(5), np.arange(5), I32, I64, False),
     (lambda: jnp.arange(3.0), np.arange(3.0), F32, F64, False),
-    (lambda: jnp.arange(np.int8(3)), np.arange(3), np.dtype(np.int8), np.dtype(np.int8),
-     False),
+    (lambda: jnp.arange(np.int8(3)), np.arange(3), np.dtype(np.int8), np.dtype(np.int8), False),
     (lambda: jnp.arange(5, dtype=np.float32), np.arange(5), F32, F32, False),
     (lambda: jnp.arange(2, 5.0), np.arange(2, 5.0), F32, F64, False),
     (lambda: jnp.linspace(0, 1, 3), np.linspace(0, 1, 3), F32, F64, False),
@@ -81,14 +91,20 @@ DTYPE_RULES = [
 ]
 
 
-@pytest.mark.parametrize("expr,expected,dtype32,dtype64,weak", DTYPE_RULES,
-                         ids=[f"rule{i}" for i in range(len(DTYPE_RULES))])
+@pytest.mark.parametrize(
+    "expr,expected,dtype32,dtype64,weak",
+    DTYPE_RULES,
+    ids=[f"rule{i}" for i in range(len(DTYPE_RULES))],
+)
 def test_dtype_rules_x64_off(expr, expected, dtype32, dtype64, weak):
     check(expr(), expected, dtype32, weak)
 
 
-@pytest.mark.parametrize("expr,expected,dtype32,dtype64,weak", DTYPE_RULES,
-                         ids=[f"rule{i}" for i in range(len(DTYPE_RULES))])
+@pytest.mark.parametrize(
+    "expr,expected,dtype32,dtype64,weak",
+    DTYPE_RULES,
+    ids=[f"rule{i}" for i in range(len(DTYPE_RULES))],
+)
 def test_dtype_rules_x64_on(x64, expr, expected, dtype32, dtype64, weak):
     check(expr(), expected, dtype64, weak)
 
@@ -122,8 +138,11 @@ def test_shape_arguments_accept_ints_lists_and_arrays():
 
 
 def test_full_with_array_fill_value_broadcasts():
-    check(jnp.full((2, 2), jnp.asarray(np.array([1.0, 2.0])), dtype=np.int8),
-          [[1, 2], [1, 2]], np.dtype(np.int8))
+    check(
+        jnp.full((2, 2), jnp.asarray(np.array([1.0, 2.0])), dtype=np.int8),
+        [[1, 2], [1, 2]],
+        np.dtype(np.int8),
+    )
     check(jnp.full((2,), jnp.asarray(np.array([1, 2]))), [1, 2], I32)
     check(jnp.full_like(jnp.ones(2), jnp.asarray(np.array([3, 4]))), [3.0, 4.0], F32)
 
@@ -131,24 +150,39 @@ def test_full_with_array_fill_value_broadcasts():
 # --- ranges ----------------------------------------------------------------------------------
 
 ARANGE_CASES = [
-    ((5,), {}), ((0,), {}), ((-3,), {}), ((5.5,), {}), ((2, 10), {}), ((2, 10, 3), {}),
-    ((10, 1, -3), {}), ((1, 4, 0.5), {}), ((0.1, 0.5, 0.1), {}), ((5, 2), {}),
-    ((-2.5, 2.5, 0.5), {}), ((3,), {"dtype": np.float16}), ((1, 7, 2), {"dtype": np.uint8}),
-    ((4,), {"dtype": ml_dtypes.bfloat16}), ((2, 12, 3), {"dtype": np.int8}),
+    ((5,), {}),
+    ((0,), {}),
+    ((-3,), {}),
+    ((5.5,), {}),
+    ((2, 10), {}),
+    ((2, 10, 3), {}),
+    ((10, 1, -3), {}),
+    ((1, 4, 0.5), {}),
+    ((0.1, 0.5, 0.1), {}),
+    ((5, 2), {}),
+    ((-2.5, 2.5, 0.5), {}),
+    ((3,), {"dtype": np.float16}),
+    ((1, 7, 2), {"dtype": np.uint8}),
+    ((4,), {"dtype": ml_dtypes.bfloat16}),
+    ((2, 12, 3), {"dtype": np.int8}),
     ((5,), {"step": 2}),
 ]
 
 
-@pytest.mark.parametrize("args,kwargs", ARANGE_CASES, ids=[str(a) + str(k)
-                                                           for a, k in ARANGE_CASES])
+@pytest.mark.parametrize(
+    "args,kwargs", ARANGE_CASES, ids=[str(a) + str(k) for a, k in ARANGE_CASES]
+)
 def test_arange_matches_numpy(args, kwargs):
     out = jnp.arange(*args, **kwargs)
     if "step" in kwargs:
         expected = np.arange(0, args[0], kwargs["step"])
     else:
         expected = np.arange(*args, **kwargs)
-    dtype = np.dtype(kwargs["dtype"]) if "dtype" in kwargs else (
-        F32 if any(isinstance(a, float) for a in args) else I32)
+    dtype = (
+        np.dtype(kwargs["dtype"])
+        if "dtype" in kwargs
+        else (F32 if any(isinstance(a, float) for a in args) else I32)
+    )
     check(out, expected, dtype, tol=1e-6)
 
 
@@ -164,15 +198,20 @@ def test_linspace_matches_numpy(num, endpoint):
         assert float(out[-1]) == 4.0 and float(out[0]) == -1.5  # ends are exact
 
 
-@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.complex64,
-                                   np.int32, np.int8, np.uint8])
+@pytest.mark.parametrize(
+    "dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.complex64, np.int32, np.int8, np.uint8]
+)
 def test_linspace_dtypes(dtype):
     out = jnp.linspace(0, 10, 7, dtype=dtype)
     expected = np.linspace(0, 10, 7)
     if np.dtype(dtype).kind in "iu":
         expected = np.floor(expected)  # integer outputs round down, as NumPy >= 2 and JAX do
-    check(out, expected, np.dtype(dtype), tol={np.dtype(np.float16): 1e-2,
-                                                np.dtype(ml_dtypes.bfloat16): 5e-2})
+    check(
+        out,
+        expected,
+        np.dtype(dtype),
+        tol={np.dtype(np.float16): 1e-2, np.dtype(ml_dtypes.bfloat16): 5e-2},
+    )
     check(jnp.linspace(-5, 5, 4, dtype=int), [-5, -2, 1, 5], I32)
 
 
@@ -186,24 +225,36 @@ def test_linspace_with_array_bounds_and_axis():
 
 def test_logspace_and_geomspace_match_numpy():
     check(jnp.logspace(0, 3, 4, base=2), np.logspace(0, 3, 4, base=2), F32, tol=1e-6)
-    check(jnp.logspace(-1, 2, 5, endpoint=False), np.logspace(-1, 2, 5, endpoint=False), F32,
-          tol=1e-5)
+    check(
+        jnp.logspace(-1, 2, 5, endpoint=False), np.logspace(-1, 2, 5, endpoint=False), F32, tol=1e-5
+    )
     check(jnp.logspace(0, 2, 3, dtype=int), [1, 10, 100], I32)
     check(jnp.geomspace(1, 1000, 4), np.geomspace(1, 1000, 4), F32, tol=1e-5)
     check(jnp.geomspace(-1, -1000, 4), np.geomspace(-1, -1000, 4), F32, tol=1e-5)
-    check(jnp.geomspace(2, 32, 5, endpoint=False), np.geomspace(2, 32, 5, endpoint=False), F32,
-          tol=1e-5)
+    check(
+        jnp.geomspace(2, 32, 5, endpoint=False),
+        np.geomspace(2, 32, 5, endpoint=False),
+        F32,
+        tol=1e-5,
+    )
     start, stop = np.array([1.0, -2.0]), np.array([16.0, -32.0])
-    check(jnp.geomspace(jnp.asarray(start), jnp.asarray(stop), 3, axis=1),
-          np.geomspace(start, stop, 3, axis=1), F32, tol=1e-5)
+    check(
+        jnp.geomspace(jnp.asarray(start), jnp.asarray(stop), 3, axis=1),
+        np.geomspace(start, stop, 3, axis=1),
+        F32,
+        tol=1e-5,
+    )
 
 
 # --- special matrices ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n,m,k", [(3, None, 0), (2, 4, 1), (4, 2, -1), (3, 3, 5), (0, 2, 0),
-                                   (3, 3, -3)])
-@pytest.mark.parametrize("dtype", [None, np.bool_, np.int8, np.uint32, np.float16,
-                                   ml_dtypes.bfloat16, np.complex64])
+
+@pytest.mark.parametrize(
+    "n,m,k", [(3, None, 0), (2, 4, 1), (4, 2, -1), (3, 3, 5), (0, 2, 0), (3, 3, -3)]
+)
+@pytest.mark.parametrize(
+    "dtype", [None, np.bool_, np.int8, np.uint32, np.float16, ml_dtypes.bfloat16, np.complex64]
+)
 def test_eye_and_tri(n, m, k, dtype):
     want = F32 if dtype is None else np.dtype(dtype)
     check(jnp.eye(n, m, k, dtype=dtype), np.eye(n, m, k), want)
@@ -217,6 +268,7 @@ def test_identity():
 
 
 # --- grids -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("indexing", ["xy", "ij"])
 @pytest.mark.parametrize("sparse", [False, True])
@@ -253,13 +305,20 @@ def test_mgrid_ogrid():
 
 
 def test_fromfunction():
-    check(jnp.fromfunction(lambda i, j: i + 2 * j, (2, 3)),
-          np.fromfunction(lambda i, j: i + 2 * j, (2, 3)), F32)
-    check(jnp.fromfunction(lambda i: i * 3, (4,), dtype=int),
-          np.fromfunction(lambda i: i * 3, (4,), dtype=int), I32)
+    check(
+        jnp.fromfunction(lambda i, j: i + 2 * j, (2, 3)),
+        np.fromfunction(lambda i, j: i + 2 * j, (2, 3)),
+        F32,
+    )
+    check(
+        jnp.fromfunction(lambda i: i * 3, (4,), dtype=int),
+        np.fromfunction(lambda i: i * 3, (4,), dtype=int),
+        I32,
+    )
 
 
 # --- array, asarray, copy --------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", ALL, ids=str)
 def test_copy_and_array_round_trip(dtype):
@@ -282,6 +341,7 @@ def test_array_ndmin_and_nested_tracers():
 
 # --- tracing ---------------------------------------------------------------------------------
 
+
 def _jaxpr(fn, *args, **kwargs):
     return kiln.make_jaxpr(fn, **kwargs)(*args)
 
@@ -290,20 +350,26 @@ def test_filled_arrays_stage_broadcast_of_a_literal():
     assert str(_jaxpr(lambda: jnp.zeros(3))) == (
         "{ lambda ; . let\n"
         "    a:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,)] 0.0\n"
-        "  in (a,) }")
+        "  in (a,) }"
+    )
     assert "broadcast_in_dim[broadcast_dimensions=() shape=(2, 2)] 1" in str(
-        _jaxpr(lambda: jnp.ones((2, 2), np.int32)))
+        _jaxpr(lambda: jnp.ones((2, 2), np.int32))
+    )
     assert "broadcast_in_dim[broadcast_dimensions=() shape=(3,)] 0.0" in str(
-        _jaxpr(lambda x: jnp.zeros_like(x), jnp.ones(3)))
+        _jaxpr(lambda x: jnp.zeros_like(x), jnp.ones(3))
+    )
     text = str(_jaxpr(lambda a, n: jnp.full((n,), a), 2, 5, static_argnums=(1,)))
-    assert text == ("{ lambda ; a:i32[]. let\n"
-                    "    b:i32[5] = broadcast_in_dim[broadcast_dimensions=() shape=(5,)] a\n"
-                    "  in (b,) }")
+    assert text == (
+        "{ lambda ; a:i32[]. let\n"
+        "    b:i32[5] = broadcast_in_dim[broadcast_dimensions=() shape=(5,)] a\n"
+        "  in (b,) }"
+    )
 
 
 def test_ranges_stage_iota():
     assert str(_jaxpr(lambda: jnp.arange(5))) == (
-        "{ lambda ; . let a:i32[5] = iota[dimension=0 dtype=int32 shape=(5,)]  in (a,) }")
+        "{ lambda ; . let a:i32[5] = iota[dimension=0 dtype=int32 shape=(5,)]  in (a,) }"
+    )
     text = str(_jaxpr(lambda: jnp.arange(2, 10, 2)))
     assert "iota[dimension=0 dtype=int32 shape=(4,)]" in text
     assert "mul 2 a" in text and "add 2 b" in text
@@ -315,22 +381,30 @@ def test_ranges_stage_iota():
 def test_traced_shape_error_suggests_static_argnums():
     def create_filled(val, length):
         return jnp.full((length,), val)
+
     with pytest.raises(TypeError) as info:
         _jaxpr(create_filled, 2, 5)
     msg = str(info.value)
-    assert msg.startswith("Shapes must be 1D sequences of concrete values of integer type, got "
-                          "(Traced<ShapedArray(int32[], weak_type=True)>with"
-                          "<DynamicJaxprTrace(level=1/0)>,).")
+    assert msg.startswith(
+        "Shapes must be 1D sequences of concrete values of integer type, got "
+        "(Traced<ShapedArray(int32[], weak_type=True)>with"
+        "<DynamicJaxprTrace(level=1/0)>,)."
+    )
     assert "static_argnums" in msg and "argument length" in msg
-    for fn in (lambda n: jnp.zeros(n), lambda n: jnp.ones((2, n)), lambda n: jnp.eye(n),
-               lambda n: jnp.indices((n,))):
+    for fn in (
+        lambda n: jnp.zeros(n),
+        lambda n: jnp.ones((2, n)),
+        lambda n: jnp.eye(n),
+        lambda n: jnp.indices((n,)),
+    ):
         with pytest.raises(TypeError):
             _jaxpr(fn, 3)
 
 
 def test_traced_arange_asks_for_static_values():
-    with pytest.raises(errors.ConcretizationTypeError,
-                       match="It arose in the jnp.arange argument 'stop'"):
+    with pytest.raises(
+        errors.ConcretizationTypeError, match="It arose in the jnp.arange argument 'stop'"
+    ):
         _jaxpr(lambda x: jnp.arange(0, x), 3.0)
     with pytest.raises(errors.ConcretizationTypeError, match="argument 'start'"):
         _jaxpr(lambda x: jnp.arange(x), 3)
@@ -347,10 +421,16 @@ TRACED_CREATION = [
     ("ones_like_dtype", lambda x: jnp.ones_like(x, dtype=np.int32), [np.ones(3, np.float32)]),
     ("full_like", lambda x, v: jnp.full_like(x, v), [np.ones(3, np.int8), np.float32(2.5)]),
     ("linspace", lambda a, b: jnp.linspace(a, b, 5), [np.float32(-1), np.float32(2)]),
-    ("linspace_int", lambda a, b: jnp.linspace(a, b, 4, dtype=np.int32),
-     [np.float32(-5), np.float32(5)]),
-    ("linspace_arrays", lambda a, b: jnp.linspace(a, b, 3, axis=-1, retstep=True),
-     [np.zeros(2, np.float32), np.ones(2, np.float32)]),
+    (
+        "linspace_int",
+        lambda a, b: jnp.linspace(a, b, 4, dtype=np.int32),
+        [np.float32(-5), np.float32(5)],
+    ),
+    (
+        "linspace_arrays",
+        lambda a, b: jnp.linspace(a, b, 3, axis=-1, retstep=True),
+        [np.zeros(2, np.float32), np.ones(2, np.float32)],
+    ),
     ("logspace", lambda a, b: jnp.logspace(a, b, 4), [np.float32(0), np.float32(2)]),
     ("geomspace", lambda a, b: jnp.geomspace(a, b, 4), [np.float32(-1), np.float32(-8)]),
     ("meshgrid", lambda a, b: jnp.meshgrid(a, b), [np.arange(2.0), np.arange(3)]),
@@ -399,29 +479,44 @@ CREATION_ERRORS = [
     (lambda: jnp.meshgrid(jnp.ones(2), copy=False), ValueError, "copy=True"),
     (lambda: jnp.mgrid[1], TypeError, "takes slices"),
     (lambda: jnp.full((2,), np.ones(3)), ValueError, "Incompatible"),
-    (lambda: jnp.zeros(2, dtype=np.float128) if hasattr(np, "float128") else
-     jnp.zeros(2, dtype=object), TypeError, "dtype"),
+    (
+        lambda: (
+            jnp.zeros(2, dtype=np.float128)
+            if hasattr(np, "float128")
+            else jnp.zeros(2, dtype=object)
+        ),
+        TypeError,
+        "dtype",
+    ),
 ]
 
 LIST_ARGS = [
-    ("full", lambda v: jnp.full((2,), v)), ("zeros_like", jnp.zeros_like),
-    ("ones_like", jnp.ones_like), ("empty_like", jnp.empty_like),
-    ("full_like", lambda v: jnp.full_like(v, 1)), ("full_like", lambda v: jnp.full_like(1, v)),
-    ("linspace", lambda v: jnp.linspace(v, 1)), ("logspace", lambda v: jnp.logspace(0, v)),
-    ("geomspace", lambda v: jnp.geomspace(v, 2)), ("meshgrid", jnp.meshgrid),
-    ("copy", jnp.copy), ("arange", jnp.arange),
+    ("full", lambda v: jnp.full((2,), v)),
+    ("zeros_like", jnp.zeros_like),
+    ("ones_like", jnp.ones_like),
+    ("empty_like", jnp.empty_like),
+    ("full_like", lambda v: jnp.full_like(v, 1)),
+    ("full_like", lambda v: jnp.full_like(1, v)),
+    ("linspace", lambda v: jnp.linspace(v, 1)),
+    ("logspace", lambda v: jnp.logspace(0, v)),
+    ("geomspace", lambda v: jnp.geomspace(v, 2)),
+    ("meshgrid", jnp.meshgrid),
+    ("copy", jnp.copy),
+    ("arange", jnp.arange),
 ]
 
 
-@pytest.mark.parametrize("fn,exc,match", CREATION_ERRORS,
-                         ids=[f"error{i}" for i in range(len(CREATION_ERRORS))])
+@pytest.mark.parametrize(
+    "fn,exc,match", CREATION_ERRORS, ids=[f"error{i}" for i in range(len(CREATION_ERRORS))]
+)
 def test_creation_errors(fn, exc, match):
     with pytest.raises(exc, match=match):
         fn()
 
 
-@pytest.mark.parametrize("name,fn", LIST_ARGS, ids=[f"{n}{i}" for i, (n, _) in
-                                                    enumerate(LIST_ARGS)])
+@pytest.mark.parametrize(
+    "name,fn", LIST_ARGS, ids=[f"{n}{i}" for i, (n, _) in enumerate(LIST_ARGS)]
+)
 def test_creation_rejects_lists(name, fn):
     with pytest.raises(TypeError, match=f"{name} requires ndarray or scalar arguments"):
         fn([1.0, 2.0])

@@ -1,4 +1,5 @@
 """kiln.debug.print / debug.callback and the host callbacks (pure_callback, io_callback)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,6 +15,7 @@ def _normalize(text: str) -> str:
 
 
 # --- debug.print ----------------------------------------------------------------------------
+
 
 def test_debug_print_eager_prints_immediately(capsys):
     kiln.debug.print("x={} name={name} y={y:.2f}", jnp.arange(3), name="n", y=jnp.array(1.5))
@@ -31,12 +33,17 @@ def test_debug_print_runs_on_every_execution(capsys):
     f(x)
     f(jnp.array([3.0, 4.0]))
     assert capsys.readouterr().out == (
-        "x=[1.  2.5] doubled=[2. 5.]\n" * 2 + "x=[3. 4.] doubled=[6. 8.]\n")
+        "x=[1.  2.5] doubled=[2. 5.]\n" * 2 + "x=[3. 4.] doubled=[6. 8.]\n"
+    )
 
 
 def test_debug_print_formats_like_numpy(capsys):
-    values = [jnp.array(2.0), jnp.array([[1, 2], [3, 4]], dtype=jnp.int8),
-              jnp.array([True, False]), jnp.array([1e-8, 1.0])]
+    values = [
+        jnp.array(2.0),
+        jnp.array([[1, 2], [3, 4]], dtype=jnp.int8),
+        jnp.array([True, False]),
+        jnp.array([1e-8, 1.0]),
+    ]
     kiln.jit(lambda *xs: kiln.debug.print("{} | {} | {} | {}", *xs))(*values)
     expected = " | ".join(str(np.asarray(v)) for v in values)
     assert capsys.readouterr().out == expected + "\n"
@@ -96,8 +103,7 @@ def test_debug_callback_receives_arrays_each_run():
 
     @kiln.jit
     def f(x, tag):
-        kiln.debug.callback(lambda v, t: seen.append((np.asarray(v).tolist(), t)), x * 2,
-                            "tag")
+        kiln.debug.callback(lambda v, t: seen.append((np.asarray(v).tolist(), t)), x * 2, "tag")
         return x
 
     f(jnp.array([1, 2]), 0)
@@ -108,6 +114,7 @@ def test_debug_callback_receives_arrays_each_run():
 
 
 # --- pure_callback ---------------------------------------------------------------------------
+
 
 def test_pure_callback_eager_and_jitted_match_numpy():
     def host_sin(a):
@@ -126,10 +133,13 @@ def test_pure_callback_pytrees_and_kwargs():
     def host(a, *, b):
         return {"sum": a + b, "prod": (a * b).astype(np.int32)}
 
-    specs = {"sum": kiln.ShapeDtypeStruct((2,), jnp.float32),
-             "prod": kiln.ShapeDtypeStruct((2,), jnp.int32)}
+    specs = {
+        "sum": kiln.ShapeDtypeStruct((2,), jnp.float32),
+        "prod": kiln.ShapeDtypeStruct((2,), jnp.int32),
+    }
     out = kiln.jit(lambda a, b: kiln.pure_callback(host, specs, a, b=b))(
-        jnp.array([1.0, 2.0]), jnp.array([3.0, 4.0]))
+        jnp.array([1.0, 2.0]), jnp.array([3.0, 4.0])
+    )
     np.testing.assert_array_equal(np.asarray(out["sum"]), [4.0, 6.0])
     np.testing.assert_array_equal(np.asarray(out["prod"]), [3, 8])
     assert out["prod"].dtype == np.int32
@@ -152,8 +162,9 @@ def test_unused_pure_callback_is_removed_but_io_callback_is_not():
     calls = []
 
     def f(x):
-        kiln.pure_callback(lambda a: calls.append("pure") or a,
-                           kiln.ShapeDtypeStruct((2,), jnp.float32), x)
+        kiln.pure_callback(
+            lambda a: calls.append("pure") or a, kiln.ShapeDtypeStruct((2,), jnp.float32), x
+        )
         io_callback(lambda a: calls.append("io"), None, x)
         return x
 

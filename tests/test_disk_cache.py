@@ -1,6 +1,7 @@
 """The persistent object cache: round trips, entries that do not verify (random bytes, empty,
 truncated, written for another CPU) are ignored and rewritten, concurrent writers, and
 directories that cannot be used."""
+
 from __future__ import annotations
 
 import json
@@ -24,14 +25,14 @@ F32 = np.dtype(np.float32)
 def _program(offset: float = 1.0, size: int = 301) -> Program:
     x, y = Buffer("x", F32, (size,)), Buffer("y", F32, (size,), "output")
     i = Var("i")
-    return Program("cached", [x, y], [Kernel("k", [
-        Loop(i, 0, size, [Store(y, i, x[i] * 2.0 + offset)])])])
+    return Program(
+        "cached", [x, y], [Kernel("k", [Loop(i, 0, size, [Store(y, i, x[i] * 2.0 + offset)])])]
+    )
 
 
 def _engine(directory) -> engine.Engine:
     host = target.host_target()
-    cache = disk_cache.DiskCache(disk_cache.usable_directory(directory),
-                                 disk_cache.identity(host))
+    cache = disk_cache.DiskCache(disk_cache.usable_directory(directory), disk_cache.identity(host))
     return engine.Engine(host, cache)
 
 
@@ -59,17 +60,16 @@ def _corrupt(path, how: str, rng) -> None:
     elif how == "empty":
         path.write_bytes(b"")
     elif how == "truncated":
-        path.write_bytes(data[:len(data) // 2])
+        path.write_bytes(data[: len(data) // 2])
     elif how == "flipped":  # one bit of the machine code
         position = len(data) - 200
-        path.write_bytes(data[:position] + bytes([data[position] ^ 0x10]) + data[position + 1:])
+        path.write_bytes(data[:position] + bytes([data[position] ^ 0x10]) + data[position + 1 :])
     elif how == "random_after_header":
         header_end = data.index(b"}") + 1
         path.write_bytes(data[:header_end] + rng.bytes(len(data) - header_end))
 
 
-@pytest.mark.parametrize("how", ["random", "empty", "truncated", "flipped",
-                                 "random_after_header"])
+@pytest.mark.parametrize("how", ["random", "empty", "truncated", "flipped", "random_after_header"])
 def test_a_corrupt_entry_is_ignored_and_rewritten(tmp_path, how, caplog):
     rng = np.random.default_rng(0)
     _engine(tmp_path).compile(_program())
@@ -92,12 +92,16 @@ def test_an_entry_written_for_another_cpu_is_not_loaded(tmp_path):
     (entry,) = tmp_path.glob("*.kiln")
     data = entry.read_bytes()
     start = len(disk_cache.MAGIC) + 4
-    length = int.from_bytes(data[len(disk_cache.MAGIC):start], "little")
-    header = json.loads(data[start:start + length])
+    length = int.from_bytes(data[len(disk_cache.MAGIC) : start], "little")
+    header = json.loads(data[start : start + length])
     header["cpu"] = "some-other-cpu"
     new_header = json.dumps(header, sort_keys=True).encode()
-    entry.write_bytes(disk_cache.MAGIC + len(new_header).to_bytes(4, "little") + new_header
-                      + data[start + length:])
+    entry.write_bytes(
+        disk_cache.MAGIC
+        + len(new_header).to_bytes(4, "little")
+        + new_header
+        + data[start + length :]
+    )
     second = _engine(tmp_path)
     _check_runs(second.compile(_program()))
     assert second.disk_cache.stats.reasons == {"written for another cpu": 1}
@@ -114,8 +118,13 @@ def test_corrupt_entries_never_crash_a_fresh_process(tmp_path):
         print("ok")
         """)
     env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path / "cache"))
-    run = lambda: subprocess.run([sys.executable, "-c", script], env=env,  # noqa: E731
-                                 capture_output=True, text=True, timeout=300)
+    run = lambda: subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,  # noqa: E731
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     first = run()
     assert first.returncode == 0 and first.stdout.strip() == "ok", first.stderr
     entries = list((tmp_path / "cache").glob("*.kiln"))
@@ -130,7 +139,8 @@ def test_corrupt_entries_never_crash_a_fresh_process(tmp_path):
 
 
 def test_concurrent_writers_fill_one_directory_correctly(tmp_path):
-    script = textwrap.dedent("""
+    script = textwrap.dedent(
+        """
         import sys, numpy as np
         sys.path.insert(0, %r)
         from tests.test_disk_cache import _engine, _program, _check_runs
@@ -138,10 +148,18 @@ def test_concurrent_writers_fill_one_directory_correctly(tmp_path):
         for offset in range(12):
             _check_runs(eng.compile(_program(float(offset))), float(offset))
         print(eng.disk_cache.stats.rejected)
-        """ % os.getcwd())
-    workers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for _ in range(3)]
+        """
+        % os.getcwd()
+    )
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     for worker in workers:
         out, err = worker.communicate(timeout=300)
         assert worker.returncode == 0, err
@@ -163,6 +181,7 @@ def test_directory_is_created_user_only(tmp_path):
 @pytest.mark.parametrize("kind", ["file", "shared"])
 def test_an_unusable_directory_warns_once_and_compiles_natively(tmp_path, kind, monkeypatch):
     import kiln
+
     path = tmp_path / f"cache_{kind}"
     if kind == "file":
         path.write_text("not a directory")
@@ -194,8 +213,12 @@ def test_jax_compilation_cache_dir_turns_the_disk_cache_on(tmp_path):
         """)
     env = {k: v for k, v in os.environ.items() if k != "KILN_CACHE_DIR"}
     run = lambda: subprocess.run(  # noqa: E731
-        [sys.executable, "-c", script, str(tmp_path / "c")], env=env, capture_output=True,
-        text=True, timeout=300)
+        [sys.executable, "-c", script, str(tmp_path / "c")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     first, second = run(), run()
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert int(first.stdout) == 0 and int(second.stdout) > 0

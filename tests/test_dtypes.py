@@ -1,6 +1,7 @@
 """dtypes: JAX's type-promotion lattice (the table from JAX's documentation, written out by
 hand), weak types from Python scalars, the x64 flag, and kiln.numpy's scalar types and dtype
 queries (dtype, issubdtype, isdtype, can_cast, promote_types, result_type)."""
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -40,9 +41,20 @@ c*  c* c* c* c* c* c* c* c* c* c4 c4 c4 c8 c4 c8 c* c* c*
 """
 
 LABELS = {
-    "b1": np.bool_, "u1": np.uint8, "u2": np.uint16, "u4": np.uint32, "u8": np.uint64,
-    "i1": np.int8, "i2": np.int16, "i4": np.int32, "i8": np.int64, "bf": BF16,
-    "f2": np.float16, "f4": np.float32, "f8": np.float64, "c4": np.complex64,
+    "b1": np.bool_,
+    "u1": np.uint8,
+    "u2": np.uint16,
+    "u4": np.uint32,
+    "u8": np.uint64,
+    "i1": np.int8,
+    "i2": np.int16,
+    "i4": np.int32,
+    "i8": np.int64,
+    "bf": BF16,
+    "f2": np.float16,
+    "f4": np.float32,
+    "f8": np.float64,
+    "c4": np.complex64,
     "c8": np.complex128,
 }
 WEAK_64 = {"i*": np.int64, "f*": np.float64, "c*": np.complex128}
@@ -52,8 +64,9 @@ PYTHON_SCALARS = {"i*": 3, "f*": 1.5, "c*": 2j}
 def _parse_table():
     lines = [line.split() for line in PROMOTION_TABLE.strip().splitlines()]
     columns = lines[0]
-    return [(row[0], column, result) for row in lines[1:]
-            for column, result in zip(columns, row[1:])]
+    return [
+        (row[0], column, result) for row in lines[1:] for column, result in zip(columns, row[1:])
+    ]
 
 
 PAIRS = _parse_table()
@@ -63,9 +76,12 @@ def _expected(label: str, x64: bool) -> tuple[np.dtype, bool]:
     weak = label in WEAK_64
     dtype = np.dtype(WEAK_64[label] if weak else LABELS[label])
     if not x64:
-        dtype = {np.dtype(np.int64): np.dtype(np.int32), np.dtype(np.uint64):
-                 np.dtype(np.uint32), np.dtype(np.float64): np.dtype(np.float32),
-                 np.dtype(np.complex128): np.dtype(np.complex64)}.get(dtype, dtype)
+        dtype = {
+            np.dtype(np.int64): np.dtype(np.int32),
+            np.dtype(np.uint64): np.dtype(np.uint32),
+            np.dtype(np.float64): np.dtype(np.float32),
+            np.dtype(np.complex128): np.dtype(np.complex64),
+        }.get(dtype, dtype)
     return dtype, weak
 
 
@@ -128,10 +144,15 @@ def test_against_jax_when_installed(x64):
     jax.config.update("jax_enable_x64", True)
     try:
         import jax.numpy as jjnp
+
         for a, b, _ in PAIRS:
             ours = jnp.add(_value(a), _value(b))
-            theirs = jjnp.add(*(PYTHON_SCALARS[x] if x in PYTHON_SCALARS
-                                else jjnp.zeros((2,), LABELS[x]) for x in (a, b)))
+            theirs = jjnp.add(
+                *(
+                    PYTHON_SCALARS[x] if x in PYTHON_SCALARS else jjnp.zeros((2,), LABELS[x])
+                    for x in (a, b)
+                )
+            )
             assert (ours.dtype, ours.weak_type) == (theirs.dtype, theirs.weak_type), (a, b)
     finally:
         jax.config.update("jax_enable_x64", False)
@@ -139,38 +160,42 @@ def test_against_jax_when_installed(x64):
 
 # --- weak types --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("make,dtype,weak", [
-    (lambda: jnp.arange(3) * 2.0, np.float32, True),
-    (lambda: jnp.ones(3, jnp.int8) + 1, np.int8, False),
-    (lambda: jnp.ones(3, jnp.uint8) * 2, np.uint8, False),
-    (lambda: jnp.ones(3, jnp.int8) + 1.0, np.float32, True),
-    (lambda: jnp.ones(3, jnp.float16) * 2.0, np.float16, False),
-    (lambda: jnp.ones(3, jnp.bfloat16) + 1, BF16, False),
-    (lambda: jnp.ones(3, jnp.bfloat16) + jnp.ones(3, jnp.float16), np.float32, False),
-    (lambda: jnp.ones(3, jnp.int8) + jnp.ones(3, jnp.uint8), np.int16, False),
-    (lambda: jnp.ones(3, jnp.float32) + 1j, np.complex64, False),
-    (lambda: jnp.ones(3, jnp.float16) + 1j, np.complex64, False),
-    (lambda: jnp.add(True, 1), np.int32, True),
-    (lambda: jnp.array([True]) + 1, np.int32, True),
-    (lambda: jnp.array([True]) + 1.0, np.float32, True),
-    (lambda: jnp.array([True, False]) + True, np.bool_, False),
-    (lambda: jnp.add(1, 2), np.int32, True),
-    (lambda: jnp.add(1, 2.0), np.float32, True),
-    (lambda: jnp.multiply(2.0, 1j), np.complex64, True),
-    (lambda: jnp.asarray(3.0), np.float32, True),
-    (lambda: jnp.array(3), np.int32, True),
-    (lambda: jnp.array([3]), np.int32, False),
-    (lambda: jnp.float32(3), np.float32, False),
-    (lambda: jnp.asarray(3.0).astype(jnp.float32), np.float32, False),
-    (lambda: jnp.int8(1) + 1, np.int8, False),
-    (lambda: jnp.int32(1) + 1.0, np.float32, True),
-    (lambda: jnp.sqrt(4), np.float32, True),
-    (lambda: jnp.equal(1.0, 2.0), np.bool_, True),
-    (lambda: jnp.arange(3) < 2, np.bool_, False),
-    (lambda: lax.add(1.0, 2.0), np.float32, True),
-    (lambda: lax.add(jnp.float32(1.0), 2.0), np.float32, False),
-    (lambda: lax.convert_element_type(3, jnp.float32, weak_type=True), np.float32, True),
-])
+
+@pytest.mark.parametrize(
+    "make,dtype,weak",
+    [
+        (lambda: jnp.arange(3) * 2.0, np.float32, True),
+        (lambda: jnp.ones(3, jnp.int8) + 1, np.int8, False),
+        (lambda: jnp.ones(3, jnp.uint8) * 2, np.uint8, False),
+        (lambda: jnp.ones(3, jnp.int8) + 1.0, np.float32, True),
+        (lambda: jnp.ones(3, jnp.float16) * 2.0, np.float16, False),
+        (lambda: jnp.ones(3, jnp.bfloat16) + 1, BF16, False),
+        (lambda: jnp.ones(3, jnp.bfloat16) + jnp.ones(3, jnp.float16), np.float32, False),
+        (lambda: jnp.ones(3, jnp.int8) + jnp.ones(3, jnp.uint8), np.int16, False),
+        (lambda: jnp.ones(3, jnp.float32) + 1j, np.complex64, False),
+        (lambda: jnp.ones(3, jnp.float16) + 1j, np.complex64, False),
+        (lambda: jnp.add(True, 1), np.int32, True),
+        (lambda: jnp.array([True]) + 1, np.int32, True),
+        (lambda: jnp.array([True]) + 1.0, np.float32, True),
+        (lambda: jnp.array([True, False]) + True, np.bool_, False),
+        (lambda: jnp.add(1, 2), np.int32, True),
+        (lambda: jnp.add(1, 2.0), np.float32, True),
+        (lambda: jnp.multiply(2.0, 1j), np.complex64, True),
+        (lambda: jnp.asarray(3.0), np.float32, True),
+        (lambda: jnp.array(3), np.int32, True),
+        (lambda: jnp.array([3]), np.int32, False),
+        (lambda: jnp.float32(3), np.float32, False),
+        (lambda: jnp.asarray(3.0).astype(jnp.float32), np.float32, False),
+        (lambda: jnp.int8(1) + 1, np.int8, False),
+        (lambda: jnp.int32(1) + 1.0, np.float32, True),
+        (lambda: jnp.sqrt(4), np.float32, True),
+        (lambda: jnp.equal(1.0, 2.0), np.bool_, True),
+        (lambda: jnp.arange(3) < 2, np.bool_, False),
+        (lambda: lax.add(1.0, 2.0), np.float32, True),
+        (lambda: lax.add(jnp.float32(1.0), 2.0), np.float32, False),
+        (lambda: lax.convert_element_type(3, jnp.float32, weak_type=True), np.float32, True),
+    ],
+)
 def test_weak_type_cases(make, dtype, weak):
     out = make()
     assert (out.dtype, out.weak_type) == (np.dtype(dtype), weak)
@@ -193,6 +218,7 @@ def test_weak_types_show_in_jaxprs_and_reprs():
 
 
 # --- the x64 flag ------------------------------------------------------------------------------
+
 
 def test_x64_off_by_default_narrows_everything(x32):
     assert jnp.array(1.0).dtype == np.float32
@@ -238,16 +264,28 @@ def test_x64_flag_is_restored_after_use():
 
 # --- scalar types and dtype queries ------------------------------------------------------------
 
-SCALAR_TYPES = [(jnp.bool_, np.bool_), (jnp.int8, np.int8), (jnp.int16, np.int16),
-                (jnp.int32, np.int32), (jnp.int64, np.int64), (jnp.uint8, np.uint8),
-                (jnp.uint16, np.uint16), (jnp.uint32, np.uint32), (jnp.uint64, np.uint64),
-                (jnp.float16, np.float16), (jnp.bfloat16, BF16), (jnp.float32, np.float32),
-                (jnp.float64, np.float64), (jnp.complex64, np.complex64),
-                (jnp.complex128, np.complex128)]
+SCALAR_TYPES = [
+    (jnp.bool_, np.bool_),
+    (jnp.int8, np.int8),
+    (jnp.int16, np.int16),
+    (jnp.int32, np.int32),
+    (jnp.int64, np.int64),
+    (jnp.uint8, np.uint8),
+    (jnp.uint16, np.uint16),
+    (jnp.uint32, np.uint32),
+    (jnp.uint64, np.uint64),
+    (jnp.float16, np.float16),
+    (jnp.bfloat16, BF16),
+    (jnp.float32, np.float32),
+    (jnp.float64, np.float64),
+    (jnp.complex64, np.complex64),
+    (jnp.complex128, np.complex128),
+]
 
 
-@pytest.mark.parametrize("scalar_type,np_type", SCALAR_TYPES,
-                         ids=[np.dtype(t).name for _, t in SCALAR_TYPES])
+@pytest.mark.parametrize(
+    "scalar_type,np_type", SCALAR_TYPES, ids=[np.dtype(t).name for _, t in SCALAR_TYPES]
+)
 def test_scalar_types_work_as_dtypes_and_constructors(scalar_type, np_type, x64):
     dtype = np.dtype(np_type)
     assert np.dtype(scalar_type) == dtype
@@ -268,8 +306,10 @@ def test_scalar_type_calls_convert_like_jax():
     assert repr(jnp.float32(2)) == "Array(2., dtype=float32)"
     assert repr(jnp.int32(3.7)) == "Array(3, dtype=int32)"
     assert repr(jnp.bool_(2)) == "Array(True, dtype=bool)"
-    assert repr(jnp.float32(jnp.arange(3) if hasattr(jnp, "arange") else jnp.array([0, 1, 2]))) \
+    assert (
+        repr(jnp.float32(jnp.arange(3) if hasattr(jnp, "arange") else jnp.array([0, 1, 2])))
         == "Array([0., 1., 2.], dtype=float32)"
+    )
     with pytest.raises(OverflowError):
         jnp.int8(300)
     jaxpr = kiln.make_jaxpr(lambda x: jnp.float32(x))(1)
@@ -288,8 +328,7 @@ def test_issubdtype():
     assert jnp.issubdtype(jnp.float32, np.float32)
     assert not jnp.issubdtype(jnp.float32, jnp.float16)
     assert jnp.issubdtype(jnp.bool_, jnp.bool_)
-    assert jnp.issubdtype(jnp.arange(3).dtype if hasattr(jnp, "arange") else np.int32,
-                          jnp.integer)
+    assert jnp.issubdtype(jnp.arange(3).dtype if hasattr(jnp, "arange") else np.int32, jnp.integer)
     assert jnp.issubdtype(jnp.floating, jnp.inexact)
 
 

@@ -4,6 +4,7 @@ signed zeros in max/min, and taking from an empty axis.
 References are worked out by hand or with Python ints (wrapping is computed modulo 2**bits);
 JAX itself is only an optional oracle at the end of the file.
 """
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -14,9 +15,11 @@ from kiln import lax
 from tests._testing import x64_mode as switch_x64
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-INTEGER_DTYPES = [np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
-                                        np.uint8, np.uint16, np.uint32, np.uint64)]
-BIG = 2 ** 40
+INTEGER_DTYPES = [
+    np.dtype(t)
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+]
+BIG = 2**40
 BIG_MESSAGE = f"Python int -?{BIG} too large to convert to int32"
 
 
@@ -43,17 +46,18 @@ def _default_int_bits(x64: bool) -> int:
 
 
 def _fits(value: int, bits: int) -> bool:
-    return -2 ** (bits - 1) <= value < 2 ** (bits - 1)
+    return -(2 ** (bits - 1)) <= value < 2 ** (bits - 1)
 
 
 def _wrap(value: int, dtype: np.dtype) -> int:
     """value converted to an integer dtype the way a C cast does: modulo 2**bits."""
     bits = dtype.itemsize * 8
-    low = 0 if dtype.kind == "u" else -2 ** (bits - 1)
-    return (value - low) % 2 ** bits + low
+    low = 0 if dtype.kind == "u" else -(2 ** (bits - 1))
+    return (value - low) % 2**bits + low
 
 
 # --- Python ints outside the default integer type -------------------------------------------------
+
 
 def _i32():
     return jnp.arange(3, dtype=jnp.int32)
@@ -118,21 +122,22 @@ def test_python_int_beyond_int64_raises_with_x64(x64_mode):
     if not x64_mode:
         pytest.skip("x64 only")
     v = jnp.arange(3, dtype=jnp.int64)
-    for value in (2 ** 63, -2 ** 63 - 1, 2 ** 64, 2 ** 100):
-        with pytest.raises(OverflowError, match=f"Python int {value} too large to convert "
-                                                f"to int64"):
+    for value in (2**63, -(2**63) - 1, 2**64, 2**100):
+        with pytest.raises(
+            OverflowError, match=f"Python int {value} too large to convert to int64"
+        ):
             v + value
         with pytest.raises(OverflowError, match="int64"):
             kiln.jit(lambda x: jnp.maximum(x, value))(v)
         with pytest.raises(OverflowError, match="int64"):
             jnp.array(value)
     # The extremes of int64 itself are fine and keep the weak type.
-    for value in (2 ** 63 - 1, -2 ** 63):
+    for value in (2**63 - 1, -(2**63)):
         out = jnp.array(value)
         assert (int(out), out.dtype, out.weak_type) == (value, np.int64, True)
 
 
-@pytest.mark.parametrize("value", [2 ** 31, -2 ** 31 - 1, 2 ** 63, -2 ** 63 - 1, 2 ** 64])
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**63, -(2**63) - 1, 2**64])
 def test_jit_argument_out_of_range(x64_mode, value):
     bits = _default_int_bits(x64_mode)
     f = kiln.jit(lambda x, y: x + y)
@@ -143,13 +148,15 @@ def test_jit_argument_out_of_range(x64_mode, value):
     # The first call of a signature names the argument; a later call (a cache hit) still
     # names the value and the dtype.
     first = kiln.jit(lambda d: d["a"] - d["b"])
-    with pytest.raises(OverflowError, match=r"argument path is d\['b'\]\. Got <class 'int'> "
-                                            rf"with value {value}"):
+    with pytest.raises(
+        OverflowError,
+        match=r"argument path is d\['b'\]\. Got <class 'int'> "
+        rf"with value {value}",
+    ):
         first({"a": 0, "b": value})
     dtype = "int64" if x64_mode else "int32"
     f(0, 1)
-    with pytest.raises(OverflowError, match=f"Python int {value} too large to convert to "
-                                            f"{dtype}"):
+    with pytest.raises(OverflowError, match=f"Python int {value} too large to convert to {dtype}"):
         f(0, value)
 
 
@@ -165,8 +172,11 @@ def test_integer_dtype_edges(x64_mode, dtype):
     base = np.array([0, 1, int(info.max)], dtype=dtype)
     x = jnp.asarray(base)
     for value in (int(info.min), int(info.max), int(info.max) + 1, int(info.min) - 1):
-        for label, fn in (("add", lambda a: a + value), ("radd", lambda a: value + a),
-                          ("eq", lambda a: a == value)):
+        for label, fn in (
+            ("add", lambda a: a + value),
+            ("radd", lambda a: value + a),
+            ("eq", lambda a: a == value),
+        ):
             if not _fits(value, bits):
                 with pytest.raises(OverflowError, match=f"Python int {value} too large"):
                     fn(x)
@@ -177,12 +187,10 @@ def test_integer_dtype_edges(x64_mode, dtype):
             if label == "eq":
                 expected = np.array([int(b) == converted for b in base])
             else:
-                expected = np.array([_wrap(int(b) + converted, dtype) for b in base],
-                                    dtype=dtype)
+                expected = np.array([_wrap(int(b) + converted, dtype) for b in base], dtype=dtype)
             for out in _eager_and_jit(fn, x):
                 assert out.dtype == expected.dtype and not out.weak_type, (label, value)
-                np.testing.assert_array_equal(np.asarray(out), expected,
-                                              err_msg=f"{label} {value}")
+                np.testing.assert_array_equal(np.asarray(out), expected, err_msg=f"{label} {value}")
 
 
 def test_in_range_python_ints_keep_weak_typing(x32):
@@ -192,12 +200,12 @@ def test_in_range_python_ints_keep_weak_typing(x32):
     np.testing.assert_array_equal(np.asarray(out), [255, 0, 199])
     out = u8 + 300  # 300 is an int32 first, then wraps to uint8's 44
     np.testing.assert_array_equal(np.asarray(out), [44, 45, 244])
-    out = jnp.add(2 ** 31 - 1, -2 ** 31)
+    out = jnp.add(2**31 - 1, -(2**31))
     assert (int(out), out.dtype, out.weak_type) == (-1, np.int32, True)
     # Only the dtype is asked for: no conversion happens, so no error (as jnp.result_type).
     assert jnp.result_type(BIG) == np.int32
     # An explicit dtype decides the range of jnp.array's conversion.
-    assert int(jnp.array(2 ** 32 - 1, dtype=jnp.uint32)) == 2 ** 32 - 1
+    assert int(jnp.array(2**32 - 1, dtype=jnp.uint32)) == 2**32 - 1
 
 
 def test_uint32_max_needs_x64(x64_mode):
@@ -205,19 +213,19 @@ def test_uint32_max_needs_x64(x64_mode):
     # cannot be written as a Python int next to a uint32 array.
     u32 = jnp.asarray(np.array([1], np.uint32))
     if x64_mode:
-        assert int((u32 + (2 ** 32 - 1))[0]) == 0
+        assert int((u32 + (2**32 - 1))[0]) == 0
     else:
         with pytest.raises(OverflowError, match="4294967295 too large to convert to int32"):
-            u32 + (2 ** 32 - 1)
+            u32 + (2**32 - 1)
 
 
 def test_python_int_does_not_wrap_before_float_conversion(x64_mode):
     # float_power moves integers to floats: 300 must become 300.0, not uint8's 44 first.
     out = jnp.float_power(jnp.asarray(np.array([0, 1, 2], np.uint8)), 300)
-    big = 2.0 ** 300 if out.dtype == np.float64 else np.inf  # float64 only with x64
+    big = 2.0**300 if out.dtype == np.float64 else np.inf  # float64 only with x64
     np.testing.assert_array_equal(np.asarray(out), [0.0, 1.0, big])
     # ldexp clamps the exponent before narrowing it to the float's exponent type.
-    big = 2 ** 31 if x64_mode else 2 ** 31 - 1
+    big = 2**31 if x64_mode else 2**31 - 1
     x = jnp.ones(2, jnp.float32)
     for out in _eager_and_jit(lambda a: jnp.ldexp(a, big), x):
         np.testing.assert_array_equal(np.asarray(out), [np.inf, np.inf])
@@ -275,15 +283,23 @@ def test_max_min_keep_nan_propagation():
 def test_max_min_reductions_order_signed_zeros(dtype):
     def arr(values):
         return jnp.asarray(np.array(values, dtype))
+
     cases = [
-        (jnp.max, [N0, P0], False), (jnp.max, [P0, N0], False), (jnp.max, [N0, N0], True),
-        (jnp.max, [N0] * 17 + [P0] + [N0] * 20, False), (jnp.max, [N0, -1.0], True),
-        (jnp.min, [P0, N0], True), (jnp.min, [N0, P0], True), (jnp.min, [P0, P0], False),
-        (jnp.min, [P0] * 17 + [N0] + [P0] * 20, True), (jnp.min, [P0, 1.0], False),
+        (jnp.max, [N0, P0], False),
+        (jnp.max, [P0, N0], False),
+        (jnp.max, [N0, N0], True),
+        (jnp.max, [N0] * 17 + [P0] + [N0] * 20, False),
+        (jnp.max, [N0, -1.0], True),
+        (jnp.min, [P0, N0], True),
+        (jnp.min, [N0, P0], True),
+        (jnp.min, [P0, P0], False),
+        (jnp.min, [P0] * 17 + [N0] + [P0] * 20, True),
+        (jnp.min, [P0, 1.0], False),
         (lambda a: lax.reduce_max(a, (0,)), [P0, N0], False),
         (lambda a: jnp.max(a, initial=0.0), [N0], False),
         (lambda a: jnp.min(a, initial=0.0), [N0], True),
-        (jnp.nanmax, [N0, P0, NAN], False), (jnp.nanmin, [P0, N0, NAN], True),
+        (jnp.nanmax, [N0, P0, NAN], False),
+        (jnp.nanmin, [P0, N0, NAN], True),
     ]
     for fn, values, negative in cases:
         for out in _eager_and_jit(fn, arr(values)):
@@ -308,11 +324,13 @@ def test_clip_clamp_and_scans_order_signed_zeros():
         assert _signbits(out) == [False, False, True, True]
     for out in _eager_and_jit(lax.cummax, jnp.asarray(np.array([N0, P0, N0], f32))):
         assert _signbits(out) == [True, False, False]
-    for out in _eager_and_jit(lambda a: lax.cummin(a, reverse=True),
-                              jnp.asarray(np.array([P0, N0, P0], f32))):
+    for out in _eager_and_jit(
+        lambda a: lax.cummin(a, reverse=True), jnp.asarray(np.array([P0, N0, P0], f32))
+    ):
         assert _signbits(out) == [True, True, False]
-    for out in _eager_and_jit(lambda a: lax.top_k(a, 2)[0],
-                              jnp.asarray(np.array([N0, P0, N0], f32))):
+    for out in _eager_and_jit(
+        lambda a: lax.top_k(a, 2)[0], jnp.asarray(np.array([N0, P0, N0], f32))
+    ):
         assert _signbits(out) == [False, True]
     # Sorting compares values, so zeros of both signs are equal and keep their order.
     for out in _eager_and_jit(jnp.sort, jnp.asarray(np.array([P0, N0, P0, N0, -1.0], f32))):
@@ -324,8 +342,10 @@ EMPTY_AXIS_MESSAGE = r"Cannot do a non-empty jnp\.take\(\) from an empty axis\."
 
 
 @pytest.mark.parametrize("mode", [None, "fill", "clip", "wrap"])
-@pytest.mark.parametrize("shape,axis", [((0, 0), 0), ((0, 3), 0), ((3, 0), 1), ((0,), None),
-                                        ((2, 0, 4), 1), ((0, 0), None)])
+@pytest.mark.parametrize(
+    "shape,axis",
+    [((0, 0), 0), ((0, 3), 0), ((3, 0), 1), ((0,), None), ((2, 0, 4), 1), ((0, 0), None)],
+)
 def test_take_from_empty_axis_raises(shape, axis, mode):
     x = jnp.zeros(shape)
     indices = jnp.array([0, 1, 2])
@@ -339,8 +359,7 @@ def test_take_from_empty_axis_raises(shape, axis, mode):
 
 def test_take_from_empty_axis_with_no_indices_is_empty():
     x = jnp.zeros((0, 3))
-    for out in _eager_and_jit(lambda a, i: jnp.take(a, i, axis=0), x,
-                              jnp.zeros((0,), jnp.int32)):
+    for out in _eager_and_jit(lambda a, i: jnp.take(a, i, axis=0), x, jnp.zeros((0,), jnp.int32)):
         assert out.shape == (0, 3)
     out = jnp.take(jnp.zeros((3, 0)), jnp.zeros((2, 0), jnp.int32), axis=1)
     assert out.shape == (3, 2, 0)
@@ -351,11 +370,14 @@ def test_take_from_empty_axis_with_no_indices_is_empty():
 
 # --- JAX as an oracle (skipped when JAX is not installed) -----------------------------------------
 
+
 def test_against_jax_when_available(x32):
     jax_numpy = pytest.importorskip("jax.numpy")
     cases = [
-        lambda np_, v: np_.maximum(v, -v), lambda np_, v: np_.minimum(-v, v),
-        lambda np_, v: np_.max(v), lambda np_, v: np_.min(-v),
+        lambda np_, v: np_.maximum(v, -v),
+        lambda np_, v: np_.minimum(-v, v),
+        lambda np_, v: np_.max(v),
+        lambda np_, v: np_.min(-v),
         lambda np_, v: np_.clip(v, 0.0, 1.0),
     ]
     zeros = np.array([N0, P0, N0], np.float32)
@@ -363,7 +385,7 @@ def test_against_jax_when_available(x32):
         expected = np.asarray(case(jax_numpy, jax_numpy.asarray(zeros)))
         actual = np.asarray(case(jnp, jnp.asarray(zeros)))
         assert _signbits(actual) == _signbits(expected)
-    for value in (2 ** 31 - 1, 2 ** 31, -2 ** 31, -2 ** 31 - 1, 300):
+    for value in (2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 300):
         for dtype in (np.uint8, np.int8, np.uint32, np.int32, np.float32):
             base = np.arange(3, dtype=dtype)
             try:

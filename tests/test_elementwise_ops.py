@@ -4,6 +4,7 @@ rounded to the expected dtype; XLA's integer semantics written out with Python i
 across dtype families and shapes (0-d and empty included) and broadcasting pairs; special
 values (NaN, +-inf, -0.0); integer edge cases; weak types (eager equals abstract evaluation,
 and JAX's rules for Python scalars); traced and jitted evaluation; bad input."""
+
 import math
 import warnings
 
@@ -17,15 +18,36 @@ from kiln import lax
 from kiln.core.interpreter import eval_closed_jaxpr
 from kiln.core.jaxpr import typecheck_jaxpr
 from tests._testing import assert_close, make_args
-from tests.op_records import (BF16, BOOL, C64, ELEMENTWISE_LAX_RECORDS,
-                              ELEMENTWISE_NUMPY_RECORDS, ELEMENTWISE_RECORDS, F16, F32, F64,
-                              FLOATS, I8, I16, I32, I64, TOL, U8, U32, c_div, c_rem,
-                              ref_digamma, ref_round_away, wide)
+from tests.op_records import (
+    BF16,
+    BOOL,
+    C64,
+    ELEMENTWISE_LAX_RECORDS,
+    ELEMENTWISE_NUMPY_RECORDS,
+    ELEMENTWISE_RECORDS,
+    F16,
+    F32,
+    F64,
+    FLOATS,
+    I8,
+    I16,
+    I32,
+    I64,
+    TOL,
+    U8,
+    U32,
+    c_div,
+    c_rem,
+    ref_digamma,
+    ref_round_away,
+    wide,
+)
 
 needs_jit = pytest.mark.skipif(not hasattr(kiln, "jit"), reason="kiln.jit not available yet")
 
 
 # --- a row against its reference ------------------------------------------------------------
+
 
 def evaluate_reference(record, args, dtype):
     call_args = args if record.native else [wide(a) for a in args]
@@ -42,8 +64,15 @@ def compare(record, actual, expected, dtype):
     if isinstance(expected, tuple):
         assert isinstance(actual, tuple) and len(actual) == len(expected), record.name
         for a, e in zip(actual, expected):
-            compare_one(record, a, e, dtype, e.dtype if np.asarray(e).dtype.kind in "iu" and
-                        np.asarray(e).dtype != F64 else None)
+            compare_one(
+                record,
+                a,
+                e,
+                dtype,
+                e.dtype
+                if np.asarray(e).dtype.kind in "iu" and np.asarray(e).dtype != F64
+                else None,
+            )
         return
     compare_one(record, actual, expected, dtype)
 
@@ -52,8 +81,11 @@ def compare_one(record, actual, expected, dtype, forced=None):
     out_dtype = forced or record.out_dtype(dtype)
     expected = np.asarray(expected)
     with np.errstate(all="ignore"):
-        expected = expected.astype(out_dtype) if expected.dtype.kind != "c" or \
-            np.dtype(out_dtype).kind == "c" else expected.real.astype(out_dtype)
+        expected = (
+            expected.astype(out_dtype)
+            if expected.dtype.kind != "c" or np.dtype(out_dtype).kind == "c"
+            else expected.real.astype(out_dtype)
+        )
     assert isinstance(actual, kiln.Array), f"{record.name}: got {type(actual)}"
     assert_close(actual, expected, record.tol, err_msg=f"{record.name}[{dtype.name}]")
 
@@ -67,8 +99,11 @@ def check_eager(record, dtype):
 
 
 def _cases(records):
-    return [pytest.param(r, np.dtype(d), id=f"{r.name}-{np.dtype(d).name}")
-            for r in records for d in r.dtypes]
+    return [
+        pytest.param(r, np.dtype(d), id=f"{r.name}-{np.dtype(d).name}")
+        for r in records
+        for d in r.dtypes
+    ]
 
 
 @pytest.mark.parametrize("record,dtype", _cases(ELEMENTWISE_LAX_RECORDS))
@@ -84,15 +119,26 @@ def test_numpy_function_against_reference(record, dtype):
 def test_every_public_name_has_a_record():
     from kiln.primitives import elementwise, elementwise_math
     from kiln.numpy import ufuncs
-    covered = ({r.name.split("_")[0] for r in ELEMENTWISE_RECORDS}
-               | {r.name for r in ELEMENTWISE_RECORDS})
-    extra = {"RoundingMethod", "select", "convert_element_type", "bitcast_convert_type",
-             "integer_pow", "_astype", "true_divide", "around"}
+
+    covered = {r.name.split("_")[0] for r in ELEMENTWISE_RECORDS} | {
+        r.name for r in ELEMENTWISE_RECORDS
+    }
+    extra = {
+        "RoundingMethod",
+        "select",
+        "convert_element_type",
+        "bitcast_convert_type",
+        "integer_pow",
+        "_astype",
+        "true_divide",
+        "around",
+    }
     for name in elementwise.__all__ + elementwise_math.__all__ + ufuncs.__all__:
         assert name in covered or name in extra, f"{name} has no op record"
 
 
 # --- weak types ------------------------------------------------------------------------------
+
 
 def _weak(value: np.ndarray):
     return lax.convert_element_type(value, value.dtype, weak_type=True)
@@ -120,8 +166,11 @@ def test_weak_type_eager_matches_abstract_eval(record):
         typecheck_jaxpr(closed.jaxpr)
         flat = list(eager) if isinstance(eager, tuple) else [eager]
         for e, aval in zip(flat, closed.out_avals):
-            assert (e.dtype, e.shape, e.weak_type) == (aval.dtype, aval.shape, aval.weak_type), \
-                (record.name, e.aval, aval)
+            assert (e.dtype, e.shape, e.weak_type) == (aval.dtype, aval.shape, aval.weak_type), (
+                record.name,
+                e.aval,
+                aval,
+            )
         traced = eval_closed_jaxpr(closed, *call_args)
         for e, t in zip(flat, traced):
             np.testing.assert_array_equal(np.asarray(t), np.asarray(e))
@@ -129,38 +178,63 @@ def test_weak_type_eager_matches_abstract_eval(record):
 
 # JAX's results for Python-scalar arguments: (function, args, dtype, weak_type), from jax 0.10.
 PYTHON_SCALAR_RESULTS = [
-    (jnp.add, (1.5, 2.5), F32, True), (jnp.add, (3, 2), I32, True),
-    (jnp.add, (True, False), BOOL, False), (jnp.add, (3, 2.5), F32, True),
-    (jnp.add, (True, 1), I32, True), (jnp.multiply, (True, 2.0), F32, True),
-    (jnp.divide, (3, 2), F32, True), (jnp.divide, (True, False), F32, False),
-    (jnp.floor_divide, (True, False), I32, False), (jnp.floor_divide, (3, 2.5), F32, True),
-    (jnp.power, (3, 2), I32, True), (jnp.power, (1.5, 2.5), F32, True),
-    (jnp.float_power, (3, 2), F32, True), (jnp.sqrt, (3,), F32, True),
-    (jnp.sqrt, (True,), F32, False), (jnp.square, (True,), I32, False),
-    (jnp.rint, (3,), F32, False), (jnp.rint, (1.5,), F32, True),
-    (jnp.round, (1.5,), F32, True), (jnp.log2, (1.5,), F32, False),
-    (jnp.deg2rad, (1.5,), F32, True), (jnp.sinc, (1.5,), F32, True),
-    (jnp.isnan, (1.5,), BOOL, True), (jnp.isinf, (1.5,), BOOL, False),
-    (jnp.isfinite, (1.5,), BOOL, True), (jnp.isfinite, (3,), BOOL, False),
-    (jnp.signbit, (3,), BOOL, False), (jnp.equal, (1.5, 2.5), BOOL, True),
-    (jnp.less, (3, 2), BOOL, True), (jnp.logical_and, (3, 2), BOOL, True),
-    (jnp.logical_not, (1.5,), BOOL, True), (jnp.imag, (1.5,), F32, True),
-    (jnp.angle, (1.5,), F32, False), (jnp.nan_to_num, (1.5,), F32, False),
-    (jnp.nan_to_num, (3,), I32, True), (jnp.isclose, (1.5, 2.5), BOOL, False),
-    (jnp.hypot, (3, 2), F32, True), (jnp.copysign, (3, 2.5), F32, True),
-    (jnp.ldexp, (3, 2), F32, False), (jnp.fabs, (True,), F32, False),
-    (jnp.abs, (True,), BOOL, False), (jnp.positive, (3,), I32, True),
-    (jnp.left_shift, (True, False), I32, False), (jnp.invert, (3,), I32, True),
+    (jnp.add, (1.5, 2.5), F32, True),
+    (jnp.add, (3, 2), I32, True),
+    (jnp.add, (True, False), BOOL, False),
+    (jnp.add, (3, 2.5), F32, True),
+    (jnp.add, (True, 1), I32, True),
+    (jnp.multiply, (True, 2.0), F32, True),
+    (jnp.divide, (3, 2), F32, True),
+    (jnp.divide, (True, False), F32, False),
+    (jnp.floor_divide, (True, False), I32, False),
+    (jnp.floor_divide, (3, 2.5), F32, True),
+    (jnp.power, (3, 2), I32, True),
+    (jnp.power, (1.5, 2.5), F32, True),
+    (jnp.float_power, (3, 2), F32, True),
+    (jnp.sqrt, (3,), F32, True),
+    (jnp.sqrt, (True,), F32, False),
+    (jnp.square, (True,), I32, False),
+    (jnp.rint, (3,), F32, False),
+    (jnp.rint, (1.5,), F32, True),
+    (jnp.round, (1.5,), F32, True),
+    (jnp.log2, (1.5,), F32, False),
+    (jnp.deg2rad, (1.5,), F32, True),
+    (jnp.sinc, (1.5,), F32, True),
+    (jnp.isnan, (1.5,), BOOL, True),
+    (jnp.isinf, (1.5,), BOOL, False),
+    (jnp.isfinite, (1.5,), BOOL, True),
+    (jnp.isfinite, (3,), BOOL, False),
+    (jnp.signbit, (3,), BOOL, False),
+    (jnp.equal, (1.5, 2.5), BOOL, True),
+    (jnp.less, (3, 2), BOOL, True),
+    (jnp.logical_and, (3, 2), BOOL, True),
+    (jnp.logical_not, (1.5,), BOOL, True),
+    (jnp.imag, (1.5,), F32, True),
+    (jnp.angle, (1.5,), F32, False),
+    (jnp.nan_to_num, (1.5,), F32, False),
+    (jnp.nan_to_num, (3,), I32, True),
+    (jnp.isclose, (1.5, 2.5), BOOL, False),
+    (jnp.hypot, (3, 2), F32, True),
+    (jnp.copysign, (3, 2.5), F32, True),
+    (jnp.ldexp, (3, 2), F32, False),
+    (jnp.fabs, (True,), F32, False),
+    (jnp.abs, (True,), BOOL, False),
+    (jnp.positive, (3,), I32, True),
+    (jnp.left_shift, (True, False), I32, False),
+    (jnp.invert, (3,), I32, True),
     (lambda a, b: jnp.clip(a, 0, b), (1.5, 2), F32, True),
     (lambda a: jnp.where(True, a, 2.0), (1,), F32, True),
-    (lax.sin, (1.5,), F32, True), (lax.eq, (1.5, 2.5), BOOL, True),
+    (lax.sin, (1.5,), F32, True),
+    (lax.eq, (1.5, 2.5), BOOL, True),
     (lax.integer_pow, (1.5, 3), F32, True),
 ]
 
 
-@pytest.mark.parametrize("fn,args,dtype,weak", PYTHON_SCALAR_RESULTS,
-                         ids=[f"{getattr(c[0], '__name__', 'fn')}-{i}"
-                              for i, c in enumerate(PYTHON_SCALAR_RESULTS)])
+@pytest.mark.parametrize(
+    "fn,args,dtype,weak",
+    PYTHON_SCALAR_RESULTS,
+    ids=[f"{getattr(c[0], '__name__', 'fn')}-{i}" for i, c in enumerate(PYTHON_SCALAR_RESULTS)],
+)
 def test_python_scalar_weak_types_match_jax(fn, args, dtype, weak):
     out = fn(*args)
     assert (out.dtype, out.weak_type) == (dtype, weak)
@@ -174,6 +248,7 @@ def test_multi_output_weak_types_match_jax():
 
 # --- jit against eager -------------------------------------------------------------------------
 
+
 def _jit_cases():
     cases = []
     for r in ELEMENTWISE_RECORDS:
@@ -186,8 +261,11 @@ def _jit_cases():
 @needs_jit
 @pytest.mark.parametrize("record,dtype", _jit_cases())
 def test_jit_matches_eager(record, dtype):
-    shapes = next(s for s in record.shapes if all(len(x) >= 1 and 0 not in x for x in s)
-                  or s == record.shapes[-1])
+    shapes = next(
+        s
+        for s in record.shapes
+        if all(len(x) >= 1 and 0 not in x for x in s) or s == record.shapes[-1]
+    )
     args = [jnp.asarray(a) for a in make_args(record, shapes, dtype, seed=1)]
     kwargs = record.static_kwargs
     eager = record.fn(*args, **kwargs)
@@ -203,30 +281,54 @@ def test_jit_matches_eager(record, dtype):
 SPECIALS = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 1e-30, 3e38]
 
 SPECIAL_FUNCTIONS = [
-    ("neg", lax.neg, np.negative), ("abs", lax.abs, np.abs),
+    ("neg", lax.neg, np.negative),
+    ("abs", lax.abs, np.abs),
     ("sign", lax.sign, lambda x: np.where(x == 0, x, np.sign(x))),  # keeps -0.0, as XLA
-    ("floor", lax.floor, np.floor), ("ceil", lax.ceil, np.ceil),
-    ("round", lax.round, ref_round_away), ("is_finite", lax.is_finite, np.isfinite),
-    ("exp", lax.exp, np.exp), ("exp2", lax.exp2, np.exp2), ("log", lax.log, np.log),
-    ("log1p", lax.log1p, np.log1p), ("expm1", lax.expm1, np.expm1),
-    ("sqrt", lax.sqrt, np.sqrt), ("rsqrt", lax.rsqrt, lambda x: 1 / np.sqrt(x)),
-    ("cbrt", lax.cbrt, np.cbrt), ("sin", lax.sin, np.sin), ("cos", lax.cos, np.cos),
-    ("tan", lax.tan, np.tan), ("asin", lax.asin, np.arcsin), ("acos", lax.acos, np.arccos),
-    ("atan", lax.atan, np.arctan), ("sinh", lax.sinh, np.sinh), ("cosh", lax.cosh, np.cosh),
-    ("tanh", lax.tanh, np.tanh), ("asinh", lax.asinh, np.arcsinh),
-    ("acosh", lax.acosh, np.arccosh), ("atanh", lax.atanh, np.arctanh),
-    ("logistic", lax.logistic, special.expit), ("erf", lax.erf, special.erf),
-    ("erfc", lax.erfc, special.erfc), ("erf_inv", lax.erf_inv, special.erfinv),
-    ("lgamma", lax.lgamma, special.gammaln), ("digamma", lax.digamma, ref_digamma),
-    ("square", lax.square, np.square), ("reciprocal", lax.reciprocal, lambda x: 1 / x),
-    ("jnp.trunc", jnp.trunc, np.trunc), ("jnp.rint", jnp.rint, np.rint),
-    ("jnp.log2", jnp.log2, np.log2), ("jnp.log10", jnp.log10, np.log10),
-    ("jnp.isnan", jnp.isnan, np.isnan), ("jnp.isinf", jnp.isinf, np.isinf),
-    ("jnp.isposinf", jnp.isposinf, np.isposinf), ("jnp.isneginf", jnp.isneginf, np.isneginf),
-    ("jnp.signbit", jnp.signbit, np.signbit), 
+    ("floor", lax.floor, np.floor),
+    ("ceil", lax.ceil, np.ceil),
+    ("round", lax.round, ref_round_away),
+    ("is_finite", lax.is_finite, np.isfinite),
+    ("exp", lax.exp, np.exp),
+    ("exp2", lax.exp2, np.exp2),
+    ("log", lax.log, np.log),
+    ("log1p", lax.log1p, np.log1p),
+    ("expm1", lax.expm1, np.expm1),
+    ("sqrt", lax.sqrt, np.sqrt),
+    ("rsqrt", lax.rsqrt, lambda x: 1 / np.sqrt(x)),
+    ("cbrt", lax.cbrt, np.cbrt),
+    ("sin", lax.sin, np.sin),
+    ("cos", lax.cos, np.cos),
+    ("tan", lax.tan, np.tan),
+    ("asin", lax.asin, np.arcsin),
+    ("acos", lax.acos, np.arccos),
+    ("atan", lax.atan, np.arctan),
+    ("sinh", lax.sinh, np.sinh),
+    ("cosh", lax.cosh, np.cosh),
+    ("tanh", lax.tanh, np.tanh),
+    ("asinh", lax.asinh, np.arcsinh),
+    ("acosh", lax.acosh, np.arccosh),
+    ("atanh", lax.atanh, np.arctanh),
+    ("logistic", lax.logistic, special.expit),
+    ("erf", lax.erf, special.erf),
+    ("erfc", lax.erfc, special.erfc),
+    ("erf_inv", lax.erf_inv, special.erfinv),
+    ("lgamma", lax.lgamma, special.gammaln),
+    ("digamma", lax.digamma, ref_digamma),
+    ("square", lax.square, np.square),
+    ("reciprocal", lax.reciprocal, lambda x: 1 / x),
+    ("jnp.trunc", jnp.trunc, np.trunc),
+    ("jnp.rint", jnp.rint, np.rint),
+    ("jnp.log2", jnp.log2, np.log2),
+    ("jnp.log10", jnp.log10, np.log10),
+    ("jnp.isnan", jnp.isnan, np.isnan),
+    ("jnp.isinf", jnp.isinf, np.isinf),
+    ("jnp.isposinf", jnp.isposinf, np.isposinf),
+    ("jnp.isneginf", jnp.isneginf, np.isneginf),
+    ("jnp.signbit", jnp.signbit, np.signbit),
     # pi * 3e38 overflows in single precision, so JAX's sinc gives NaN there
     ("jnp.sinc", jnp.sinc, lambda x: np.where(np.abs(x) > 1e38, np.nan, np.sinc(x))),
-    ("jnp.fabs", jnp.fabs, np.fabs), ("jnp.deg2rad", jnp.deg2rad, np.deg2rad),
+    ("jnp.fabs", jnp.fabs, np.fabs),
+    ("jnp.deg2rad", jnp.deg2rad, np.deg2rad),
 ]
 
 
@@ -242,8 +344,11 @@ def test_special_values(name, fn, ref, dtype):
     assert_close(actual, expected, TOL, err_msg=name)
     if actual.dtype != BOOL:  # the sign of zero results matters too
         zeros = (expected == 0) & ~np.isnan(expected.astype(F64))
-        np.testing.assert_array_equal(np.signbit(actual[zeros].astype(F64)),
-                                      np.signbit(expected[zeros].astype(F64)), err_msg=name)
+        np.testing.assert_array_equal(
+            np.signbit(actual[zeros].astype(F64)),
+            np.signbit(expected[zeros].astype(F64)),
+            err_msg=name,
+        )
 
 
 def test_special_values_of_binary_functions():
@@ -254,33 +359,45 @@ def test_special_values_of_binary_functions():
     np.testing.assert_array_equal(jnp.fmax(x, y), [1, 1, inf, -inf, 0, 0, inf, 2])
     np.testing.assert_array_equal(jnp.fmin(x, y), [1, 1, inf, -inf, 0, 0, -inf, 0])
     with np.errstate(invalid="ignore"):
-        np.testing.assert_array_equal(jnp.logaddexp(x, y),
-                                      np.logaddexp(np.asarray(x), np.asarray(y)))
+        np.testing.assert_array_equal(
+            jnp.logaddexp(x, y), np.logaddexp(np.asarray(x), np.asarray(y))
+        )
     np.testing.assert_array_equal(jnp.hypot(x, y), np.hypot(np.asarray(x), np.asarray(y)))
-    np.testing.assert_array_equal(jnp.copysign(jnp.array([1.0, 1.0, nan]),
-                                               jnp.array([-0.0, 0.0, -1.0])).tolist()[:2],
-                                  [-1.0, 1.0])
-    assert np.signbit(np.asarray(jnp.copysign(nan, -1.0)))
-    np.testing.assert_array_equal(jnp.remainder(jnp.array([-7.0, 7.0, 1.0, -0.0, 5.0, -5.0]),
-                                                jnp.array([2.0, -2.0, 0.0, 3.0, inf, inf])),
-                                  [1.0, -1.0, nan, -0.0, 5.0, inf])
     np.testing.assert_array_equal(
-        jnp.floor_divide(jnp.array([-7.0, 7.0, 1.0, -1.0, 0.0]),
-                         jnp.array([2.0, -2.0, 0.0, 0.0, 0.0])), [-4, -4, inf, -inf, nan])
-    np.testing.assert_array_equal(jnp.nextafter(jnp.array([1.0, 0.0, 0.0, 1.0]),
-                                                jnp.array([2.0, 1.0, -1.0, 1.0])),
-                                  np.nextafter(np.float32([1, 0, 0, 1]),
-                                               np.float32([2, 1, -1, 1])))
-    np.testing.assert_array_equal(lax.clamp(0.0, jnp.array([-1.0, 0.5, 2.0, nan]), 1.0),
-                                  [0.0, 0.5, 1.0, nan])
-    np.testing.assert_array_equal(jnp.heaviside(jnp.array([-1.0, 0.0, 2.0, nan]), 0.5),
-                                  [0.0, 0.5, 1.0, 0.5])  # JAX: NaN takes x2, unlike NumPy
+        jnp.copysign(jnp.array([1.0, 1.0, nan]), jnp.array([-0.0, 0.0, -1.0])).tolist()[:2],
+        [-1.0, 1.0],
+    )
+    assert np.signbit(np.asarray(jnp.copysign(nan, -1.0)))
+    np.testing.assert_array_equal(
+        jnp.remainder(
+            jnp.array([-7.0, 7.0, 1.0, -0.0, 5.0, -5.0]), jnp.array([2.0, -2.0, 0.0, 3.0, inf, inf])
+        ),
+        [1.0, -1.0, nan, -0.0, 5.0, inf],
+    )
+    np.testing.assert_array_equal(
+        jnp.floor_divide(
+            jnp.array([-7.0, 7.0, 1.0, -1.0, 0.0]), jnp.array([2.0, -2.0, 0.0, 0.0, 0.0])
+        ),
+        [-4, -4, inf, -inf, nan],
+    )
+    np.testing.assert_array_equal(
+        jnp.nextafter(jnp.array([1.0, 0.0, 0.0, 1.0]), jnp.array([2.0, 1.0, -1.0, 1.0])),
+        np.nextafter(np.float32([1, 0, 0, 1]), np.float32([2, 1, -1, 1])),
+    )
+    np.testing.assert_array_equal(
+        lax.clamp(0.0, jnp.array([-1.0, 0.5, 2.0, nan]), 1.0), [0.0, 0.5, 1.0, nan]
+    )
+    np.testing.assert_array_equal(
+        jnp.heaviside(jnp.array([-1.0, 0.0, 2.0, nan]), 0.5), [0.0, 0.5, 1.0, 0.5]
+    )  # JAX: NaN takes x2, unlike NumPy
     np.testing.assert_array_equal(jnp.modf(jnp.array([-1.5, inf]))[0], [-0.5, nan])
     np.testing.assert_array_equal(
         jnp.nan_to_num(jnp.array([nan, inf, -inf], jnp.float16)),
-        np.array([0, 65504, -65504], np.float16))
-    np.testing.assert_array_equal(jnp.nan_to_num(jnp.array([nan, inf]), nan=1.0, posinf=2.0),
-                                  [1.0, 2.0])
+        np.array([0, 65504, -65504], np.float16),
+    )
+    np.testing.assert_array_equal(
+        jnp.nan_to_num(jnp.array([nan, inf]), nan=1.0, posinf=2.0), [1.0, 2.0]
+    )
     out = jnp.nan_to_num(jnp.array([complex(nan, inf)], jnp.complex64))
     assert out.dtype == C64 and out.tolist() == [complex(0, np.finfo(np.float32).max)]
 
@@ -290,8 +407,9 @@ def test_isclose_infinities_and_nans():
     a = jnp.array([1.0, nan, inf, inf, 1e10])
     b = jnp.array([1.000001, nan, inf, -inf, 1.000001e10])
     np.testing.assert_array_equal(jnp.isclose(a, b), [True, False, True, False, True])
-    np.testing.assert_array_equal(jnp.isclose(a, b, equal_nan=True),
-                                  [True, True, True, False, True])
+    np.testing.assert_array_equal(
+        jnp.isclose(a, b, equal_nan=True), [True, True, True, False, True]
+    )
     assert bool(jnp.allclose(a[:1], b[:1])) and not bool(jnp.allclose(a, b))
 
 
@@ -301,8 +419,9 @@ def test_round_ties_and_decimals():
     np.testing.assert_array_equal(lax.round(x, 1), [0, 2, 2, -0.0, -2, 0])
     np.testing.assert_array_equal(jnp.round(x), [0, 2, 2, -0.0, -2, 0])
     assert np.signbit(np.asarray(jnp.round(x)))[3]
-    np.testing.assert_allclose(jnp.round(jnp.array([1.25, 2.5, -0.5, 0.125]), 1),
-                               [1.2, 2.5, -0.5, 0.1], rtol=1e-6)
+    np.testing.assert_allclose(
+        jnp.round(jnp.array([1.25, 2.5, -0.5, 0.125]), 1), [1.2, 2.5, -0.5, 0.1], rtol=1e-6
+    )
     np.testing.assert_array_equal(jnp.round(jnp.array([15, 25]), 2), [15, 25])
     assert jnp.round(jnp.array([1.0]), 50).dtype == F32  # beyond precision: unchanged
     with pytest.raises(NotImplementedError, match="decimals < 0"):
@@ -324,13 +443,15 @@ def test_frexp_ldexp_round_trip_including_subnormals():
     np.testing.assert_array_equal(jnp.ldexp(mantissa, exponent), x)
     big = jnp.ldexp(jnp.array([1.0, 3.0, 1.5, 1e-45, 2.0]), jnp.array([3, -200, -149, 276, 200]))
     with np.errstate(over="ignore"):
-        np.testing.assert_array_equal(big, np.ldexp(np.float32([1, 3, 1.5, 1e-45, 2]),
-                                                    [3, -200, -149, 276, 200]))
+        np.testing.assert_array_equal(
+            big, np.ldexp(np.float32([1, 3, 1.5, 1e-45, 2]), [3, -200, -149, 276, 200])
+        )
     for dtype in (F16, BF16):
         v = np.array([1.5, -0.25, 1000, 6e-8], dtype)
         m, e = jnp.frexp(jnp.asarray(v))
-        np.testing.assert_array_equal(np.asarray(m).astype(F64) * 2.0 ** np.asarray(e),
-                                      v.astype(F64))
+        np.testing.assert_array_equal(
+            np.asarray(m).astype(F64) * 2.0 ** np.asarray(e), v.astype(F64)
+        )
         np.testing.assert_array_equal(jnp.ldexp(m, e), v)
     with pytest.raises(ValueError, match="integer"):
         jnp.ldexp(jnp.array([1.0]), jnp.array([1.0]))
@@ -339,6 +460,7 @@ def test_frexp_ldexp_round_trip_including_subnormals():
 
 
 # --- integer edge cases --------------------------------------------------------------------------
+
 
 def test_integer_division_follows_xla():
     x = jnp.array([-7, 7, -128, 5, 0, -128], jnp.int8)
@@ -357,8 +479,9 @@ def test_integer_division_follows_xla():
     np.testing.assert_array_equal(lax.rem(u, v), [1, 1, 255])
     np.testing.assert_array_equal(jnp.floor_divide(u, v), [3, 255, 255])
     big = jnp.array([np.iinfo(np.int32).min, 9], jnp.int32)
-    np.testing.assert_array_equal(lax.div(big, jnp.array([-1, -4], jnp.int32)),
-                                  [np.iinfo(np.int32).min, -2])
+    np.testing.assert_array_equal(
+        lax.div(big, jnp.array([-1, -4], jnp.int32)), [np.iinfo(np.int32).min, -2]
+    )
 
 
 def test_integer_div_and_rem_int64_with_x64():
@@ -391,10 +514,12 @@ def test_shifts_by_the_bit_width_or_more():
     np.testing.assert_array_equal(lax.shift_left(x, s), [-128, 0, 0, 0, 0, 0])
     np.testing.assert_array_equal(lax.shift_right_arithmetic(x, s), [0, 0, -1, -1, 0, -1])
     np.testing.assert_array_equal(lax.shift_right_logical(x, s), [0, 0, 0, 0, 0, 0])
-    np.testing.assert_array_equal(lax.shift_right_logical(jnp.array([-128], jnp.int8),
-                                                          jnp.array([7], jnp.int8)), [1])
-    np.testing.assert_array_equal(jnp.right_shift(jnp.array([128, 255], jnp.uint8),
-                                                  jnp.array([8, 1], jnp.uint8)), [0, 127])
+    np.testing.assert_array_equal(
+        lax.shift_right_logical(jnp.array([-128], jnp.int8), jnp.array([7], jnp.int8)), [1]
+    )
+    np.testing.assert_array_equal(
+        jnp.right_shift(jnp.array([128, 255], jnp.uint8), jnp.array([8, 1], jnp.uint8)), [0, 127]
+    )
     out = jnp.left_shift(jnp.array([1], jnp.uint8), jnp.array([1], jnp.int8))
     assert out.dtype == I16 and out.tolist() == [2]
 
@@ -403,7 +528,7 @@ def test_bit_counting():
     x = jnp.array([0, 1, -1, 64, -128], jnp.int8)
     np.testing.assert_array_equal(lax.population_count(x), [0, 1, 8, 1, 1])
     np.testing.assert_array_equal(lax.clz(x), [8, 7, 0, 1, 0])
-    u = jnp.array([0, 1, 2 ** 31, 2 ** 32 - 1], jnp.uint32)
+    u = jnp.array([0, 1, 2**31, 2**32 - 1], jnp.uint32)
     np.testing.assert_array_equal(lax.clz(u), [32, 31, 0, 0])
     np.testing.assert_array_equal(lax.population_count(u), [0, 1, 1, 32])
 
@@ -424,14 +549,16 @@ def test_power_of_integers_matches_jax():
 
 def test_gcd_lcm():
     np.testing.assert_array_equal(
-        jnp.gcd(jnp.array([12, -12, 0, 7, -20], jnp.int8), jnp.array([18, 18, 0, 0, -8],
-                                                                      jnp.int8)),
-        [6, 6, 0, 7, 4])
-    np.testing.assert_array_equal(jnp.lcm(jnp.array([4, -4, 0, 7]), jnp.array([6, 6, 5, 0])),
-                                  [12, 12, 0, 0])
+        jnp.gcd(jnp.array([12, -12, 0, 7, -20], jnp.int8), jnp.array([18, 18, 0, 0, -8], jnp.int8)),
+        [6, 6, 0, 7, 4],
+    )
+    np.testing.assert_array_equal(
+        jnp.lcm(jnp.array([4, -4, 0, 7]), jnp.array([6, 6, 5, 0])), [12, 12, 0, 0]
+    )
     traced = kiln.make_jaxpr(jnp.gcd)(jnp.array([12, 7]), jnp.array([18, 21]))
-    np.testing.assert_array_equal(eval_closed_jaxpr(traced, jnp.array([12, 7]),
-                                                    jnp.array([18, 21]))[0], [6, 7])
+    np.testing.assert_array_equal(
+        eval_closed_jaxpr(traced, jnp.array([12, 7]), jnp.array([18, 21]))[0], [6, 7]
+    )
     for bad in ((jnp.array([1.0]), jnp.array([2.0])), (jnp.array([True]), jnp.array([True]))):
         with pytest.raises(ValueError, match="integers"):
             jnp.gcd(*bad)
@@ -439,58 +566,67 @@ def test_gcd_lcm():
 
 def test_convert_element_type_saturates():
     x = jnp.array([np.nan, np.inf, -np.inf, 1e10, -1e10, 3.9, -3.9, 255.5])
-    np.testing.assert_array_equal(lax.convert_element_type(x, I8), [0, 127, -128, 127, -128,
-                                                                    3, -3, 127])
-    np.testing.assert_array_equal(lax.convert_element_type(x, U8), [0, 255, 0, 255, 0, 3, 0,
-                                                                    255])
-    np.testing.assert_array_equal(lax.convert_element_type(x, I32),
-                                  [0, 2 ** 31 - 1, -2 ** 31, 2 ** 31 - 1, -2 ** 31, 3, -3, 255])
-    np.testing.assert_array_equal(lax.convert_element_type(jnp.array([0.0, -0.0, np.nan]),
-                                                           BOOL), [False, False, True])
+    np.testing.assert_array_equal(
+        lax.convert_element_type(x, I8), [0, 127, -128, 127, -128, 3, -3, 127]
+    )
+    np.testing.assert_array_equal(lax.convert_element_type(x, U8), [0, 255, 0, 255, 0, 3, 0, 255])
+    np.testing.assert_array_equal(
+        lax.convert_element_type(x, I32), [0, 2**31 - 1, -(2**31), 2**31 - 1, -(2**31), 3, -3, 255]
+    )
+    np.testing.assert_array_equal(
+        lax.convert_element_type(jnp.array([0.0, -0.0, np.nan]), BOOL), [False, False, True]
+    )
     assert lax.convert_element_type(jnp.array([1 + 2j]), F32).tolist() == [1.0]
 
 
 # --- bad input ---------------------------------------------------------------------------------
 
+
 def test_lists_are_rejected():
     for fn in (jnp.add, jnp.maximum, jnp.arctan2, jnp.where):
-        args = ([1, 2], jnp.array([1, 2]), jnp.array([1, 2]))[:2 if fn is not jnp.where else 3]
+        args = ([1, 2], jnp.array([1, 2]), jnp.array([1, 2]))[: 2 if fn is not jnp.where else 3]
         with pytest.raises(TypeError, match="list"):
             fn(*args)
     with pytest.raises(TypeError):
         jnp.sin([1.0])
 
 
-@pytest.mark.parametrize("call,error,match", [
-    (lambda: lax.add(jnp.ones(3), jnp.ones(4)), TypeError, "shapes"),
-    (lambda: lax.add(jnp.ones(3), jnp.ones(3, jnp.int32)), TypeError, "same dtypes"),
-    (lambda: lax.sin(jnp.ones(3, jnp.int32)), TypeError, "sin does not accept dtype int32"),
-    (lambda: lax.floor(jnp.ones(3, jnp.complex64)), TypeError, "floor"),
-    (lambda: lax.abs(jnp.ones(3, jnp.uint8)), TypeError, "abs"),
-    (lambda: lax.bitwise_and(jnp.ones(2), jnp.ones(2)), TypeError, "and"),
-    (lambda: lax.shift_left(jnp.ones(2), jnp.ones(2)), TypeError, "shift_left"),
-    (lambda: lax.lt(jnp.ones(2, jnp.complex64), jnp.ones(2, jnp.complex64)), TypeError, "lt"),
-    (lambda: lax.integer_pow(jnp.ones(2), 1.5), TypeError, "exponent"),
-    (lambda: lax.pow(jnp.ones(2), jnp.ones(2, jnp.float16)), TypeError, "pow"),
-    (lambda: lax.complex(jnp.ones(2, jnp.float16), jnp.ones(2, jnp.float16)), TypeError,
-     "float32"),
-    (lambda: lax.clamp(jnp.zeros(2), jnp.ones(3), 1.0), TypeError, "clamp"),
-    (lambda: lax.bitcast_convert_type(jnp.ones(2), jnp.int8), TypeError, "width"),
-    (lambda: jnp.negative(jnp.array([True])), TypeError, "neg"),
-    (lambda: jnp.subtract(jnp.array([True]), jnp.array([True])), TypeError, "sub"),
-    (lambda: jnp.sign(jnp.array([True])), TypeError, "sign"),
-    (lambda: jnp.floor_divide(jnp.ones(2, jnp.complex64), 1), TypeError, "complex"),
-    (lambda: jnp.remainder(jnp.ones(2, jnp.complex64), 1), TypeError, "rem"),
-    (lambda: jnp.fabs(jnp.ones(2, jnp.complex64)), TypeError, "complex"),
-    (lambda: jnp.clip(jnp.ones(2, jnp.complex64), 0, 1), ValueError, "Complex"),
-    (lambda: jnp.isposinf(jnp.ones(2, jnp.complex64)), ValueError, "complex"),
-    (lambda: jnp.bitwise_or(jnp.ones(2), 1), TypeError, "or"),
-    (lambda: jnp.add(jnp.ones(3), jnp.ones(4)), ValueError, "broadcast"),
-    (lambda: jnp.where(jnp.ones(2) > 0, 1), ValueError, "both or neither"),
-    (lambda: jnp.select([jnp.array([True])], []), ValueError, "length"),
-    (lambda: jnp.select([], []), ValueError, "non-empty"),
-    (lambda: jnp.select([jnp.array([1])], [jnp.array([1])]), TypeError, "boolean"),
-])
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (lambda: lax.add(jnp.ones(3), jnp.ones(4)), TypeError, "shapes"),
+        (lambda: lax.add(jnp.ones(3), jnp.ones(3, jnp.int32)), TypeError, "same dtypes"),
+        (lambda: lax.sin(jnp.ones(3, jnp.int32)), TypeError, "sin does not accept dtype int32"),
+        (lambda: lax.floor(jnp.ones(3, jnp.complex64)), TypeError, "floor"),
+        (lambda: lax.abs(jnp.ones(3, jnp.uint8)), TypeError, "abs"),
+        (lambda: lax.bitwise_and(jnp.ones(2), jnp.ones(2)), TypeError, "and"),
+        (lambda: lax.shift_left(jnp.ones(2), jnp.ones(2)), TypeError, "shift_left"),
+        (lambda: lax.lt(jnp.ones(2, jnp.complex64), jnp.ones(2, jnp.complex64)), TypeError, "lt"),
+        (lambda: lax.integer_pow(jnp.ones(2), 1.5), TypeError, "exponent"),
+        (lambda: lax.pow(jnp.ones(2), jnp.ones(2, jnp.float16)), TypeError, "pow"),
+        (
+            lambda: lax.complex(jnp.ones(2, jnp.float16), jnp.ones(2, jnp.float16)),
+            TypeError,
+            "float32",
+        ),
+        (lambda: lax.clamp(jnp.zeros(2), jnp.ones(3), 1.0), TypeError, "clamp"),
+        (lambda: lax.bitcast_convert_type(jnp.ones(2), jnp.int8), TypeError, "width"),
+        (lambda: jnp.negative(jnp.array([True])), TypeError, "neg"),
+        (lambda: jnp.subtract(jnp.array([True]), jnp.array([True])), TypeError, "sub"),
+        (lambda: jnp.sign(jnp.array([True])), TypeError, "sign"),
+        (lambda: jnp.floor_divide(jnp.ones(2, jnp.complex64), 1), TypeError, "complex"),
+        (lambda: jnp.remainder(jnp.ones(2, jnp.complex64), 1), TypeError, "rem"),
+        (lambda: jnp.fabs(jnp.ones(2, jnp.complex64)), TypeError, "complex"),
+        (lambda: jnp.clip(jnp.ones(2, jnp.complex64), 0, 1), ValueError, "Complex"),
+        (lambda: jnp.isposinf(jnp.ones(2, jnp.complex64)), ValueError, "complex"),
+        (lambda: jnp.bitwise_or(jnp.ones(2), 1), TypeError, "or"),
+        (lambda: jnp.add(jnp.ones(3), jnp.ones(4)), ValueError, "broadcast"),
+        (lambda: jnp.where(jnp.ones(2) > 0, 1), ValueError, "both or neither"),
+        (lambda: jnp.select([jnp.array([True])], []), ValueError, "length"),
+        (lambda: jnp.select([], []), ValueError, "non-empty"),
+        (lambda: jnp.select([jnp.array([1])], [jnp.array([1])]), TypeError, "boolean"),
+    ],
+)
 def test_bad_input_raises_clear_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
@@ -509,9 +645,9 @@ def test_jaxprs_print_like_jax():
     f = lambda x: lax.clamp(0.0, lax.integer_pow(x, 3), 1.0)  # noqa: E731
     assert str(kiln.make_jaxpr(f)(1.0)) == (
         "{ lambda ; a:f32[]. let\n    b:f32[] = integer_pow[y=3] a\n"
-        "    c:f32[] = clamp 0.0 b 1.0\n  in (c,) }")
-    assert str(kiln.make_jaxpr(lax.abs)(1j)) == \
-        "{ lambda ; a:c64[]. let b:f32[] = abs a in (b,) }"
+        "    c:f32[] = clamp 0.0 b 1.0\n  in (c,) }"
+    )
+    assert str(kiln.make_jaxpr(lax.abs)(1j)) == "{ lambda ; a:c64[]. let b:f32[] = abs a in (b,) }"
     text = str(kiln.make_jaxpr(lambda x: jnp.floor_divide(x, 3))(jnp.arange(3)))
     for piece in ("div a 3", "sign a", "rem a 3", "select_n"):
         assert piece in text, text

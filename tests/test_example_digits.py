@@ -2,6 +2,7 @@
 README describes, the model's loss and accuracy agree with NumPy, training at reduced size
 learns and is deterministic, and the command line shows a progress bar, prints the test
 accuracy and the step-time table, and writes a PNG plot with both curves on it."""
+
 import hashlib
 import pathlib
 import re
@@ -37,17 +38,20 @@ def test_the_split_holds_out_360_images_and_normalizes_with_training_statistics(
     assert split.train_images.shape == (1437, 64) and split.test_images.shape == (360, 64)
     assert split.train_images.dtype == np.float32 and split.train_labels.dtype == np.int32
     np.testing.assert_array_equal(
-        np.bincount(np.concatenate([split.train_labels, split.test_labels])), CLASS_COUNTS)
+        np.bincount(np.concatenate([split.train_labels, split.test_labels])), CLASS_COUNTS
+    )
     np.testing.assert_allclose(split.train_images.mean(axis=0), 0, atol=1e-5)
     np.testing.assert_allclose(split.train_images.std(), 1, rtol=1e-5)
     # One shared scale keeps every pixel on an evenly spaced grid, one step per count: undo
     # it and the rows are the original images, each used once.
     flat = images.reshape(1797, 64)
     normalized = np.concatenate([split.train_images, split.test_images]).astype(np.float64)
-    step = min(np.diff(np.unique(column)).min() for column in normalized.T
-               if len(np.unique(column)) > 1)
-    restored = np.rint((normalized - normalized.min(axis=0)) / step
-                       + flat.min(axis=0)).astype(np.uint8)
+    step = min(
+        np.diff(np.unique(column)).min() for column in normalized.T if len(np.unique(column)) > 1
+    )
+    restored = np.rint((normalized - normalized.min(axis=0)) / step + flat.min(axis=0)).astype(
+        np.uint8
+    )
     assert sorted(map(bytes, restored)) == sorted(map(bytes, flat))
     other = digits_mlp.split_digits(images, labels, random.PRNGKey(1))
     assert not np.array_equal(other.test_labels, split.test_labels)
@@ -68,8 +72,9 @@ def test_loss_and_accuracy_agree_with_numpy():
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     expected_loss = -log_probs[np.arange(32), labels].mean()
     expected_accuracy = (logits.argmax(axis=1) == labels).mean()
-    np.testing.assert_allclose(float(digits_mlp.cross_entropy(params, images, labels)),
-                               expected_loss, rtol=1e-5)
+    np.testing.assert_allclose(
+        float(digits_mlp.cross_entropy(params, images, labels)), expected_loss, rtol=1e-5
+    )
     assert float(digits_mlp.accuracy(params, images, labels)) == expected_accuracy
 
 
@@ -77,8 +82,7 @@ def test_training_on_a_subset_learns_and_is_deterministic():
     images, labels = digits_mlp.load_digits()
     split = digits_mlp.split_digits(images, labels, random.PRNGKey(0))
     split.train_images, split.train_labels = split.train_images[:512], split.train_labels[:512]
-    runs = [digits_mlp.train(split, random.PRNGKey(7), epochs=3, progress=False)
-            for _ in range(2)]
+    runs = [digits_mlp.train(split, random.PRNGKey(7), epochs=3, progress=False) for _ in range(2)]
     first, second = runs
     assert first.steps == 3 * (512 // 64)
     assert first.epoch_losses[0] > first.epoch_losses[1] > first.epoch_losses[2]
@@ -108,9 +112,22 @@ def count_color(pixels: np.ndarray, rgb: tuple[int, int, int]) -> int:
 def test_the_command_line_reports_accuracy_progress_timing_and_writes_the_plot(tmp_path):
     out = tmp_path / "plots"
     result = subprocess.run(
-        [sys.executable, "-m", "kiln.examples.digits_mlp", "--epochs", "2", "--out", str(out),
-         "--timing-steps", "3"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "kiln.examples.digits_mlp",
+            "--epochs",
+            "2",
+            "--out",
+            str(out),
+            "--timing-steps",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     stdout, stderr = result.stdout, result.stderr
 
@@ -122,8 +139,11 @@ def test_the_command_line_reports_accuracy_progress_timing_and_writes_the_plot(t
 
     # One bar per epoch, finished, with the running loss and the epoch's test accuracy.
     for epoch in (1, 2):
-        assert re.search(rf"epoch  {epoch}/2: 100%.*22/22 .*loss=\d\.\d{{4}}, test_acc="
-                         r"\d+\.\d%", stderr), stderr[-2000:]
+        assert re.search(
+            rf"epoch  {epoch}/2: 100%.*22/22 .*loss=\d\.\d{{4}}, test_acc="
+            r"\d+\.\d%",
+            stderr,
+        ), stderr[-2000:]
 
     eager = re.search(r"eager\s+(\d+\.\d+)", stdout)
     jitted = re.search(r"jit\s+(\d+\.\d+)", stdout)

@@ -2,6 +2,7 @@
 small pytree vs a float64 NumPy re-implementation of its formula (eager and jitted), schedules
 vs closed forms, the state's pytree round trips, a short training run, and stax layers' shapes,
 values, dropout statistics and initializer variances."""
+
 import math
 
 import numpy as np
@@ -17,15 +18,20 @@ RTOL, ATOL = 2e-5, 1e-6
 
 def make_params():
     rng = np.random.default_rng(0)
-    return {"dense": {"w": rng.normal(size=(2, 3)).astype(np.float32),
-                      "b": rng.normal(size=(3,)).astype(np.float32)},
-            "extra": (rng.normal(size=(4,)).astype(np.float32), np.float32(0.7))}
+    return {
+        "dense": {
+            "w": rng.normal(size=(2, 3)).astype(np.float32),
+            "b": rng.normal(size=(3,)).astype(np.float32),
+        },
+        "extra": (rng.normal(size=(4,)).astype(np.float32), np.float32(0.7)),
+    }
 
 
 def make_grads(step):
     rng = np.random.default_rng(100 + step)
-    return tree_util.tree_map(lambda x: rng.normal(size=np.shape(x)).astype(np.float32),
-                              make_params())
+    return tree_util.tree_map(
+        lambda x: rng.normal(size=np.shape(x)).astype(np.float32), make_params()
+    )
 
 
 def to_kiln(tree):
@@ -34,9 +40,9 @@ def to_kiln(tree):
 
 # --- NumPy references: (init(x) -> state, update(i, g, state) -> state), state[0] is x ------
 
+
 def np_sgd(lr):
-    return (lambda x: [x],
-            lambda i, g, s: [s[0] - lr(i) * g])
+    return (lambda x: [x], lambda i, g, s: [s[0] - lr(i) * g])
 
 
 def np_momentum(lr, mass):
@@ -44,6 +50,7 @@ def np_momentum(lr, mass):
         x, v = s
         v = mass * v + g
         return [x - lr(i) * v, v]
+
     return lambda x: [x, np.zeros_like(x)], update
 
 
@@ -52,6 +59,7 @@ def np_nesterov(lr, mass):
         x, v = s
         v = mass * v + g
         return [x - lr(i) * (g + mass * v), v]
+
     return lambda x: [x, np.zeros_like(x)], update
 
 
@@ -62,6 +70,7 @@ def np_adagrad(lr, momentum):
         scaled = np.where(acc > 0, g / np.sqrt(np.where(acc > 0, acc, 1)), 0)
         m = momentum * m + (1 - momentum) * scaled
         return [x - lr(i) * m, acc, m]
+
     return lambda x: [x, np.zeros_like(x), np.zeros_like(x)], update
 
 
@@ -70,6 +79,7 @@ def np_rmsprop(lr, gamma, eps):
         x, a = s
         a = gamma * a + (1 - gamma) * g * g
         return [x - lr(i) * g / np.sqrt(a + eps), a]
+
     return lambda x: [x, np.zeros_like(x)], update
 
 
@@ -79,6 +89,7 @@ def np_rmsprop_momentum(lr, gamma, eps, momentum):
         a = gamma * a + (1 - gamma) * g * g
         mom = momentum * mom + lr(i) * g / np.sqrt(a + eps)
         return [x - mom, a, mom]
+
     return lambda x: [x, np.zeros_like(x), np.zeros_like(x)], update
 
 
@@ -88,8 +99,9 @@ def np_adam(lr, b1, b2, eps, weight_decay=0.0):
         t = i + 1
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g * g
-        m_hat, v_hat = m / (1 - b1 ** t), v / (1 - b2 ** t)
+        m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
         return [x - lr(i) * (m_hat / (np.sqrt(v_hat) + eps) + weight_decay * x), m, v]
+
     return lambda x: [x, np.zeros_like(x), np.zeros_like(x)], update
 
 
@@ -99,6 +111,7 @@ def np_adamax(lr, b1, b2, eps):
         m = b1 * m + (1 - b1) * g
         u = np.maximum(b2 * u, np.abs(g))
         return [x - lr(i) / (1 - b1 ** (i + 1)) * m / (u + eps), m, u]
+
     return lambda x: [x, np.zeros_like(x), np.zeros_like(x)], update
 
 
@@ -123,6 +136,7 @@ def np_sm3(lr, momentum):
         else:
             accs = [accum.max(axis=1), accum.max(axis=0)]
         return [x - lr(i) * m, m, accs]
+
     return init, update
 
 
@@ -136,21 +150,36 @@ def decaying_lr(i):
 
 OPTIMIZER_CASES = [
     ("sgd", optimizers.sgd(0.1), np_sgd(constant_lr(0.1))),
-    ("sgd_schedule", optimizers.sgd(optimizers.exponential_decay(0.1, 2, 0.5)),
-     np_sgd(decaying_lr)),
+    (
+        "sgd_schedule",
+        optimizers.sgd(optimizers.exponential_decay(0.1, 2, 0.5)),
+        np_sgd(decaying_lr),
+    ),
     ("momentum", optimizers.momentum(0.1, mass=0.9), np_momentum(constant_lr(0.1), 0.9)),
     ("nesterov", optimizers.nesterov(0.1, mass=0.8), np_nesterov(constant_lr(0.1), 0.8)),
     ("adagrad", optimizers.adagrad(0.2), np_adagrad(constant_lr(0.2), 0.9)),
-    ("adagrad_no_momentum", optimizers.adagrad(0.2, momentum=0.0),
-     np_adagrad(constant_lr(0.2), 0.0)),
+    (
+        "adagrad_no_momentum",
+        optimizers.adagrad(0.2, momentum=0.0),
+        np_adagrad(constant_lr(0.2), 0.0),
+    ),
     ("rmsprop", optimizers.rmsprop(0.05), np_rmsprop(constant_lr(0.05), 0.9, 1e-8)),
-    ("rmsprop_momentum", optimizers.rmsprop_momentum(0.05, gamma=0.8, momentum=0.7),
-     np_rmsprop_momentum(constant_lr(0.05), 0.8, 1e-8, 0.7)),
+    (
+        "rmsprop_momentum",
+        optimizers.rmsprop_momentum(0.05, gamma=0.8, momentum=0.7),
+        np_rmsprop_momentum(constant_lr(0.05), 0.8, 1e-8, 0.7),
+    ),
     ("adam", optimizers.adam(0.01), np_adam(constant_lr(0.01), 0.9, 0.999, 1e-8)),
-    ("adam_schedule", optimizers.adam(decaying_lr, b1=0.8, b2=0.99, eps=1e-6),
-     np_adam(decaying_lr, 0.8, 0.99, 1e-6)),
-    ("adamw", optimizers.adamw(0.01, weight_decay=0.1),
-     np_adam(constant_lr(0.01), 0.9, 0.999, 1e-8, weight_decay=0.1)),
+    (
+        "adam_schedule",
+        optimizers.adam(decaying_lr, b1=0.8, b2=0.99, eps=1e-6),
+        np_adam(decaying_lr, 0.8, 0.99, 1e-6),
+    ),
+    (
+        "adamw",
+        optimizers.adamw(0.01, weight_decay=0.1),
+        np_adam(constant_lr(0.01), 0.9, 0.999, 1e-8, weight_decay=0.1),
+    ),
     ("adamax", optimizers.adamax(0.02), np_adamax(constant_lr(0.02), 0.9, 0.999, 1e-8)),
     ("sm3", optimizers.sm3(0.1), np_sm3(constant_lr(0.1), 0.9)),
 ]
@@ -176,8 +205,9 @@ def assert_tree_close(actual, expected, rtol=RTOL, atol=ATOL):
 
 
 @pytest.mark.parametrize("use_jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("name,opt,reference", OPTIMIZER_CASES,
-                         ids=[case[0] for case in OPTIMIZER_CASES])
+@pytest.mark.parametrize(
+    "name,opt,reference", OPTIMIZER_CASES, ids=[case[0] for case in OPTIMIZER_CASES]
+)
 def test_optimizer_first_steps_match_numpy(name, opt, reference, use_jit):
     init_fun, update_fun, get_params = opt
     update = kiln.jit(update_fun) if use_jit else update_fun
@@ -209,13 +239,15 @@ def test_optimizer_state_is_a_pytree_of_arrays():
     init_fun, _, _ = optimizers.momentum(0.1, 0.9)
     opt_state = init_fun(to_kiln(make_params()))
     leaves, treedef = tree_util.tree_flatten(opt_state)
-    assert len(leaves) == 2 * 4   # (x, velocity) for each of the four parameter arrays
+    assert len(leaves) == 2 * 4  # (x, velocity) for each of the four parameter arrays
     rebuilt = tree_util.tree_unflatten(treedef, leaves)
     assert isinstance(rebuilt, optimizers.OptimizerState)
     assert rebuilt.tree_def == opt_state.tree_def
     doubled = tree_util.tree_map(lambda x: 2 * x, opt_state)
-    assert_tree_close(optimizers.momentum(0.1, 0.9)[2](doubled),
-                      tree_util.tree_map(lambda x: 2 * x, make_params()))
+    assert_tree_close(
+        optimizers.momentum(0.1, 0.9)[2](doubled),
+        tree_util.tree_map(lambda x: 2 * x, make_params()),
+    )
 
 
 def test_update_rejects_gradients_of_another_structure():
@@ -252,35 +284,61 @@ STEPS = [0, 1, 3, 10, 25, 40]
 
 SCHEDULE_CASES = [
     ("constant", optimizers.constant(0.3), lambda i: 0.3),
-    ("exponential_decay", optimizers.exponential_decay(0.5, 10, 0.1),
-     lambda i: 0.5 * 0.1 ** (i / 10)),
-    ("inverse_time_decay", optimizers.inverse_time_decay(1.0, 5, 0.5),
-     lambda i: 1.0 / (1 + 0.5 * i / 5)),
-    ("inverse_time_decay_staircase", optimizers.inverse_time_decay(1.0, 5, 0.5, staircase=True),
-     lambda i: 1.0 / (1 + 0.5 * (i // 5))),
-    ("polynomial_decay", optimizers.polynomial_decay(1.0, 20, 0.1, power=2.0),
-     lambda i: (1 - min(i, 20) / 20) ** 2 * 0.9 + 0.1),
-    ("piecewise_constant", optimizers.piecewise_constant([3, 10], [1.0, 0.5, 0.1]),
-     lambda i: 1.0 if i <= 3 else 0.5 if i <= 10 else 0.1),
-    ("cosine_decay", optimizers.cosine_decay(2.0, 30, alpha=0.1),
-     lambda i: 2.0 * (0.9 * 0.5 * (1 + math.cos(math.pi * min(i, 30) / 30)) + 0.1)),
-    ("warmup_cosine_decay", optimizers.warmup_cosine_decay(0.0, 1.0, 10, 30, end_value=0.05),
-     lambda i: (i / 10 if i < 10 else
-                0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(i - 10, 20) / 20)))),
+    (
+        "exponential_decay",
+        optimizers.exponential_decay(0.5, 10, 0.1),
+        lambda i: 0.5 * 0.1 ** (i / 10),
+    ),
+    (
+        "inverse_time_decay",
+        optimizers.inverse_time_decay(1.0, 5, 0.5),
+        lambda i: 1.0 / (1 + 0.5 * i / 5),
+    ),
+    (
+        "inverse_time_decay_staircase",
+        optimizers.inverse_time_decay(1.0, 5, 0.5, staircase=True),
+        lambda i: 1.0 / (1 + 0.5 * (i // 5)),
+    ),
+    (
+        "polynomial_decay",
+        optimizers.polynomial_decay(1.0, 20, 0.1, power=2.0),
+        lambda i: (1 - min(i, 20) / 20) ** 2 * 0.9 + 0.1,
+    ),
+    (
+        "piecewise_constant",
+        optimizers.piecewise_constant([3, 10], [1.0, 0.5, 0.1]),
+        lambda i: 1.0 if i <= 3 else 0.5 if i <= 10 else 0.1,
+    ),
+    (
+        "cosine_decay",
+        optimizers.cosine_decay(2.0, 30, alpha=0.1),
+        lambda i: 2.0 * (0.9 * 0.5 * (1 + math.cos(math.pi * min(i, 30) / 30)) + 0.1),
+    ),
+    (
+        "warmup_cosine_decay",
+        optimizers.warmup_cosine_decay(0.0, 1.0, 10, 30, end_value=0.05),
+        lambda i: (
+            i / 10 if i < 10 else 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(i - 10, 20) / 20))
+        ),
+    ),
 ]
 
 
-@pytest.mark.parametrize("name,schedule,closed_form", SCHEDULE_CASES,
-                         ids=[case[0] for case in SCHEDULE_CASES])
+@pytest.mark.parametrize(
+    "name,schedule,closed_form", SCHEDULE_CASES, ids=[case[0] for case in SCHEDULE_CASES]
+)
 def test_schedule_matches_closed_form(name, schedule, closed_form):
     for i in STEPS:
-        np.testing.assert_allclose(float(schedule(i)), closed_form(i), rtol=1e-6, atol=1e-7,
-                                   err_msg=f"step {i}")
+        np.testing.assert_allclose(
+            float(schedule(i)), closed_form(i), rtol=1e-6, atol=1e-7, err_msg=f"step {i}"
+        )
 
 
-@pytest.mark.parametrize("name,schedule,closed_form",
-                         [SCHEDULE_CASES[i] for i in (4, 5, 7)],
-                         ids=[SCHEDULE_CASES[i][0] for i in (4, 5, 7)])
+@pytest.mark.parametrize(
+    "name,schedule,closed_form",
+    [SCHEDULE_CASES[i] for i in (4, 5, 7)],
+    ids=[SCHEDULE_CASES[i][0] for i in (4, 5, 7)],
+)
 def test_schedule_of_a_traced_step(name, schedule, closed_form):
     jitted = kiln.jit(schedule)
     for i in (0, 3, 11, 25):
@@ -293,6 +351,7 @@ def test_piecewise_constant_rejects_mismatched_lengths():
 
 
 # --- utilities -------------------------------------------------------------------------------
+
 
 def test_l2_norm_and_clip_grads():
     grads = make_grads(0)
@@ -311,6 +370,7 @@ def test_l2_norm_and_clip_grads():
 
 
 # --- training --------------------------------------------------------------------------------
+
 
 def test_adam_fits_a_linear_regression_under_jit():
     rng = np.random.default_rng(1)
@@ -356,8 +416,9 @@ def test_dense_init_shapes_and_apply_matches_numpy():
     assert 0 < float(jnp.max(jnp.abs(b))) < 0.1
     x = np.random.default_rng(2).normal(size=(7, 3)).astype(np.float32)
     expected = np.maximum(x.astype(np.float64) @ np.asarray(w, np.float64) + np.asarray(b), 0)
-    np.testing.assert_allclose(np.asarray(apply_fun(params, jnp.asarray(x))), expected,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(apply_fun(params, jnp.asarray(x))), expected, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_dense_gradient_under_jit_matches_hand_derivative():
@@ -366,18 +427,22 @@ def test_dense_gradient_under_jit_matches_hand_derivative():
     x = np.random.default_rng(7).normal(size=(5, 3)).astype(np.float32)
     grad_w, grad_b = kiln.jit(kiln.grad(lambda p: jnp.sum(apply_fun(p, jnp.asarray(x)))))(params)
     # d/dW sum(x @ W + b) = column sums of x, repeated for each output; d/db = batch size.
-    np.testing.assert_allclose(np.asarray(grad_w), np.repeat(x.sum(0)[:, None], 4, axis=1),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(grad_w), np.repeat(x.sum(0)[:, None], 4, axis=1), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(np.asarray(grad_b), np.full(4, 5.0), rtol=1e-6)
 
 
 def test_serial_and_parallel_output_shapes():
     init_fun, apply_fun = stax.serial(
-        stax.Dense(8), stax.Tanh,
+        stax.Dense(8),
+        stax.Tanh,
         stax.FanOut(3),
         stax.parallel(stax.Dense(4), stax.serial(stax.Dense(2), stax.Gelu), stax.Identity),
         stax.FanInConcat(axis=-1),
-        stax.Dense(6), stax.LogSoftmax)
+        stax.Dense(6),
+        stax.LogSoftmax,
+    )
     out_shape, params = init_fun(KEY, (-1, 5))
     assert out_shape == (-1, 6)
     assert len(params) == 7
@@ -389,15 +454,17 @@ def test_serial_and_parallel_output_shapes():
     outputs = apply_fun(params, jnp.ones((2, 5)))
     assert outputs.shape == (2, 6)
 
-    init_fun, apply_fun = stax.serial(stax.FanOut(2), stax.parallel(stax.Dense(3), stax.Dense(3)),
-                                      stax.FanInSum)
+    init_fun, apply_fun = stax.serial(
+        stax.FanOut(2), stax.parallel(stax.Dense(3), stax.Dense(3)), stax.FanInSum
+    )
     out_shape, params = init_fun(KEY, (4, 2))
     assert out_shape == (4, 3)
     x = np.arange(8, dtype=np.float32).reshape(4, 2)
     (w1, b1), (w2, b2) = params[1]
     expected = x @ (np.asarray(w1) + np.asarray(w2)) + np.asarray(b1) + np.asarray(b2)
-    np.testing.assert_allclose(np.asarray(apply_fun(params, jnp.asarray(x))), expected,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(apply_fun(params, jnp.asarray(x))), expected, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_parallel_returns_one_output_per_layer():
@@ -415,23 +482,40 @@ ELEMENTWISE_CASES = [
     (stax.Softplus, lambda x: np.log1p(np.exp(x))),
     (stax.Elu, lambda x: np.where(x > 0, x, np.expm1(x))),
     (stax.LeakyRelu, lambda x: np.where(x >= 0, x, 0.01 * x)),
-    (stax.Gelu, lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))),
+    (stax.Gelu, lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))),
     (stax.Exp, np.exp),
     (stax.Identity, lambda x: x),
     (stax.Softmax, lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True)),
 ]
 
 
-@pytest.mark.parametrize("layer,reference", ELEMENTWISE_CASES,
-                         ids=["relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu",
-                              "gelu", "exp", "identity", "softmax"])
+@pytest.mark.parametrize(
+    "layer,reference",
+    ELEMENTWISE_CASES,
+    ids=[
+        "relu",
+        "tanh",
+        "sigmoid",
+        "softplus",
+        "elu",
+        "leaky_relu",
+        "gelu",
+        "exp",
+        "identity",
+        "softmax",
+    ],
+)
 def test_elementwise_layers_match_numpy(layer, reference):
     init_fun, apply_fun = layer
     x = np.random.default_rng(3).normal(size=(4, 5)).astype(np.float32) * 2
     out_shape, params = init_fun(KEY, x.shape)
     assert out_shape == x.shape and params == ()
-    np.testing.assert_allclose(np.asarray(apply_fun(params, jnp.asarray(x))),
-                               reference(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(apply_fun(params, jnp.asarray(x))),
+        reference(x.astype(np.float64)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_log_softmax_rows_are_distributions():
@@ -449,8 +533,7 @@ def test_flatten_shape_and_values():
     out_shape, params = init_fun(KEY, (3, 2, 4))
     assert out_shape == (3, 8)
     x = np.arange(24, dtype=np.float32).reshape(3, 2, 4)
-    np.testing.assert_array_equal(np.asarray(apply_fun(params, jnp.asarray(x))),
-                                  x.reshape(3, 8))
+    np.testing.assert_array_equal(np.asarray(apply_fun(params, jnp.asarray(x))), x.reshape(3, 8))
 
 
 @pytest.mark.parametrize("rate", [0.25, 0.6])
@@ -498,15 +581,20 @@ def test_batch_norm_standardizes_over_the_batch_axis():
     x64 = x.astype(np.float64)
     z = (x64 - x64.mean(0)) / np.sqrt(x64.var(0) + 1e-5)
     expected = np.array([1.0, 2.0, 0.5]) * z + np.array([0.0, 1.0, -1.0])
-    np.testing.assert_allclose(np.asarray(apply_fun(params, jnp.asarray(x))), expected,
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(apply_fun(params, jnp.asarray(x))), expected, rtol=1e-4, atol=1e-5
+    )
 
 
-@pytest.mark.parametrize("make_init,variance,bound", [
-    (stax.glorot_normal, 2 / (200 + 300), 2 * math.sqrt(2 / 500) / 0.87962566103423978),
-    (stax.glorot_uniform, 2 / (200 + 300), math.sqrt(3 * 2 / 500)),
-    (stax.he_normal, 2 / 200, 2 * math.sqrt(2 / 200) / 0.87962566103423978),
-], ids=["glorot_normal", "glorot_uniform", "he_normal"])
+@pytest.mark.parametrize(
+    "make_init,variance,bound",
+    [
+        (stax.glorot_normal, 2 / (200 + 300), 2 * math.sqrt(2 / 500) / 0.87962566103423978),
+        (stax.glorot_uniform, 2 / (200 + 300), math.sqrt(3 * 2 / 500)),
+        (stax.he_normal, 2 / 200, 2 * math.sqrt(2 / 200) / 0.87962566103423978),
+    ],
+    ids=["glorot_normal", "glorot_uniform", "he_normal"],
+)
 def test_initializer_variance_and_bounds(make_init, variance, bound):
     w = make_init()(KEY, (200, 300))
     assert w.shape == (200, 300) and w.dtype == np.float32

@@ -8,6 +8,7 @@ The default run is deterministic and short. `make fuzz` (KILN_FUZZ_EXAMPLES=<n>)
 tests with many more examples; KILN_FUZZ_RANDOM=1 draws fresh examples instead of the fixed
 sequence, and KILN_FUZZ_SHRINK=1 lets hypothesis shrink a failing case (slow).
 """
+
 from __future__ import annotations
 
 import math
@@ -39,9 +40,15 @@ def fuzz_settings(default: int, shrink: bool = True):
     examples = max(1, default * FUZZ_EXAMPLES // DEFAULT_EXAMPLES) if FUZZ_EXAMPLES else default
     shrink = shrink and os.environ.get("KILN_FUZZ_SHRINK", "") == "1"
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
-    return settings(max_examples=examples, deadline=None, database=None, phases=phases,
-                    derandomize=os.environ.get("KILN_FUZZ_RANDOM", "") != "1",
-                    suppress_health_check=list(HealthCheck), print_blob=False)
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        phases=phases,
+        derandomize=os.environ.get("KILN_FUZZ_RANDOM", "") != "1",
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -82,22 +89,31 @@ def local_failures(program: gen.Program, inputs: list) -> list[tuple[int, str]]:
         node = program.nodes[node_id]
         operands = [values[i] for i in node.inputs]
         with np.errstate(all="ignore"):
-            reference = np.asarray(node.op.apply(node.params,
-                                                 *(jnp.asarray(x) for x in operands)))
+            reference = np.asarray(node.op.apply(node.params, *(jnp.asarray(x) for x in operands)))
         got = values[node_id]
         if got.shape != reference.shape or got.dtype != reference.dtype:
-            failures.append((node_id, f"v{node_id} ({node.op.name}): native {got.dtype}"
-                             f"{list(got.shape)} vs reference {reference.dtype}"
-                             f"{list(reference.shape)}"))
+            failures.append(
+                (
+                    node_id,
+                    f"v{node_id} ({node.op.name}): native {got.dtype}"
+                    f"{list(got.shape)} vs reference {reference.dtype}"
+                    f"{list(reference.shape)}",
+                )
+            )
             continue
         accuracy = node.op.accuracy(node.params, [program.nodes[i].type for i in node.inputs])
         bad = bad_elements(got, reference, accuracy, operands, node.params)
         bad &= ~_excused(node, operands, got.shape)
         if bad.any():
-            failures.append((node_id, f"v{node_id} = {node.op.name}({node.params!r}) on "
-                             f"{[repr(program.nodes[i].type) for i in node.inputs]}: "
-                             f"{describe(got, reference, bad)}; operands at that element: "
-                             f"{_operands_at(operands, bad)}"))
+            failures.append(
+                (
+                    node_id,
+                    f"v{node_id} = {node.op.name}({node.params!r}) on "
+                    f"{[repr(program.nodes[i].type) for i in node.inputs]}: "
+                    f"{describe(got, reference, bad)}; operands at that element: "
+                    f"{_operands_at(operands, bad)}",
+                )
+            )
     return failures
 
 
@@ -127,21 +143,32 @@ def check_program(program: gen.Program) -> None:
         node = program.nodes[node_id]
         for name, value in (("native", got), ("eager", direct)):
             if value.shape != want.shape or value.dtype != want.dtype:
-                failures.append((node_id, f"v{node_id}: {name} {value.dtype}"
-                                 f"{list(value.shape)} vs interpreter {want.dtype}"
-                                 f"{list(want.shape)}"))
+                failures.append(
+                    (
+                        node_id,
+                        f"v{node_id}: {name} {value.dtype}"
+                        f"{list(value.shape)} vs interpreter {want.dtype}"
+                        f"{list(want.shape)}",
+                    )
+                )
         if failures:
             continue
         bad = ~_same_bits(direct, want)
         if bad.any():
-            failures.append((node_id, f"v{node_id}: eager vs interpreter "
-                             f"{describe(direct, want, bad)}"))
+            failures.append(
+                (node_id, f"v{node_id}: eager vs interpreter {describe(direct, want, bad)}")
+            )
         bad = ~_same_bits(got, want)
         if bad.any():
             differs = True
             if node.exact_cone:
-                failures.append((node_id, f"v{node_id} (exact cone): native vs interpreter "
-                                 f"{describe(got, want, bad)}"))
+                failures.append(
+                    (
+                        node_id,
+                        f"v{node_id} (exact cone): native vs interpreter "
+                        f"{describe(got, want, bad)}",
+                    )
+                )
     if differs:
         failures += local_failures(program, inputs)
     if failures:
@@ -152,6 +179,7 @@ def check_program(program: gen.Program) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Comparison: when a native value agrees with the reference
+
 
 def _ordered(values: np.ndarray) -> np.ndarray:
     """Float bit patterns mapped to integers in value order (+0 and -0 both to 0)."""
@@ -188,8 +216,13 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return nan | (a.view(width) == b.view(width))
 
 
-def bad_elements(native: np.ndarray, reference: np.ndarray, accuracy,
-                 operands: list[np.ndarray] = (), params=None) -> np.ndarray:
+def bad_elements(
+    native: np.ndarray,
+    reference: np.ndarray,
+    accuracy,
+    operands: list[np.ndarray] = (),
+    params=None,
+) -> np.ndarray:
     """A mask of the elements where `native` is outside `accuracy` of `reference` (an op with
     these operands and params)."""
     with np.errstate(all="ignore"):  # infinities and NaNs are compared on purpose
@@ -246,10 +279,15 @@ def _accumulation_eps(dtype) -> float:
 
 def _sum_magnitude(operands, params, shape):
     """(count, sum of |x|) bounding a summing op's rounding error at each output element."""
-    magnitudes = [np.abs(np.where(np.isfinite(x64), x64, np.inf))
-                  for x64 in (np.asarray(x).astype(np.float64) for x in operands)]
-    if isinstance(params, tuple) and len(params) == 2 and (params[0] is None
-                                                           or isinstance(params[0], tuple)):
+    magnitudes = [
+        np.abs(np.where(np.isfinite(x64), x64, np.inf))
+        for x64 in (np.asarray(x).astype(np.float64) for x in operands)
+    ]
+    if (
+        isinstance(params, tuple)
+        and len(params) == 2
+        and (params[0] is None or isinstance(params[0], tuple))
+    ):
         axes, keepdims = params  # sum/mean over axes
         x = magnitudes[0]
         total = np.sum(x, axis=axes, keepdims=keepdims)
@@ -264,12 +302,15 @@ def _sum_magnitude(operands, params, shape):
 
 def describe(native, reference, bad) -> str:
     where = tuple(np.argwhere(bad)[0]) if bad.ndim else ()
-    return (f"at {where}: native {native[where]!r} vs reference {reference[where]!r} "
-            f"({int(bad.sum())} of {bad.size} elements differ)")
+    return (
+        f"at {where}: native {native[where]!r} vs reference {reference[where]!r} "
+        f"({int(bad.sum())} of {bad.size} elements differ)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # The main families
+
 
 @fuzz_settings(DEFAULT_EXAMPLES)
 @given(data=st.data())
@@ -299,9 +340,14 @@ def test_random_elementwise_programs(data):
 def test_random_programs_on_large_arrays(data):
     """Arrays big enough that native kernels split their loops across threads, with odd
     sizes so that chunk boundaries fall between vector widths."""
-    program = data.draw(gen.programs(families=("elementwise", "shape", "reduction"), max_ops=6,
-                                     base_shapes=[(1_000_003,), (1031, 1013), (3, 517, 701)]),
-                        label="program")
+    program = data.draw(
+        gen.programs(
+            families=("elementwise", "shape", "reduction"),
+            max_ops=6,
+            base_shapes=[(1_000_003,), (1031, 1013), (3, 517, 701)],
+        ),
+        label="program",
+    )
     check_program(program)
 
 
@@ -309,9 +355,13 @@ def test_random_programs_on_large_arrays(data):
 # Families aimed at the edges: scalars at dtype limits, long sums, large arguments, deep programs
 
 SCALAR_FUNCTIONS = {
-    "add": lambda x, c: x + c, "radd": lambda x, c: c + x, "sub": lambda x, c: x - c,
-    "mul": lambda x, c: x * c, "max": lambda x, c: jnp.maximum(x, c),
-    "eq": lambda x, c: x == c, "where": lambda x, c: jnp.where(x == x, c, x),
+    "add": lambda x, c: x + c,
+    "radd": lambda x, c: c + x,
+    "sub": lambda x, c: x - c,
+    "mul": lambda x, c: x * c,
+    "max": lambda x, c: jnp.maximum(x, c),
+    "eq": lambda x, c: x == c,
+    "where": lambda x, c: jnp.where(x == x, c, x),
 }
 
 
@@ -319,11 +369,18 @@ def _limit_scalars(dtype) -> list:
     """Python scalars at and just past the limits of `dtype`."""
     if gen.is_int(dtype):
         info = np.iinfo(dtype)
-        return [info.max, info.min, info.max - 1, info.min + 1, 0, -1, info.max + 1,
-                info.min - 1]
+        return [info.max, info.min, info.max - 1, info.min + 1, 0, -1, info.max + 1, info.min - 1]
     info = gen.finfo(dtype)
-    return [float(info.max), -float(info.max), float(info.tiny),
-            float(info.smallest_subnormal), float(np.inf), -0.0, 1e300, float("nan")]
+    return [
+        float(info.max),
+        -float(info.max),
+        float(info.tiny),
+        float(info.smallest_subnormal),
+        float(np.inf),
+        -0.0,
+        1e300,
+        float("nan"),
+    ]
 
 
 @fuzz_settings(DEFAULT_EXAMPLES // 2)
@@ -344,26 +401,29 @@ def test_python_scalars_near_dtype_limits(data):
         in_range = isinstance(scalar, float) or default_int.min <= scalar <= default_int.max
         results = {}
         for mode in ("eager", "native", "interpret"):
-            run = (lambda x, c: fn(x, c)) if mode == "eager" else kiln.jit(
-                lambda x, c=scalar: fn(x, c), backend=mode)
+            run = (
+                (lambda x, c: fn(x, c))
+                if mode == "eager"
+                else kiln.jit(lambda x, c=scalar: fn(x, c), backend=mode)
+            )
             try:
                 with np.errstate(all="ignore"):
                     results[mode] = np.asarray(run(x, scalar) if mode == "eager" else run(x))
             except OverflowError:
                 results[mode] = OverflowError
         if not in_range:
-            assert all(r is OverflowError for r in results.values()), (name, dtype, scalar,
-                                                                          results)
+            assert all(r is OverflowError for r in results.values()), (name, dtype, scalar, results)
             return
-        assert not any(r is OverflowError for r in results.values()), (name, dtype, scalar,
-                                                                        results)
+        assert not any(r is OverflowError for r in results.values()), (name, dtype, scalar, results)
         reference = results["interpret"]
         for mode in ("eager", "native"):
             got = results[mode]
             assert got.dtype == reference.dtype and got.shape == reference.shape
             bad = ~_same_bits(got, reference)
-            assert not bad.any(), (f"{name}({dtype.name} {values!r}, {scalar!r}) {mode}: "
-                                   f"{describe(got, reference, bad)}")
+            assert not bad.any(), (
+                f"{name}({dtype.name} {values!r}, {scalar!r}) {mode}: "
+                f"{describe(got, reference, bad)}"
+            )
 
 
 @pytest.mark.filterwarnings("ignore::kiln.transforms.jit.RecompilationWarning")
@@ -382,11 +442,14 @@ def test_long_float32_sums(data):
     whole = jnp.asarray(x)
     got = float(kiln.jit(lambda a: jnp.sum(a), backend="native")(whole))
     exact = math.fsum(x.astype(np.float64).tolist())
-    assert abs(got - exact) <= 0.5 * eps * float(np.sum(x, dtype=np.float64)), (size, kind, got,
-                                                                                 exact)
-    columns = x[:(size // 4) * 4].reshape(-1, 4)
-    got = np.asarray(kiln.jit(lambda a: jnp.sum(a, axis=0), backend="native")(
-        jnp.asarray(columns)))
+    assert abs(got - exact) <= 0.5 * eps * float(np.sum(x, dtype=np.float64)), (
+        size,
+        kind,
+        got,
+        exact,
+    )
+    columns = x[: (size // 4) * 4].reshape(-1, 4)
+    got = np.asarray(kiln.jit(lambda a: jnp.sum(a, axis=0), backend="native")(jnp.asarray(columns)))
     exact = np.array([math.fsum(c) for c in columns.astype(np.float64).T.tolist()])
     tol = 0.5 * eps * np.sum(columns, axis=0, dtype=np.float64)
     assert np.all(np.abs(got - exact) <= tol), (size, kind, got, exact, tol)
@@ -413,8 +476,14 @@ def test_sin_cos_of_large_arguments(data):
             bound = vmath.MAX_ULP[(name, dtype.name)] + 0.5
             distance = ulp_distance(got, expected)
             worst = int(np.argmax(distance))
-            assert distance[worst] <= bound, (name, dtype.name, x[worst], got[worst],
-                                              expected[worst], distance[worst])
+            assert distance[worst] <= bound, (
+                name,
+                dtype.name,
+                x[worst],
+                got[worst],
+                expected[worst],
+                distance[worst],
+            )
 
 
 #: Layers of a deep program; in each, the previous value feeds several consumers, some of them
@@ -433,15 +502,17 @@ def deep_shared_program(layers: list):
         for name in layers:
             values.append(DEEP_LAYERS[name](values[-1], values[-2]))
         return values[-1], values[len(values) // 2]
+
     return program
 
 
 @fuzz_settings(max(4, DEFAULT_EXAMPLES // 20), shrink=False)  # each failing try is slow
 @given(data=st.data())
 def test_deep_programs_with_shared_values(data):
-    layers = data.draw(st.lists(st.sampled_from(["outer", "reduce", "outer", "mix"]),
-                                min_size=12, max_size=14),
-                       label="layers")
+    layers = data.draw(
+        st.lists(st.sampled_from(["outer", "reduce", "outer", "mix"]), min_size=12, max_size=14),
+        label="layers",
+    )
     size = data.draw(st.sampled_from([1, 7, 33]), label="size")
     rng = np.random.default_rng(len(layers) * 100 + size)
     x, y = (jnp.asarray(rng.standard_normal(size).astype(np.float32)) for _ in range(2))

@@ -15,8 +15,15 @@ from kiln.core import errors
 from kiln.core.array import Array
 from kiln.core.jaxpr import Literal, typecheck_jaxpr
 from tests._testing import ALL, assert_close, check_record_eager, check_record_jit, rand
-from tests.op_records import (COMBINES, INDEXING_RECORDS, ROWS, gather_reference,
-                              np_dynamic_slice, np_dynamic_update_slice, scatter_reference)
+from tests.op_records import (
+    COMBINES,
+    INDEXING_RECORDS,
+    ROWS,
+    gather_reference,
+    np_dynamic_slice,
+    np_dynamic_update_slice,
+    scatter_reference,
+)
 
 MODES = lax.GatherScatterMode
 needs_jit = pytest.mark.skipif(not hasattr(kiln, "jit"), reason="kiln.jit not available yet")
@@ -62,6 +69,7 @@ def test_primitive_records_jit(record, shapes, dtype):
 
 # --- random dimension numbers ---------------------------------------------------------------
 
+
 def _random_gather_case(rng):
     ndim = int(rng.integers(1, 4))
     shape = tuple(int(s) for s in rng.integers(1, 5, ndim))
@@ -69,23 +77,28 @@ def _random_gather_case(rng):
     n_batching = int(rng.integers(0, 2)) if ndim > 1 else 0
     operand_batching = tuple(sorted(int(d) for d in dims[:n_batching]))
     rest = [int(d) for d in dims[n_batching:]]
-    start_index_map = tuple(rest[:int(rng.integers(0, len(rest) + 1))])
+    start_index_map = tuple(rest[: int(rng.integers(0, len(rest) + 1))])
     collapsed = tuple(sorted(d for d in rest if rng.random() < 0.5))
-    slice_sizes = tuple(1 if d in operand_batching or d in collapsed
-                        else int(rng.integers(0, shape[d] + 1)) for d in range(ndim))
+    slice_sizes = tuple(
+        1 if d in operand_batching or d in collapsed else int(rng.integers(0, shape[d] + 1))
+        for d in range(ndim)
+    )
     batch_rank = int(rng.integers(n_batching, n_batching + 3))
     batch_shape = [int(s) for s in rng.integers(1, 4, batch_rank)]
     indices_batching = tuple(int(d) for d in rng.permutation(batch_rank)[:n_batching])
     for od, idim in zip(operand_batching, indices_batching):
         batch_shape[idim] = shape[od]
     bounds = [shape[d] for d in start_index_map]
-    indices = np.stack([rng.integers(-2, b + 2, batch_shape) for b in bounds], axis=-1) \
-        if bounds else np.zeros(batch_shape + [0], np.int32)
+    indices = (
+        np.stack([rng.integers(-2, b + 2, batch_shape) for b in bounds], axis=-1)
+        if bounds
+        else np.zeros(batch_shape + [0], np.int32)
+    )
     n_window = ndim - len(collapsed) - len(operand_batching)
-    offset_dims = tuple(sorted(int(d) for d in
-                               rng.permutation(n_window + batch_rank)[:n_window]))
-    dn = lax.GatherDimensionNumbers(offset_dims, collapsed, start_index_map,
-                                    operand_batching, indices_batching)
+    offset_dims = tuple(sorted(int(d) for d in rng.permutation(n_window + batch_rank)[:n_window]))
+    dn = lax.GatherDimensionNumbers(
+        offset_dims, collapsed, start_index_map, operand_batching, indices_batching
+    )
     return shape, indices.astype(np.int32), dn, slice_sizes
 
 
@@ -98,8 +111,11 @@ def test_gather_random_dimension_numbers(seed):
         expected = gather_reference(x, indices, dn, slice_sizes, mode)
         actual = lax.gather(jnp.asarray(x), indices, dn, slice_sizes, mode=mode)
         assert_close(actual, expected, err_msg=f"{dn} {slice_sizes} {mode}")
-    traced = run_traced(lambda a, i: lax.gather(a, i, dn, slice_sizes, mode="clip"),
-                        jnp.asarray(x), jnp.asarray(indices))
+    traced = run_traced(
+        lambda a, i: lax.gather(a, i, dn, slice_sizes, mode="clip"),
+        jnp.asarray(x),
+        jnp.asarray(indices),
+    )
     assert_close(traced, gather_reference(x, indices, dn, slice_sizes))
 
 
@@ -110,7 +126,7 @@ def _random_scatter_case(rng):
     n_batching = int(rng.integers(0, 2)) if ndim > 1 else 0
     operand_batching = tuple(sorted(dims[:n_batching]))
     rest = dims[n_batching:]
-    index_map = tuple(rest[:int(rng.integers(0, len(rest) + 1))])
+    index_map = tuple(rest[: int(rng.integers(0, len(rest) + 1))])
     inserted = tuple(sorted(d for d in rest if rng.random() < 0.5))
     window_dims = [d for d in range(ndim) if d not in inserted and d not in operand_batching]
     window = [int(rng.integers(0, shape[d] + 1)) for d in window_dims]
@@ -119,15 +135,20 @@ def _random_scatter_case(rng):
     indices_batching = tuple(int(d) for d in rng.permutation(batch_rank)[:n_batching])
     for od, idim in zip(operand_batching, indices_batching):
         batch_shape[idim] = shape[od]
-    indices = np.stack([rng.integers(-2, shape[d] + 2, batch_shape) for d in index_map],
-                       axis=-1) if index_map else np.zeros(batch_shape + [0], np.int32)
+    indices = (
+        np.stack([rng.integers(-2, shape[d] + 2, batch_shape) for d in index_map], axis=-1)
+        if index_map
+        else np.zeros(batch_shape + [0], np.int32)
+    )
     rank = len(window) + batch_rank
-    update_window_dims = tuple(sorted(int(d) for d in rng.permutation(rank)[:len(window)]))
+    update_window_dims = tuple(sorted(int(d) for d in rng.permutation(rank)[: len(window)]))
     window_iter, batch_iter = iter(window), iter(batch_shape)
-    updates_shape = tuple(next(window_iter) if i in update_window_dims else next(batch_iter)
-                          for i in range(rank))
-    dn = lax.ScatterDimensionNumbers(update_window_dims, inserted, index_map, operand_batching,
-                                     indices_batching)
+    updates_shape = tuple(
+        next(window_iter) if i in update_window_dims else next(batch_iter) for i in range(rank)
+    )
+    dn = lax.ScatterDimensionNumbers(
+        update_window_dims, inserted, index_map, operand_batching, indices_batching
+    )
     return shape, indices.astype(np.int32), updates_shape, dn
 
 
@@ -142,12 +163,17 @@ def test_scatter_random_dimension_numbers(seed):
             expected = scatter_reference(x, indices, updates, dn, combine, mode)
             actual = fn(jnp.asarray(x), indices, jnp.asarray(updates), dn, mode=mode)
             assert_close(actual, expected, err_msg=f"{name} {dn} {mode}")
-    traced = run_traced(lambda a, i, u: lax.scatter_add(a, i, u, dn), jnp.asarray(x),
-                        jnp.asarray(indices), jnp.asarray(updates))
+    traced = run_traced(
+        lambda a, i, u: lax.scatter_add(a, i, u, dn),
+        jnp.asarray(x),
+        jnp.asarray(indices),
+        jnp.asarray(updates),
+    )
     assert_close(traced, scatter_reference(x, indices, updates, dn, COMBINES["scatter_add"][1]))
 
 
 # --- primitive details -----------------------------------------------------------------------
+
 
 def test_dynamic_slice_clamps_like_xla():
     x = jnp.asarray(np.arange(5))
@@ -156,34 +182,47 @@ def test_dynamic_slice_clamps_like_xla():
     assert_close(lax.dynamic_slice(x, (jnp.asarray(np.int32(4)),), (3,)), np.array([2, 3, 4]))
     assert_close(lax.dynamic_slice(x, (np.uint8(1),), (2,)), np.array([1, 2]))
     assert_close(lax.dynamic_slice(x, jnp.asarray(np.array([3])), (2,)), np.array([3, 4]))
-    assert_close(lax.dynamic_slice(x, (-1,), (2,), allow_negative_indices=False),
-                 np.array([0, 1]))
+    assert_close(lax.dynamic_slice(x, (-1,), (2,), allow_negative_indices=False), np.array([0, 1]))
     y = jnp.asarray(np.zeros(5, np.int32))
-    assert_close(lax.dynamic_update_slice(y, jnp.asarray(np.array([7, 8], np.int32)), (9,)),
-                 np.array([0, 0, 0, 7, 8]))
+    assert_close(
+        lax.dynamic_update_slice(y, jnp.asarray(np.array([7, 8], np.int32)), (9,)),
+        np.array([0, 0, 0, 7, 8]),
+    )
 
 
 def test_dynamic_slice_traced_starts():
     x = jnp.asarray(np.arange(12.0, dtype=np.float32).reshape(3, 4))
     for i, j in [(0, 0), (2, 3), (-1, -2), (5, -9)]:
-        got = run_traced(lambda a, i, j: lax.dynamic_slice(a, (i, j), (2, 2)), x,
-                         jnp.asarray(np.int32(i)), jnp.asarray(np.int32(j)))
+        got = run_traced(
+            lambda a, i, j: lax.dynamic_slice(a, (i, j), (2, 2)),
+            x,
+            jnp.asarray(np.int32(i)),
+            jnp.asarray(np.int32(j)),
+        )
         assert_close(got, np_dynamic_slice(np.asarray(x), (i, j), (2, 2)))
-        got = run_traced(lambda a, i: lax.dynamic_update_slice(a, jnp.ones((1, 2)), (i, 1)), x,
-                         jnp.asarray(np.int32(i)))
-        assert_close(got, np_dynamic_update_slice(np.asarray(x), np.ones((1, 2), np.float32),
-                                                   (i, 1)))
+        got = run_traced(
+            lambda a, i: lax.dynamic_update_slice(a, jnp.ones((1, 2)), (i, 1)),
+            x,
+            jnp.asarray(np.int32(i)),
+        )
+        assert_close(
+            got, np_dynamic_update_slice(np.asarray(x), np.ones((1, 2), np.float32), (i, 1))
+        )
 
 
 def test_dynamic_slice_jaxpr_text():
     jaxpr = kiln.make_jaxpr(lambda x, i: lax.dynamic_slice(x, (i,), (2,)))(
-        jnp.asarray(np.arange(4)), 1)
-    assert str(jaxpr) == """{ lambda ; a:i32[4] b:i32[]. let
+        jnp.asarray(np.arange(4)), 1
+    )
+    assert (
+        str(jaxpr)
+        == """{ lambda ; a:i32[4] b:i32[]. let
     c:bool[] = lt b 0
     d:i32[] = add b 4
     e:i32[] = select_n c b d
     f:i32[2] = dynamic_slice[slice_sizes=(2,)] a e
   in (f,) }"""
+    )
 
 
 def test_in_dim_helpers():
@@ -197,8 +236,9 @@ def test_in_dim_helpers():
     expected = x.copy()
     expected[:, 2:3] = update
     assert_close(lax.dynamic_update_slice_in_dim(kx, jnp.asarray(update), 2, axis=1), expected)
-    assert_close(lax.dynamic_update_index_in_dim(kx, jnp.asarray(update[:, 0]), -1, axis=1),
-                 expected)
+    assert_close(
+        lax.dynamic_update_index_in_dim(kx, jnp.asarray(update[:, 0]), -1, axis=1), expected
+    )
 
 
 def test_weak_types_follow_the_operand():
@@ -238,8 +278,9 @@ def test_primitive_errors():
     with pytest.raises(TypeError, match="offset_dims"):
         lax.gather(x, idx, lax.GatherDimensionNumbers((), (0,), (0,)), (1, 3))
     with pytest.raises(TypeError, match="last dimension"):
-        lax.gather(x, np.array([0], np.int32), lax.GatherDimensionNumbers((1,), (0,), (0, 1)),
-                   (1, 3))
+        lax.gather(
+            x, np.array([0], np.int32), lax.GatherDimensionNumbers((1,), (0,), (0, 1)), (1, 3)
+        )
     with pytest.raises(TypeError, match="integer"):
         lax.gather(x, np.array([[0.0]], np.float32), ROWS, (1, 3))
     with pytest.raises(TypeError, match="GatherDimensionNumbers"):
@@ -250,8 +291,12 @@ def test_primitive_errors():
     with pytest.raises(TypeError, match="batch shape"):
         lax.scatter(x, idx, jnp.asarray(np.ones((2, 3), np.float32)), dn)
     with pytest.raises(TypeError, match="bool"):
-        lax.scatter_add(jnp.asarray(np.ones(3, bool)), idx, jnp.asarray(np.ones(1, bool)),
-                        lax.ScatterDimensionNumbers((), (0,), (0,)))
+        lax.scatter_add(
+            jnp.asarray(np.ones(3, bool)),
+            idx,
+            jnp.asarray(np.ones(1, bool)),
+            lax.ScatterDimensionNumbers((), (0,), (0,)),
+        )
     with pytest.raises(ValueError, match="mode"):
         lax.gather(x, idx, ROWS, (1, 3), mode="bogus")
 
@@ -259,10 +304,11 @@ def test_primitive_errors():
 def test_gather_scatter_jaxpr_text():
     x = jnp.asarray(np.arange(4.0, dtype=np.float32))
     idx = jnp.asarray(np.array([[7], [1]], np.int32))
-    dn = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
-                                    start_index_map=(0,))
+    dn = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
     text = str(kiln.make_jaxpr(lambda x, i: lax.gather(x, i, dn, (1,)))(x, idx))
-    assert text == """{ lambda ; a:f32[4] b:i32[2,1]. let
+    assert (
+        text
+        == """{ lambda ; a:f32[4] b:i32[2,1]. let
     c:f32[2] = gather[
       dimension_numbers=GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
       fill_value=None
@@ -272,6 +318,7 @@ def test_gather_scatter_jaxpr_text():
       unique_indices=False
     ] a b
   in (c,) }"""
+    )
     sdn = lax.ScatterDimensionNumbers((), (0,), (0,))
     text = str(kiln.make_jaxpr(lambda x, i: lax.scatter_add(x, i, x[:2], sdn))(x, idx))
     assert "scatter-add[" in text and "mode=GatherScatterMode.FILL_OR_DROP" in text
@@ -281,6 +328,7 @@ def test_gather_scatter_jaxpr_text():
 
 
 # --- x[idx] against NumPy -------------------------------------------------------------------
+
 
 @st.composite
 def shapes_and_indices(draw):
@@ -299,20 +347,23 @@ def shapes_and_indices(draw):
             return draw(st.integers(-size, size - 1))
         if kind == "array" and size:
             count = int(np.prod(array_shape))
-            values = np.asarray(draw(st.lists(st.integers(-size, size - 1), min_size=count,
-                                              max_size=count)), dtype=np.int64)
+            values = np.asarray(
+                draw(st.lists(st.integers(-size, size - 1), min_size=count, max_size=count)),
+                dtype=np.int64,
+            )
             values = values.reshape(array_shape)
             wrap = draw(st.sampled_from(["numpy", "kiln", "list"]))
             if wrap == "kiln":
                 return jnp.asarray(values)
             return values.tolist() if wrap == "list" and values.ndim else values
-        return slice(draw(st.one_of(st.none(), st.integers(-size - 2, size + 2))),
-                     draw(st.one_of(st.none(), st.integers(-size - 2, size + 2))),
-                     draw(st.sampled_from([None, 1, 2, 3, -1, -2])))
+        return slice(
+            draw(st.one_of(st.none(), st.integers(-size - 2, size + 2))),
+            draw(st.one_of(st.none(), st.integers(-size - 2, size + 2))),
+            draw(st.sampled_from([None, 1, 2, 3, -1, -2])),
+        )
 
     items = []
-    for d in list(range(lead)) + ([None] if use_ellipsis else []) + \
-            list(range(ndim - trail, ndim)):
+    for d in list(range(lead)) + ([None] if use_ellipsis else []) + list(range(ndim - trail, ndim)):
         if draw(st.integers(0, 5)) == 0:
             items.append(None)
         items.append(Ellipsis if d is None else item_for(shape[d]))
@@ -352,9 +403,17 @@ def test_getitem_matches_numpy(case):
 def test_getitem_every_dtype(dtype):
     x = rand((3, 4, 2), dtype, np.random.default_rng(0))
     kx = jnp.asarray(x)
-    for index in [0, -1, (1, 2), (slice(None, None, -1), 1), (Ellipsis, 0), (None, 1),
-                  (np.array([2, 0, 2]),), (np.array([1, 0]), slice(1, 3), np.array([1, 0])),
-                  (x[..., 0] > x[..., 1] if dtype.kind != "c" else np.ones((3, 4), bool))]:
+    for index in [
+        0,
+        -1,
+        (1, 2),
+        (slice(None, None, -1), 1),
+        (Ellipsis, 0),
+        (None, 1),
+        (np.array([2, 0, 2]),),
+        (np.array([1, 0]), slice(1, 3), np.array([1, 0])),
+        (x[..., 0] > x[..., 1] if dtype.kind != "c" else np.ones((3, 4), bool)),
+    ]:
         assert_close(kx[index], x[index], err_msg=str(index))
 
 
@@ -376,15 +435,19 @@ def test_traced_scalar_and_array_indices():
     idx = np.array([[0, -1], [2, 1]], np.int32)
     got = run_traced(lambda a, i: a[1, :, i], kx, jnp.asarray(idx))
     assert_close(got, x[1, :, idx])
-    got = run_traced(lambda a, i, j: a[i, None, j], kx, jnp.asarray(idx),
-                     jnp.asarray(np.int32(3)))
+    got = run_traced(lambda a, i, j: a[i, None, j], kx, jnp.asarray(idx), jnp.asarray(np.int32(3)))
     assert_close(got, x[idx, None, 3])
 
 
 def test_static_indexing_lowers_to_cheap_primitives():
     x = jnp.asarray(np.zeros((3, 4, 5), np.float32))
-    cases = [lambda a: a[1], lambda a: a[-1, ::2], lambda a: a[..., ::-1, None],
-             lambda a: a[1:2, 3, None, -2:], lambda a: a[10000]]
+    cases = [
+        lambda a: a[1],
+        lambda a: a[-1, ::2],
+        lambda a: a[..., ::-1, None],
+        lambda a: a[1:2, 3, None, -2:],
+        lambda a: a[10000],
+    ]
     for fn in cases:
         names = {e.primitive.name for e in kiln.make_jaxpr(fn)(x).eqns}
         assert names <= {"slice", "squeeze", "rev", "broadcast_in_dim", "reshape"}, names
@@ -397,37 +460,48 @@ def test_static_indexing_lowers_to_cheap_primitives():
 
 def test_getitem_jaxpr_text():
     x1 = jnp.array([0, 2, 4, 6])
-    assert str(kiln.make_jaxpr(lambda x, i: x[i])(x1, 1)) == """{ lambda ; a:i32[4] b:i32[]. let
+    assert (
+        str(kiln.make_jaxpr(lambda x, i: x[i])(x1, 1))
+        == """{ lambda ; a:i32[4] b:i32[]. let
     c:bool[] = lt b 0
     d:i32[] = add b 4
     e:i32[] = select_n c b d
     f:i32[1] = dynamic_slice[slice_sizes=(1,)] a e
     g:i32[] = squeeze[dimensions=(0,)] f
   in (g,) }"""
-    assert str(kiln.make_jaxpr(lambda x: x[1])(x1)) == """{ lambda ; a:i32[4]. let
+    )
+    assert (
+        str(kiln.make_jaxpr(lambda x: x[1])(x1))
+        == """{ lambda ; a:i32[4]. let
     b:i32[1] = slice[limit_indices=(2,) start_indices=(1,) strides=None] a
     c:i32[] = squeeze[dimensions=(0,)] b
   in (c,) }"""
+    )
 
 
 def test_out_of_bounds_reads_clamp():
     x1 = jnp.array([0, 2, 4, 6])
-    assert repr((x1[0], x1[-1], x1[10000])) == \
-        "(Array(0, dtype=int32), Array(6, dtype=int32), Array(6, dtype=int32))"
+    assert (
+        repr((x1[0], x1[-1], x1[10000]))
+        == "(Array(0, dtype=int32), Array(6, dtype=int32), Array(6, dtype=int32))"
+    )
     assert int(x1[-10000]) == 0
     assert_close(x1[np.array([5, -7, 1])], np.array([6, 0, 2]))
     x = jnp.asarray(np.arange(12).reshape(3, 4))
     assert_close(x[5, -9], np.array(8))
-    assert_close(x.at[np.array([9, 1])].get(mode="fill", fill_value=-1),
-                 np.array([[-1, -1, -1, -1], [4, 5, 6, 7]]))
+    assert_close(
+        x.at[np.array([9, 1])].get(mode="fill", fill_value=-1),
+        np.array([[-1, -1, -1, -1], [4, 5, 6, 7]]),
+    )
     assert_close(x.at[3].get(mode="clip"), np.array([8, 9, 10, 11]))
     assert np.isnan(np.asarray(jnp.asarray(np.ones(3, np.float32)).at[3].get(mode="fill")))
     # The same reads through the primitives (traced), not the eager NumPy fast path.
     assert int(run_traced(lambda a: a[10000], x1)) == 6
     assert int(run_traced(lambda a: a[-10000], x1)) == 0
     assert_close(run_traced(lambda a: a[np.array([5, -7, 1])], x1), np.array([6, 0, 2]))
-    assert_close(run_traced(lambda a, i: a[i, -9], x, jnp.asarray(np.array([5, 0]))),
-                 np.array([8, 0]))
+    assert_close(
+        run_traced(lambda a, i: a[i, -9], x, jnp.asarray(np.array([5, 0]))), np.array([8, 0])
+    )
 
 
 def test_bool_indices():
@@ -451,9 +525,11 @@ def test_bool_indices():
 def test_traced_boolean_mask_is_an_error():
     x = jnp.asarray(np.zeros((4, 4), np.float32))
     mask = jnp.asarray(np.ones((4, 4), bool))
-    with pytest.raises(errors.NonConcreteBooleanIndexError,
-                       match=r"Array boolean indices must be concrete; got "
-                             r"ShapedArray\(bool\[4,4\]\)"):
+    with pytest.raises(
+        errors.NonConcreteBooleanIndexError,
+        match=r"Array boolean indices must be concrete; got "
+        r"ShapedArray\(bool\[4,4\]\)",
+    ):
         kiln.make_jaxpr(lambda x, m: x[m])(x, mask)
     with pytest.raises(IndexError):  # the error is an IndexError, as in JAX
         kiln.make_jaxpr(lambda x, m: x[m[0]])(x, mask)
@@ -474,7 +550,7 @@ def test_indexing_errors():
     with pytest.raises(IndexError, match="single ellipsis"):
         x[..., ...]
     with pytest.raises(IndexError, match="static"):
-        kiln.make_jaxpr(lambda x, i: x[i:i + 2])(x, 1)
+        kiln.make_jaxpr(lambda x, i: x[i : i + 2])(x, 1)
     with pytest.raises(ValueError, match="zero"):
         x[::0]
     with pytest.raises(ValueError, match="broadcast"):
@@ -488,8 +564,12 @@ def test_indexing_errors():
 
 # --- index functions -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_, np.complex64, np.uint8],
-                         ids=lambda d: np.dtype(d).name)
+
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float32, np.int32, np.bool_, np.complex64, np.uint8],
+    ids=lambda d: np.dtype(d).name,
+)
 def test_take(dtype):
     x = rand((3, 4), dtype, np.random.default_rng(1))
     kx = jnp.asarray(x)
@@ -497,14 +577,21 @@ def test_take(dtype):
     assert_close(jnp.take(kx, idx), np.take(x, idx))
     assert_close(jnp.take(kx, idx, axis=1), np.take(x, idx, axis=1))
     assert_close(jnp.take(kx, np.array([-1, 1]), axis=0), np.take(x, [-1, 1], axis=0))
-    assert_close(jnp.take(kx, np.array([5, -7]), axis=1, mode="wrap"),
-                 np.take(x, [5, -7], axis=1, mode="wrap"))
-    assert_close(jnp.take(kx, np.array([5, -7]), axis=1, mode="clip"),
-                 np.take(x, [5, -7], axis=1, mode="clip"))
+    assert_close(
+        jnp.take(kx, np.array([5, -7]), axis=1, mode="wrap"),
+        np.take(x, [5, -7], axis=1, mode="wrap"),
+    )
+    assert_close(
+        jnp.take(kx, np.array([5, -7]), axis=1, mode="clip"),
+        np.take(x, [5, -7], axis=1, mode="clip"),
+    )
     assert_close(jnp.take(kx, 2), np.take(x, 2))
     assert_close(kx.take(np.array([1, 1]), axis=1), np.take(x, [1, 1], axis=1))
-    traced = run_traced(lambda a, i: jnp.take(a, i, axis=1, mode="wrap"), kx,
-                        jnp.asarray(np.array([[5, -1]], np.int32)))
+    traced = run_traced(
+        lambda a, i: jnp.take(a, i, axis=1, mode="wrap"),
+        kx,
+        jnp.asarray(np.array([[5, -1]], np.int32)),
+    )
     assert_close(traced, np.take(x, [[5, -1]], axis=1, mode="wrap"))
 
 
@@ -531,31 +618,37 @@ def test_take_along_axis():
     kx = jnp.asarray(x)
     for axis in (0, 1, 2, -1):
         idx = np.argsort(x, axis=axis)
-        assert_close(jnp.take_along_axis(kx, idx, axis=axis),
-                     np.take_along_axis(x, idx, axis=axis))
+        assert_close(jnp.take_along_axis(kx, idx, axis=axis), np.take_along_axis(x, idx, axis=axis))
     idx = rng.integers(0, 4, (1, 2, 5))
     assert_close(jnp.take_along_axis(kx, idx, axis=1), np.take_along_axis(x, idx, axis=1))
     assert_close(jnp.take_along_axis(kx, np.array([[[-1]]]), axis=2), x[:, :, -1:])
     flat = np.array([3, 0, 59])
     assert_close(jnp.take_along_axis(kx, flat, axis=None), x.ravel()[flat])
-    out = jnp.take_along_axis(jnp.asarray(np.arange(6).reshape(2, 3)), np.array([[0, 9, 1]]),
-                              axis=0)
+    out = jnp.take_along_axis(
+        jnp.asarray(np.arange(6).reshape(2, 3)), np.array([[0, 9, 1]]), axis=0
+    )
     assert_close(out, np.array([[0, np.iinfo(np.int32).min, 5]]))
     with pytest.raises(ValueError, match="same number of dimensions"):
         jnp.take_along_axis(kx, np.array([0]), axis=0)
-    traced = run_traced(lambda a, i: jnp.take_along_axis(a, i, axis=1), kx,
-                        jnp.asarray(np.argsort(x, axis=1)))
+    traced = run_traced(
+        lambda a, i: jnp.take_along_axis(a, i, axis=1), kx, jnp.asarray(np.argsort(x, axis=1))
+    )
     assert_close(traced, np.sort(x, axis=1))
 
 
 def test_put():
     x = jnp.asarray(np.arange(5))
-    assert_close(jnp.put(x, np.array([0, 7, 1]), np.array([9, 8]), inplace=False),
-                 np.array([9, 9, 2, 3, 8]))
-    assert_close(jnp.put(x, np.array([0, 7]), np.array([9, 8]), mode="wrap", inplace=False),
-                 np.array([9, 1, 8, 3, 4]))
-    assert_close(jnp.put(x, np.array([0, 7]), np.array([9, 8]), mode="fill", inplace=False),
-                 np.array([9, 1, 2, 3, 4]))
+    assert_close(
+        jnp.put(x, np.array([0, 7, 1]), np.array([9, 8]), inplace=False), np.array([9, 9, 2, 3, 8])
+    )
+    assert_close(
+        jnp.put(x, np.array([0, 7]), np.array([9, 8]), mode="wrap", inplace=False),
+        np.array([9, 1, 8, 3, 4]),
+    )
+    assert_close(
+        jnp.put(x, np.array([0, 7]), np.array([9, 8]), mode="fill", inplace=False),
+        np.array([9, 1, 2, 3, 4]),
+    )
     with pytest.raises(ValueError, match="immutable"):
         jnp.put(x, np.array([0]), np.array([1]))
 
@@ -573,8 +666,9 @@ def test_nonzero_family():
     rows, cols = jnp.nonzero(kx, size=4, fill_value=(7, 8))
     assert_close(rows, np.array([0, 1, 1, 7])) and assert_close(cols, np.array([1, 0, 2, 8]))
     assert_close(jnp.nonzero(kx, size=2)[0], np.array([0, 1]))
-    assert_close(jnp.argwhere(kx, size=4, fill_value=-1),
-                 np.array([[0, 1], [1, 0], [1, 2], [-1, -1]]))
+    assert_close(
+        jnp.argwhere(kx, size=4, fill_value=-1), np.array([[0, 1], [1, 0], [1, 2], [-1, -1]])
+    )
     assert jnp.argwhere(jnp.asarray(np.array(3))).shape == (1, 0)
     assert jnp.argwhere(jnp.asarray(np.array(0))).shape == (0, 0)
     with pytest.raises(ValueError, match="0d"):
@@ -599,13 +693,17 @@ def test_compress_and_extract():
     cond = np.array([True, False, True])
     assert_close(jnp.compress(cond, kx, axis=1), np.compress(cond, x, axis=1))
     assert_close(jnp.compress(np.array([1, 0, 2]), kx), np.compress([1, 0, 2], x))
-    assert_close(jnp.compress(cond, jnp.asarray(np.arange(4)), size=3, fill_value=9),
-                 np.array([0, 2, 9]))
+    assert_close(
+        jnp.compress(cond, jnp.asarray(np.arange(4)), size=3, fill_value=9), np.array([0, 2, 9])
+    )
     with pytest.raises(ValueError, match="out of bounds"):
         jnp.compress(np.array([True, False, True, False, True]), kx, axis=1)
     assert_close(jnp.extract(x % 3 == 0, kx), np.extract(x % 3 == 0, x))
-    traced = run_traced(lambda c, a: jnp.compress(c, a, size=2, axis=1),
-                        jnp.asarray(np.array([False, True, True, True])), kx)
+    traced = run_traced(
+        lambda c, a: jnp.compress(c, a, size=2, axis=1),
+        jnp.asarray(np.array([False, True, True, True])),
+        kx,
+    )
     assert_close(traced, x[:, 1:3])
 
 
@@ -623,10 +721,14 @@ def test_where_and_choose():
     choices = [np.arange(3), 10 + np.arange(3), 20 + np.arange(3)]
     sel = np.array([0, 2, 1])
     assert_close(jnp.choose(sel, [jnp.asarray(ch) for ch in choices]), np.choose(sel, choices))
-    assert_close(jnp.choose(np.array([0, 4, -1]), [jnp.asarray(ch) for ch in choices],
-                            mode="clip"), np.choose([0, 4, -1], choices, mode="clip"))
-    assert_close(jnp.choose(np.array([0, 4, -1]), [jnp.asarray(ch) for ch in choices],
-                            mode="wrap"), np.choose([0, 4, -1], choices, mode="wrap"))
+    assert_close(
+        jnp.choose(np.array([0, 4, -1]), [jnp.asarray(ch) for ch in choices], mode="clip"),
+        np.choose([0, 4, -1], choices, mode="clip"),
+    )
+    assert_close(
+        jnp.choose(np.array([0, 4, -1]), [jnp.asarray(ch) for ch in choices], mode="wrap"),
+        np.choose([0, 4, -1], choices, mode="wrap"),
+    )
     with pytest.raises(ValueError, match="invalid entry"):
         jnp.choose(np.array([3]), [jnp.asarray(ch) for ch in choices])
 
@@ -645,8 +747,10 @@ def test_unravel_and_ravel_multi_index():
     assert_close(narrow[1], np.array([1, 7, 19], np.int8))
     coords = (np.array([1, 0, 1]), np.array([2, 1, 0]))
     assert_close(jnp.ravel_multi_index(coords, (2, 3)), np.ravel_multi_index(coords, (2, 3)))
-    assert_close(jnp.ravel_multi_index(coords, (2, 3), order="F"),
-                 np.ravel_multi_index(coords, (2, 3), order="F"))
+    assert_close(
+        jnp.ravel_multi_index(coords, (2, 3), order="F"),
+        np.ravel_multi_index(coords, (2, 3), order="F"),
+    )
     bad = (np.array([1, 5]), np.array([2, -1]))
     assert_close(jnp.ravel_multi_index(bad, (2, 3), mode="clip"), np.array([5, 3]))
     assert_close(jnp.ravel_multi_index(bad, (2, 3), mode="wrap"), np.array([5, 5]))
@@ -678,5 +782,6 @@ def test_index_constructors():
     for got, w in zip(grid, want):
         assert_close(got, w.astype(np.int32))
     x = np.arange(20).reshape(4, 5)
-    assert_close(jnp.asarray(x)[jnp.ix_(np.array([3, 1]), np.array([0, 4]))],
-                 x[np.ix_([3, 1], [0, 4])])
+    assert_close(
+        jnp.asarray(x)[jnp.ix_(np.array([3, 1]), np.array([0, 4]))], x[np.ix_([3, 1], [0, 4])]
+    )

@@ -1,5 +1,6 @@
 """kiln.jit: the seed documents' examples (printed output asserted), staging under outer
 traces, weak types, argument handling and errors, lowering and compilation."""
+
 from __future__ import annotations
 
 import functools
@@ -40,6 +41,7 @@ def _assert_program(compiled, expected_jaxpr: str) -> None:
 
 # --- seed: why can't we just jit everything -----------------------------------------------
 
+
 def test_seed_condition_on_value_raises_tracer_bool_conversion_error():
     def f(x):
         if x > 0:
@@ -54,7 +56,8 @@ def test_seed_condition_on_value_raises_tracer_bool_conversion_error():
     assert lines[1] == (
         f"The error occurred while tracing the function f at {_line_of(f)} for jit. This "
         "concrete value was not available in Python because it depends on the value of the "
-        "argument x.")
+        "argument x."
+    )
     assert lines[-1].startswith("See https://jax.readthedocs.io/en/latest/errors.html")
 
 
@@ -67,9 +70,10 @@ def test_seed_while_loop_on_traced_n_names_argument_n():
 
     with pytest.raises(errors.TracerBoolConversionError) as info:
         jax.jit(g)(10, 20)
-    assert (f"while tracing the function g at {_line_of(g)} for jit. This concrete value was "
-            "not available in Python because it depends on the value of the argument n."
-            ) in str(info.value)
+    assert (
+        f"while tracing the function g at {_line_of(g)} for jit. This concrete value was "
+        "not available in Python because it depends on the value of the argument n."
+    ) in str(info.value)
 
 
 def test_seed_jitted_loop_body_keeps_weak_type():
@@ -103,10 +107,10 @@ def test_seed_static_argnums_and_argnames(capsys):
 
     f_jit_correct = jax.jit(f, static_argnums=0)
     print(f_jit_correct(10))
-    g_jit_correct = jax.jit(g, static_argnames=['n'])
+    g_jit_correct = jax.jit(g, static_argnames=["n"])
     print(g_jit_correct(10, 20))
 
-    @partial(jax.jit, static_argnames=['n'])
+    @partial(jax.jit, static_argnames=["n"])
     def g_jit_decorated(x, n):
         i = 0
         while i < n:
@@ -126,18 +130,24 @@ def test_seed_jnp_full_needs_static_length(capsys):
     with pytest.raises(TypeError) as info:
         jax.jit(create_filled)(2, 5)
     message = str(info.value)
-    assert message.startswith("Shapes must be 1D sequences of concrete values of integer type, "
-                              "got (Traced<ShapedArray(int32[], weak_type=True)>with"
-                              "<DynamicJaxprTrace(level=1/0)>,).")
-    assert "If using `jit`, try using `static_argnums` or applying `jit` to smaller " \
-           "subfunctions." in message
-    assert (f"The error occurred while tracing the function create_filled at "
-            f"{_line_of(create_filled)} for jit. This concrete value was not available in "
-            "Python because it depends on the value of the argument length.") in message
+    assert message.startswith(
+        "Shapes must be 1D sequences of concrete values of integer type, "
+        "got (Traced<ShapedArray(int32[], weak_type=True)>with"
+        "<DynamicJaxprTrace(level=1/0)>,)."
+    )
+    assert (
+        "If using `jit`, try using `static_argnums` or applying `jit` to smaller "
+        "subfunctions." in message
+    )
+    assert (
+        f"The error occurred while tracing the function create_filled at "
+        f"{_line_of(create_filled)} for jit. This concrete value was not available in "
+        "Python because it depends on the value of the argument length."
+    ) in message
 
     jit_create_filled = jax.jit(create_filled, static_argnums=(1,))
     print(jit_create_filled(2, 5))
-    print(jit_create_filled(1., 10))
+    print(jit_create_filled(1.0, 10))
     assert capsys.readouterr().out == "[2 2 2 2 2]\n[1. 1. 1. 1. 1. 1. 1. 1. 1. 1.]\n"
     assert jit_create_filled._cache_size() == 2
 
@@ -157,7 +167,8 @@ def test_seed_print_runs_at_trace_time_only(capsys):
     assert capsys.readouterr().out == (
         "called `jit_fn(0.5)`\ncalled identity function\n"
         "called `jit_fn(1.0)`\n"
-        "called `jit_fn([-1, 1])`\ncalled identity function\n")
+        "called `jit_fn([-1, 1])`\ncalled identity function\n"
+    )
 
 
 SHIFT = -1.0
@@ -227,12 +238,14 @@ def test_seed_config_relu_make_jaxpr_shows_pjit():
     @jax.jit
     def fn(W, x):
         y = x @ W
-        if config['relu']:
+        if config["relu"]:
             y = jax.nn.relu(y)
         return y
 
     W, x = jnp.ones((2, 2)), jnp.ones((2,))
-    assert str(jax.make_jaxpr(fn)(W, x)) == """\
+    assert (
+        str(jax.make_jaxpr(fn)(W, x))
+        == """\
 { lambda ; a:f32[2,2] b:f32[2]. let
     c:f32[2] = pjit[
       jaxpr={ lambda ; d:f32[2,2] e:f32[2]. let
@@ -241,6 +254,7 @@ def test_seed_config_relu_make_jaxpr_shows_pjit():
       name=fn
     ] a b
   in (c,) }"""
+    )
     np.testing.assert_allclose(np.asarray(fn(W, x)), [2.0, 2.0])
 
 
@@ -252,16 +266,19 @@ def test_seed_fn_lower_compile_as_text():
     rng = np.random.default_rng(0)
     W_np, b_np, x_np = (rng.standard_normal(s).astype(np.float32) for s in [(4, 2), (2,), (4,)])
     jit_fn = jax.jit(fn)
-    np.testing.assert_allclose(np.asarray(jit_fn(W_np, b_np, x_np)), x_np @ W_np + b_np,
-                               rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(jit_fn(W_np, b_np, x_np)), x_np @ W_np + b_np, rtol=1e-5)
     compiled = jax.jit(fn).lower(W_np, b_np, x_np).compile()
     assert compiled.as_text().startswith(
-        "kiln module jit_fn, entry_signature=(f32[4,2], f32[2], f32[4]) -> f32[2]")
-    _assert_program(compiled, """
+        "kiln module jit_fn, entry_signature=(f32[4,2], f32[2], f32[4]) -> f32[2]"
+    )
+    _assert_program(
+        compiled,
+        """
         { lambda ; a:f32[4,2] b:f32[2] c:f32[4]. let
             d:f32[2] = dot_general[dimension_numbers=(([0], [0]), ([], []))] c a
             e:f32[2] = add d b
-          in (e,) }""")
+          in (e,) }""",
+    )
 
 
 def _copy(x):
@@ -283,7 +300,8 @@ def test_seed_stupid_fn_compiles_to_a_single_copy():
     jit_stupid_fn = jax.jit(stupid_fn)
     compiled = jit_stupid_fn.lower(x).compile()
     assert compiled.as_text().startswith(
-        "kiln module jit_stupid_fn, entry_signature=(f32[4]) -> f32[4]")
+        "kiln module jit_stupid_fn, entry_signature=(f32[4]) -> f32[4]"
+    )
     _assert_program(compiled, "{ lambda ; a:f32[4]. let b:f32[4] = copy a in (b,) }")
     assert [e.primitive.name for e in compiled._entry.executable.program.eqns] == ["copy"]
     np.testing.assert_array_equal(np.asarray(jit_stupid_fn(x)), np.asarray(x))
@@ -297,6 +315,7 @@ def test_seed_stupid_fn_compiles_to_a_single_copy():
 
 def _time(fn) -> float:
     import time
+
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -305,13 +324,13 @@ def _time(fn) -> float:
 @pytest.mark.skipif(not hasattr(jnp, "invert"), reason="jnp.invert not written yet")
 def test_seed_mask_tensor_rewritten_with_static_shapes():
     def mask_tensor(x, mask):
-        x = ~mask * x - mask * 100.
+        x = ~mask * x - mask * 100.0
         return x
 
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 4)).astype(np.float32)
     mask = rng.uniform(size=(4, 4)) < 0.5
-    expected = (~mask) * x - mask * np.float32(100.)
+    expected = (~mask) * x - mask * np.float32(100.0)
     eager = mask_tensor(jnp.asarray(x), jnp.asarray(mask))
     jitted = jax.jit(mask_tensor)(jnp.asarray(x), jnp.asarray(mask))
     np.testing.assert_allclose(np.asarray(jitted), expected, rtol=1e-6)
@@ -322,13 +341,18 @@ def test_seed_mask_tensor_rewritten_with_static_shapes():
 def test_seed_pytree_feed_forward():
     dims = [784, 64, 10]
     rng = np.random.default_rng(2)
-    params = [{"W": jnp.asarray(rng.standard_normal((o, i)).astype(np.float32) * 0.05),
-               "b": jnp.zeros((o,))} for i, o in zip(dims[:-1], dims[1:])]
+    params = [
+        {
+            "W": jnp.asarray(rng.standard_normal((o, i)).astype(np.float32) * 0.05),
+            "b": jnp.zeros((o,)),
+        }
+        for i, o in zip(dims[:-1], dims[1:])
+    ]
 
     @jax.jit
     def feed_forward(params, x):
         for p in params:
-            x = jnp.tanh(p['W'] @ x + p['b'])
+            x = jnp.tanh(p["W"] @ x + p["b"])
         return x
 
     x = rng.standard_normal(dims[0]).astype(np.float32)
@@ -341,6 +365,7 @@ def test_seed_pytree_feed_forward():
 
 
 # --- the jit wrapper ---------------------------------------------------------------------------
+
 
 def test_jit_as_function_decorator_and_partial():
     def add(x, y):
@@ -371,13 +396,16 @@ def test_jit_as_function_decorator_and_partial():
     np.testing.assert_array_equal(np.asarray(shift(x, k=1)), [2.0, 3.0])
 
 
-@pytest.mark.parametrize("arg,expected", [
-    (0, "Array(1, dtype=int32, weak_type=True)"),
-    (1.5, "Array(2.5, dtype=float32, weak_type=True)"),
-    (True, "Array(2, dtype=int32, weak_type=True)"),
-    (np.int16(3), "Array(4, dtype=int16)"),
-    (np.float64(1.0), "Array(2., dtype=float32)"),
-])
+@pytest.mark.parametrize(
+    "arg,expected",
+    [
+        (0, "Array(1, dtype=int32, weak_type=True)"),
+        (1.5, "Array(2.5, dtype=float32, weak_type=True)"),
+        (True, "Array(2, dtype=int32, weak_type=True)"),
+        (np.int16(3), "Array(4, dtype=int16)"),
+        (np.float64(1.0), "Array(2., dtype=float32)"),
+    ],
+)
 def test_weak_types_preserved_end_to_end(arg, expected):
     assert repr(jax.jit(lambda p: p + 1)(arg)) == expected
 
@@ -398,8 +426,11 @@ def test_weak_type_of_outputs_matches_eager():
 def test_pytrees_in_and_out():
     @jax.jit
     def f(params, x, scale=2.0):
-        out = {"sum": params["a"] + params["b"][0] * x, "nothing": None,
-               "pair": (x * scale, params["b"][1])}
+        out = {
+            "sum": params["a"] + params["b"][0] * x,
+            "nothing": None,
+            "pair": (x * scale, params["b"][1]),
+        }
         return out
 
     params = {"a": jnp.ones(3), "b": (jnp.arange(3.0), np.float32(4.0))}
@@ -541,6 +572,7 @@ def test_donate_argnums_is_accepted():
 
 # --- staging under outer traces ------------------------------------------------------------
 
+
 def test_nested_jit_is_staged_as_pjit():
     inner = jax.jit(lambda x, y: x * y + 1.0)
 
@@ -592,8 +624,7 @@ def test_closure_over_outer_tracer_becomes_an_explicit_input():
               name=<lambda>
             ] b a
           in (c,) }""")
-    np.testing.assert_array_equal(np.asarray(jax.jit(outer)(jnp.array([1.0, 2.0]))),
-                                  [3.0, 6.0])
+    np.testing.assert_array_equal(np.asarray(jax.jit(outer)(jnp.array([1.0, 2.0]))), [3.0, 6.0])
 
 
 def test_constants_of_a_staged_call_stay_in_its_jaxpr():
@@ -601,16 +632,16 @@ def test_constants_of_a_staged_call_stay_in_its_jaxpr():
     closed = jax.make_jaxpr(jax.jit(lambda x: x + table))(jnp.array([1, 2, 3]))
     (eqn,) = closed.eqns
     assert eqn.primitive is pjit_p and eqn.params["jaxpr"].consts[0] is table
-    np.testing.assert_array_equal(np.asarray(eval_jaxpr(closed.jaxpr, closed.consts,
-                                                        jnp.array([1, 1, 1]))[0]), [2, 3, 4])
+    np.testing.assert_array_equal(
+        np.asarray(eval_jaxpr(closed.jaxpr, closed.consts, jnp.array([1, 1, 1]))[0]), [2, 3, 4]
+    )
 
 
 def test_pjit_runs_eagerly_and_under_eval_jaxpr_retracing():
     closed = jax.make_jaxpr(lambda x: jax.jit(lambda y: y * 3.0)(x) + 1.0)(jnp.ones(2))
     (out,) = eval_jaxpr(closed.jaxpr, closed.consts, jnp.array([1.0, 2.0]))
     np.testing.assert_array_equal(np.asarray(out), [4.0, 7.0])
-    restaged = jax.make_jaxpr(lambda x: eval_jaxpr(closed.jaxpr, closed.consts, x))(
-        jnp.ones(2))
+    restaged = jax.make_jaxpr(lambda x: eval_jaxpr(closed.jaxpr, closed.consts, x))(jnp.ones(2))
     assert str(restaged) == str(closed)
     # A NumPy input to the eager pjit impl is neither frozen nor aliased.
     x = np.ones(2, np.float32)
@@ -631,6 +662,7 @@ def test_jit_under_make_jaxpr_with_static_args():
 
 # --- constants ---------------------------------------------------------------------------
 
+
 def test_large_constants_are_hidden_arguments_not_copies():
     big = jnp.asarray(np.arange(300_000, dtype=np.float32))  # 1.2 MB > 1 MiB
     small = jnp.asarray(np.arange(4, dtype=np.float32))
@@ -639,8 +671,9 @@ def test_large_constants_are_hidden_arguments_not_copies():
     executable = compiled._entry.executable
     assert len(executable.hidden_args) == 1 and executable.hidden_args[0] is big
     assert "hidden_args=1" in compiled.as_text().splitlines()[0]
-    np.testing.assert_array_equal(np.asarray(g(jnp.ones(300_000))),
-                                  np.arange(300_000, dtype=np.float32) + 1)
+    np.testing.assert_array_equal(
+        np.asarray(g(jnp.ones(300_000))), np.arange(300_000, dtype=np.float32) + 1
+    )
     f = kiln.jit(lambda x: x + small)
     assert f.lower(jnp.ones(4)).compile()._entry.executable.hidden_args == ()
     np.testing.assert_array_equal(np.asarray(f(jnp.zeros(4))), [0.0, 1.0, 2.0, 3.0])
@@ -649,13 +682,15 @@ def test_large_constants_are_hidden_arguments_not_copies():
 def test_small_constant_expressions_are_folded():
     table = jnp.asarray(np.array([1.0, 2.0, 3.0], np.float32))
     f = jax.jit(lambda x: x + table * 2.0 + (3.0 - 1.0))
-    _assert_program(f.lower(jnp.ones(3)).compile(),
-                    "{ lambda a:f32[3]; b:f32[3]. let c:f32[3] = add b a d:f32[3] = add c 2.0 "
-                    "in (d,) }")
+    _assert_program(
+        f.lower(jnp.ones(3)).compile(),
+        "{ lambda a:f32[3]; b:f32[3]. let c:f32[3] = add b a d:f32[3] = add c 2.0 in (d,) }",
+    )
     np.testing.assert_array_equal(np.asarray(f(jnp.ones(3))), [5.0, 7.0, 9.0])
 
 
 # --- lowering --------------------------------------------------------------------------------
+
 
 def test_lower_with_shape_dtype_structs_and_compile():
     def f(x, y):
@@ -666,8 +701,9 @@ def test_lower_with_shape_dtype_structs_and_compile():
     lowered = jitted.lower(spec, spec)
     assert lowered.as_text() == str(jax.make_jaxpr(f)(jnp.ones(3), jnp.ones(3)))
     compiled = lowered.compile()
-    np.testing.assert_array_equal(np.asarray(compiled(jnp.ones(3), jnp.full((3,), 2.0))),
-                                  [3.0, 3.0, 3.0])
+    np.testing.assert_array_equal(
+        np.asarray(compiled(jnp.ones(3), jnp.full((3,), 2.0))), [3.0, 3.0, 3.0]
+    )
     with pytest.raises(TypeError, match="compiled for arguments"):
         compiled(jnp.ones(4), jnp.ones(4))
     # The call path reuses what lower/compile built: no new trace or compile.
@@ -688,6 +724,7 @@ def test_explicit_interpreter_backend():
 
 
 # --- host/device helpers ---------------------------------------------------------------------
+
 
 def test_device_put_devices_block_until_ready():
     tree = jax.device_put({"a": 1, "b": np.arange(3), "c": (2.5, jnp.ones(2))})

@@ -1,5 +1,6 @@
 """The jit compile cache: content keys for functions, LRU bound, compile-once under threads,
 statistics, cache-miss explanations, compile logging and the captured-global guard."""
+
 from __future__ import annotations
 
 import functools
@@ -34,6 +35,7 @@ def _fresh_counter():
 
 
 # --- function content keys --------------------------------------------------------------------
+
 
 def test_lambda_created_in_a_loop_hits_the_cache():
     for i in range(5):
@@ -81,8 +83,9 @@ def _scaled(k):
     return lambda x: x * k
 
 
-@pytest.mark.parametrize("a,b", [(2.0, 3.0), (1, 1.0), (1, True), (0.0, -0.0),
-                                 ((1, 2), (1, 2.0)), ("a", "b")])
+@pytest.mark.parametrize(
+    "a,b", [(2.0, 3.0), (1, 1.0), (1, True), (0.0, -0.0), ((1, 2), (1, 2.0)), ("a", "b")]
+)
 def test_closures_with_different_values_never_share(a, b):
     fa, fb = kiln.jit(_scaled(a)), kiln.jit(_scaled(b))
     assert fa._fc is not fb._fc
@@ -114,8 +117,10 @@ def test_partials_defaults_and_globals_are_part_of_the_key():
     def scale(x, k=2.0):
         return x * k
 
-    assert kiln.jit(functools.partial(scale, k=2.0))._fc is \
+    assert (
         kiln.jit(functools.partial(scale, k=2.0))._fc
+        is kiln.jit(functools.partial(scale, k=2.0))._fc
+    )
     p2, p3 = kiln.jit(functools.partial(scale, k=2.0)), kiln.jit(functools.partial(scale, k=3.0))
     assert float(p2(1.0)) == 2.0 and float(p3(1.0)) == 3.0
     d2 = kiln.jit(lambda x, k=2.0: x * k)
@@ -134,6 +139,7 @@ def test_fresh_helper_functions_in_closures_compare_by_content():
         def helper(x):
             TRACES.append(1)
             return x * 2
+
         return kiln.jit(lambda x: helper(x))
 
     for _ in range(3):
@@ -142,6 +148,7 @@ def test_fresh_helper_functions_in_closures_compare_by_content():
 
 
 # --- size, eviction, statistics ---------------------------------------------------------------
+
 
 def test_cache_size_and_clear_cache():
     f = kiln.jit(lambda x: x * 2)
@@ -164,8 +171,8 @@ def test_lru_eviction_with_a_bounded_cache():
         before = kiln.jit_cache_stats()["evictions"]
         for n in (1, 2, 3):
             f(jnp.ones(n))
-        f(jnp.ones(1))        # n=1 is now the most recently used
-        f(jnp.ones(4))        # evicts n=2, the least recently used
+        f(jnp.ones(1))  # n=1 is now the most recently used
+        f(jnp.ones(4))  # evicts n=2, the least recently used
         assert f._cache_size() == 3
         assert kiln.jit_cache_stats()["evictions"] == before + 1
         traces = f.cache_info()["traces"]
@@ -208,6 +215,7 @@ def test_failed_trace_leaves_no_entry_behind():
 
 
 # --- threads ---------------------------------------------------------------------------------
+
 
 def test_concurrent_first_calls_compile_once():
     traces = []
@@ -268,6 +276,7 @@ def test_concurrent_calls_with_different_shapes_and_a_failing_trace():
 
 # --- diagnostics -------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def explain(caplog):
     kiln.config.update("jax_explain_cache_misses", True)
@@ -312,6 +321,7 @@ def test_log_compiles(caplog):
     caplog.set_level(logging.WARNING, logger="kiln")
     kiln.config.update("jax_log_compiles", True)
     try:
+
         def logged_fn(x, y):
             return x * y
 
@@ -324,13 +334,13 @@ def test_log_compiles(caplog):
 
 
 def test_kiln_log_compiles_environment_variable():
-    code = ("import logging; logging.basicConfig(); import kiln; "
-            "kiln.jit(lambda x: x + 1)(1.0)")
+    code = "import logging; logging.basicConfig(); import kiln; kiln.jit(lambda x: x + 1)(1.0)"
     env = dict(os.environ, KILN_LOG_COMPILES="1")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=root,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "Compiling <lambda> for signature (x: f32[] weak)" in done.stderr
 

@@ -2,6 +2,7 @@
 captured globals, closure cells, attributes or bound containers have changed since (it traces
 again, as a new function object does in JAX), the same jitted object keeps its trace-time values
 (warning once), and nothing is retraced when nothing changed."""
+
 from __future__ import annotations
 
 import contextlib
@@ -53,6 +54,7 @@ LOOP = """
 
 
 # --- loops creating new functions ----------------------------------------------------------------
+
 
 def test_module_level_loop_over_a_global_gives_each_value():
     with no_stale_warning():
@@ -171,8 +173,9 @@ def test_helper_from_another_module_and_module_attributes(tmp_path, monkeypatch)
             return x * FACTOR
     """)
     (tmp_path / "capture_helpers.py").write_text(source)
-    spec = importlib.util.spec_from_file_location("capture_helpers",
-                                                  tmp_path / "capture_helpers.py")
+    spec = importlib.util.spec_from_file_location(
+        "capture_helpers", tmp_path / "capture_helpers.py"
+    )
     helpers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helpers)
     monkeypatch.setitem(sys.modules, "capture_helpers", helpers)
@@ -187,12 +190,17 @@ def test_helper_from_another_module_and_module_attributes(tmp_path, monkeypatch)
     outs = []
     for factor in (2.0, 5.0):
         helpers.FACTOR = factor
-        outs.append((float(kiln.jit(namespace["through_helper"])(1.0)),
-                     float(kiln.jit(namespace["through_attribute"])(1.0))))
+        outs.append(
+            (
+                float(kiln.jit(namespace["through_helper"])(1.0)),
+                float(kiln.jit(namespace["through_attribute"])(1.0)),
+            )
+        )
     assert outs == [(2.0, 3.0), (5.0, 6.0)]
 
 
 # --- closures ------------------------------------------------------------------------------------
+
 
 def test_closure_cell_rebound_between_creation_and_first_call():
     scale = 1.0
@@ -200,13 +208,13 @@ def test_closure_cell_rebound_between_creation_and_first_call():
     def make():
         return kiln.jit(lambda x: x * scale)  # one code object, reading this frame's cell
 
-    first = make()                            # keyed while scale == 1.0 ...
+    first = make()  # keyed while scale == 1.0 ...
     scale = 2.0
-    assert float(first(1.0)) == 2.0           # ... but traced with 2.0
+    assert float(first(1.0)) == 2.0  # ... but traced with 2.0
     scale = 1.0
-    second = make()                           # the same content key as `first`
+    second = make()  # the same content key as `first`
     assert second._fc_key == first._fc_key
-    assert float(second(1.0)) == 1.0          # a stale trace is never reused
+    assert float(second(1.0)) == 1.0  # a stale trace is never reused
     with pytest.warns(StaleCaptureWarning, match="closure variable `scale`"):
         assert float(first(1.0)) == 2.0
 
@@ -217,6 +225,7 @@ def test_closure_holding_a_helper_that_reads_a_global():
     def make():
         def inner(x):
             return _adds_offset(x)
+
         return kiln.jit(lambda x: inner(x))
 
     try:
@@ -235,6 +244,7 @@ def test_closure_dict_changed_in_place():
         def fn(x):
             y = x + config["shift"]
             return jnp.maximum(y, 0.0) if config["relu"] else y
+
         return kiln.jit(fn)
 
     old = make()
@@ -248,6 +258,7 @@ def test_closure_dict_changed_in_place():
 
 # --- default arguments ---------------------------------------------------------------------------
 
+
 def test_default_arguments():
     outs = [float(kiln.jit(lambda x, k=k: x * k)(1.0)) for k in (1.0, 2.0, 2.0, 3.0)]
     assert outs == [1.0, 2.0, 2.0, 3.0]
@@ -256,9 +267,9 @@ def test_default_arguments():
         return x * table[0] + table[1]
 
     assert float(kiln.jit(fn)(1.0)) == 3.0
-    fn.__defaults__[0][0] = 10.0              # changed in place
+    fn.__defaults__[0][0] = 10.0  # changed in place
     assert float(kiln.jit(fn)(1.0)) == 12.0
-    fn.__defaults__ = ([0.0, 1.0],)           # replaced
+    fn.__defaults__ = ([0.0, 1.0],)  # replaced
     assert float(kiln.jit(fn)(1.0)) == 1.0
 
 
@@ -266,12 +277,14 @@ def test_keyword_only_defaults():
     def make(k):
         def fn(x, *, k=k):
             return x * k
+
         return fn
 
     assert [float(kiln.jit(make(k))(1.0)) for k in (2.0, 3.0)] == [2.0, 3.0]
 
 
 # --- functools.partial ---------------------------------------------------------------------------
+
 
 def _affine(x, a, b=0.0):
     TRACES.append("affine")
@@ -281,8 +294,9 @@ def _affine(x, a, b=0.0):
 def test_partial_arguments_and_the_globals_of_their_function():
     global OFFSET
     try:
-        outs = [float(kiln.jit(functools.partial(_affine, a=a, b=1.0))(1.0))
-                for a in (1.0, 2.0, 2.0)]
+        outs = [
+            float(kiln.jit(functools.partial(_affine, a=a, b=1.0))(1.0)) for a in (1.0, 2.0, 2.0)
+        ]
         assert outs == [3.0, 4.0, 4.0]
         assert len(TRACES) == 2
         OFFSET = 10.0
@@ -291,13 +305,14 @@ def test_partial_arguments_and_the_globals_of_their_function():
         table = {"a": 2.0}
         fn = functools.partial(lambda x, t: _affine(x, t["a"]), t=table)
         assert float(kiln.jit(fn)(1.0)) == 12.0
-        table["a"] = 5.0                      # a partial argument changed in place
+        table["a"] = 5.0  # a partial argument changed in place
         assert float(kiln.jit(fn)(1.0)) == 15.0
     finally:
         OFFSET = 1.0
 
 
 # --- bound methods and callable objects ----------------------------------------------------------
+
 
 class Layer:
     bias = 0.0
@@ -326,16 +341,16 @@ def test_bound_method_attribute_rebound():
         assert float(old(1.0)) == 2.0
     TRACES.clear()
     assert float(kiln.jit(layer.apply)(1.0)) == 5.0
-    assert TRACES == []                       # nothing changed: the cache hits
+    assert TRACES == []  # nothing changed: the cache hits
 
 
 def test_bound_method_class_attribute_and_helper_method():
     layer = Layer(2.0)
     assert float(kiln.jit(layer.apply_twice)(1.0)) == 4.0
-    layer.weight = 3.0                        # read through self.apply
+    layer.weight = 3.0  # read through self.apply
     assert float(kiln.jit(layer.apply_twice)(1.0)) == 9.0
     try:
-        Layer.bias = 1.0                      # a class attribute
+        Layer.bias = 1.0  # a class attribute
         assert float(kiln.jit(layer.apply)(1.0)) == 4.0
     finally:
         Layer.bias = 0.0
@@ -366,6 +381,7 @@ def test_bound_method_matches_jax():
 
 
 # --- the cache still hits ------------------------------------------------------------------------
+
 
 def _jit_doubler():
     return kiln.jit(lambda x: x * 2.0)
@@ -424,14 +440,16 @@ def test_a_new_object_adopts_an_entry_once(monkeypatch):
     fresh = _jit_table_adder()
     adopted = []
     original = cache.adopt
-    monkeypatch.setattr(cache, "adopt", lambda table, entry: adopted.append(entry) or
-                        original(table, entry))
+    monkeypatch.setattr(
+        cache, "adopt", lambda table, entry: adopted.append(entry) or original(table, entry)
+    )
     for _ in range(4):
         np.testing.assert_array_equal(np.asarray(fresh(jnp.ones(2))), [2.0, 3.0])
     assert len(adopted) == 1 and fresh.cache_info()["traces"] == 1
 
 
 # --- modes ---------------------------------------------------------------------------------------
+
 
 def test_retrace_mode_shares_the_retraced_entry():
     global SCALE
@@ -461,6 +479,7 @@ def test_ignore_mode_keeps_the_old_value_silently_but_new_objects_retrace():
 
 
 # --- under outer traces, lower(), eviction -------------------------------------------------------
+
 
 def test_new_inner_jit_under_an_outer_jit_sees_new_globals():
     global SCALE
@@ -505,13 +524,14 @@ def test_clear_cache_and_eviction_reach_every_object():
     previous = kiln.config.compile_cache_size
     kiln.config.update("kiln_compile_cache_size", 1)
     try:
-        kiln.jit(lambda x: x - 1.0)(1.0)      # evicts g's entry
+        kiln.jit(lambda x: x - 1.0)(1.0)  # evicts g's entry
         assert len(g._entries) == 0
     finally:
         kiln.config.update("kiln_compile_cache_size", previous)
 
 
 # --- jit's options -------------------------------------------------------------------------------
+
 
 def _two(x, n):
     return x * n
@@ -523,30 +543,39 @@ def _doubled_n_times(x, n):
     return x
 
 
-@pytest.mark.parametrize("options,error,match", [
-    (dict(static_argnames="y"), ValueError, r"invalid argnames \{'y'\} in static_argnames"),
-    (dict(static_argnames=("n", "y")), ValueError, r"\{'y'\}.*parameters are x, n"),
-    (dict(static_argnums=2), ValueError, r"static_argnums=\(2,\).*2 positional"),
-    (dict(static_argnums=-3), ValueError, r"static_argnums=\(-3,\)"),
-    (dict(static_argnums=1.0), TypeError, "static_argnums must be an int"),
-    (dict(static_argnums="n"), TypeError, "static_argnums must be an int"),
-    (dict(static_argnames=1), TypeError, "static_argnames must be a str"),
-    (dict(donate_argnums=5), ValueError, r"donate_argnums=\(5,\)"),
-    (dict(donate_argnames="q"), ValueError, r"\{'q'\} in donate_argnames"),
-    (dict(static_argnums=1, donate_argnums=1), ValueError, r"\{'n'\}.*static and donated"),
-    (dict(static_argnames="n", donate_argnames="n"), ValueError, "cannot intersect"),
-    (dict(static_argnums=1, donate_argnames="n"), ValueError, "cannot intersect"),
-])
+@pytest.mark.parametrize(
+    "options,error,match",
+    [
+        (dict(static_argnames="y"), ValueError, r"invalid argnames \{'y'\} in static_argnames"),
+        (dict(static_argnames=("n", "y")), ValueError, r"\{'y'\}.*parameters are x, n"),
+        (dict(static_argnums=2), ValueError, r"static_argnums=\(2,\).*2 positional"),
+        (dict(static_argnums=-3), ValueError, r"static_argnums=\(-3,\)"),
+        (dict(static_argnums=1.0), TypeError, "static_argnums must be an int"),
+        (dict(static_argnums="n"), TypeError, "static_argnums must be an int"),
+        (dict(static_argnames=1), TypeError, "static_argnames must be a str"),
+        (dict(donate_argnums=5), ValueError, r"donate_argnums=\(5,\)"),
+        (dict(donate_argnames="q"), ValueError, r"\{'q'\} in donate_argnames"),
+        (dict(static_argnums=1, donate_argnums=1), ValueError, r"\{'n'\}.*static and donated"),
+        (dict(static_argnames="n", donate_argnames="n"), ValueError, "cannot intersect"),
+        (dict(static_argnums=1, donate_argnames="n"), ValueError, "cannot intersect"),
+    ],
+)
 def test_option_mistakes_raise_at_jit_time(options, error, match):
     with pytest.raises(error, match=match):
         kiln.jit(_two, **options)
 
 
-@pytest.mark.parametrize("options", [
-    dict(static_argnames="y"), dict(static_argnums=2), dict(static_argnums=1.0),
-    dict(donate_argnums=5), dict(static_argnums=1, donate_argnums=1),
-    dict(donate_argnames="q"),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(static_argnames="y"),
+        dict(static_argnums=2),
+        dict(static_argnums=1.0),
+        dict(donate_argnums=5),
+        dict(static_argnums=1, donate_argnums=1),
+        dict(donate_argnames="q"),
+    ],
+)
 def test_option_mistakes_match_jax(options):
     jax = pytest.importorskip("jax")
     with pytest.raises(Exception) as ours:
@@ -579,7 +608,7 @@ def test_positional_only_names_and_accepted_forms():
     by_number = kiln.jit(_doubled_n_times, static_argnums=np.int64(1))
     assert float(by_number(1.0, n=5)) == 32.0 and float(by_number(1.0, 2)) == 4.0
     assert float(kiln.jit(_two, donate_argnums=(0,), donate_argnames="x")(2.0, 3.0)) == 6.0
-    kiln.jit(max, static_argnames="y")        # no signature to check, as in JAX
+    kiln.jit(max, static_argnames="y")  # no signature to check, as in JAX
 
 
 def test_retrace_mode_new_object_after_a_change_made_in_place():
@@ -592,7 +621,7 @@ def test_retrace_mode_new_object_after_a_change_made_in_place():
     assert float(old(1.0)) == 2.0
     table["k"] = 3.0
     assert float(kiln.jit(fn, on_stale_capture="retrace")(1.0)) == 3.0
-    assert float(old(1.0)) == 3.0             # the stale entry was dropped for everyone
+    assert float(old(1.0)) == 3.0  # the stale entry was dropped for everyone
 
 
 def test_explain_cache_miss_names_the_changed_capture(caplog):

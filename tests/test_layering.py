@@ -7,6 +7,7 @@ of the module. Where a lower layer needs something from above at run time, the u
 registers a hook (as kiln.numpy.array_methods attaches the operators of kiln.Array); there is no
 exception list.
 """
+
 from __future__ import annotations
 
 import ast
@@ -49,14 +50,18 @@ def _imported_modules(path: pathlib.Path) -> list[tuple[int, str]]:
             found.extend((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module
             found.append((node.lineno, module))
             found.extend((node.lineno, f"{module}.{alias.name}") for alias in node.names)
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, str):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
             if name in ("import_module", "__import__"):
@@ -114,7 +119,8 @@ def test_the_import_scanner_sees_lazy_and_relative_imports(tmp_path, monkeypatch
         "    from kiln.runtime import engine\n"
         "    from kiln import numpy\n"
         "    from ..compiler import lower\n"
-        "    importlib.import_module('kiln.codegen.llvm')\n")
+        "    importlib.import_module('kiln.codegen.llvm')\n"
+    )
     monkeypatch.setitem(globals(), "KILN", tmp_path / "kiln")
     modules = {m for _, m in _imported_modules(source)}
     assert {"kiln.runtime", "kiln.numpy", "kiln.compiler.lower", "kiln.codegen.llvm"} <= modules
@@ -127,12 +133,19 @@ def _environment_reads(path: pathlib.Path) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text(), filename=str(path))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr in ENVIRONMENT_NAMES \
-                and isinstance(node.value, ast.Name) and node.value.id == "os":
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ENVIRONMENT_NAMES
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
             found.append((node.lineno, f"os.{node.attr}"))
         elif isinstance(node, ast.ImportFrom) and node.module == "os":
-            found.extend((node.lineno, f"from os import {alias.name}") for alias in node.names
-                         if alias.name in ENVIRONMENT_NAMES)
+            found.extend(
+                (node.lineno, f"from os import {alias.name}")
+                for alias in node.names
+                if alias.name in ENVIRONMENT_NAMES
+            )
     return found
 
 
@@ -154,6 +167,7 @@ def test_the_environment_scanner_sees_every_form(tmp_path):
         "import os\n"
         "from os import environ as env\n"
         "def f():\n"
-        "    return os.environ.get('A'), os.getenv('B'), os.environ['C']\n")
+        "    return os.environ.get('A'), os.getenv('B'), os.environ['C']\n"
+    )
     found = [what for _, what in _environment_reads(source)]
     assert sorted(found) == ["from os import environ", "os.environ", "os.environ", "os.getenv"]

@@ -1,5 +1,6 @@
 """make_jaxpr and the jaxpr printer: the seed documents' examples, character for character,
 plus the printer's layout rules, the typechecker and the tracer errors."""
+
 import numpy as np
 import pytest
 
@@ -7,8 +8,15 @@ import kiln as jax
 import kiln.numpy as jnp
 from kiln.core import errors
 from kiln.core.avals import ShapedArray
-from kiln.core.jaxpr import Jaxpr, JaxprEqn, Literal, Var, _alphabetic, typecheck_jaxpr, \
-    JaxprTypeError
+from kiln.core.jaxpr import (
+    Jaxpr,
+    JaxprEqn,
+    Literal,
+    Var,
+    _alphabetic,
+    typecheck_jaxpr,
+    JaxprTypeError,
+)
 from kiln.primitives import elementwise as ew
 
 
@@ -41,10 +49,12 @@ def test_seed_print_shows_tracer(capsys):
         print("printed x:", x)
         return log2(x)
 
-    print(jax.make_jaxpr(log2_with_print)(3.))
+    print(jax.make_jaxpr(log2_with_print)(3.0))
     out = capsys.readouterr().out
-    assert out == ("printed x: Traced<ShapedArray(float32[], weak_type=True)>with"
-                   "<DynamicJaxprTrace(level=1/0)>\n" + LOG2_JAXPR + "\n")
+    assert out == (
+        "printed x: Traced<ShapedArray(float32[], weak_type=True)>with"
+        "<DynamicJaxprTrace(level=1/0)>\n" + LOG2_JAXPR + "\n"
+    )
 
 
 def test_seed_python_branch_on_rank():
@@ -53,8 +63,10 @@ def test_seed_python_branch_on_rank():
             return log2(x)
         return x
 
-    assert str(jax.make_jaxpr(log2_if_rank_2)(jax.numpy.array([1, 2, 3]))) == \
-        "{ lambda ; a:i32[3]. let  in (a,) }"
+    assert (
+        str(jax.make_jaxpr(log2_if_rank_2)(jax.numpy.array([1, 2, 3])))
+        == "{ lambda ; a:i32[3]. let  in (a,) }"
+    )
 
 
 def test_seed_static_argnums_full():
@@ -64,18 +76,27 @@ def test_seed_static_argnums_full():
     assert str(jax.make_jaxpr(create_filled, static_argnums=(1,))(2, 5)) == (
         "{ lambda ; a:i32[]. let\n"
         "    b:i32[5] = broadcast_in_dim[broadcast_dimensions=() shape=(5,)] a\n"
-        "  in (b,) }")
+        "  in (b,) }"
+    )
     assert str(jax.make_jaxpr(create_filled, static_argnums=(1,))(1.6, 10)) == (
         "{ lambda ; a:f32[]. let\n"
         "    b:f32[10] = broadcast_in_dim[broadcast_dimensions=() shape=(10,)] a\n"
-        "  in (b,) }")
+        "  in (b,) }"
+    )
     assert str(create_filled(1.0, 5)) == "[1. 1. 1. 1. 1.]"
     assert str(create_filled(2, 2)) == "[2 2]"
 
 
 def test_names_are_alphabetic():
-    assert [_alphabetic(i) for i in (0, 1, 25, 26, 27, 52, 1000)] == \
-        ["a", "b", "z", "ba", "bb", "ca", "bmm"]
+    assert [_alphabetic(i) for i in (0, 1, 25, 26, 27, 52, 1000)] == [
+        "a",
+        "b",
+        "z",
+        "ba",
+        "bb",
+        "ca",
+        "bmm",
+    ]
 
 
 def test_unused_outputs_print_as_underscore_and_long_chains_name_like_jax():
@@ -112,6 +133,7 @@ def test_nested_jaxpr_params_indent_and_share_names():
 
     class Call(type(ew.add_p)):
         pass
+
     call_p = Call("pjit")
     eqn = JaxprEqn(call_p, [outer.invars[0]], [v_out], {"jaxpr": inner, "name": "square"})
     outer = Jaxpr([], outer.invars, [v_out], [eqn])
@@ -121,7 +143,8 @@ def test_nested_jaxpr_params_indent_and_share_names():
         "      jaxpr={ lambda ; c:f32[2]. let d:f32[2] = mul c c in (d,) }\n"
         "      name=square\n"
         "    ] a\n"
-        "  in (b,) }")
+        "  in (b,) }"
+    )
 
 
 def test_typecheck_accepts_traced_and_rejects_bad_jaxprs():
@@ -136,8 +159,12 @@ def test_typecheck_accepts_traced_and_rejects_bad_jaxprs():
     unbound = Jaxpr([], [a], [c], [JaxprEqn(ew.add_p, [a, c], [c], {})])
     with pytest.raises(JaxprTypeError, match="before it is bound"):
         typecheck_jaxpr(unbound)
-    lit = Jaxpr([], [a], [b], [JaxprEqn(ew.add_p, [a, Literal(np.float32(1), ShapedArray(
-        (), np.float32))], [b], {})])
+    lit = Jaxpr(
+        [],
+        [a],
+        [b],
+        [JaxprEqn(ew.add_p, [a, Literal(np.float32(1), ShapedArray((), np.float32))], [b], {})],
+    )
     with pytest.raises(JaxprTypeError):
         typecheck_jaxpr(lit)
 
@@ -163,8 +190,9 @@ def test_bool_conversion_error_names_the_right_argument():
             i += 1
         return x + i
 
-    with pytest.raises(errors.TracerBoolConversionError,
-                       match="depends on the value of the argument n\\."):
+    with pytest.raises(
+        errors.TracerBoolConversionError, match="depends on the value of the argument n\\."
+    ):
         jax.make_jaxpr(g)(10, 20)
 
 
@@ -184,9 +212,11 @@ def test_shape_error_suggests_static_argnums():
     with pytest.raises(TypeError) as info:
         jax.make_jaxpr(create_filled)(2, 5)
     msg = str(info.value)
-    assert msg.startswith("Shapes must be 1D sequences of concrete values of integer type, "
-                          "got (Traced<ShapedArray(int32[], weak_type=True)>with"
-                          "<DynamicJaxprTrace(level=1/0)>,).")
+    assert msg.startswith(
+        "Shapes must be 1D sequences of concrete values of integer type, "
+        "got (Traced<ShapedArray(int32[], weak_type=True)>with"
+        "<DynamicJaxprTrace(level=1/0)>,)."
+    )
     assert "try using `static_argnums`" in msg
     assert "depends on the value of the argument length." in msg
 
@@ -221,6 +251,7 @@ def test_tracer_item_assignment_points_to_at():
 
 def test_eager_ops_are_checked_like_traced_ones():
     from kiln import lax
+
     with pytest.raises(TypeError, match="incompatible shapes"):
         lax.add(jnp.ones(3), jnp.ones((2, 3)))
     with pytest.raises(TypeError, match="same dtypes"):

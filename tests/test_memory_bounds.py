@@ -1,6 +1,7 @@
 """Bounded memory: a jitted function called with thousands of signatures keeps its process
 size bounded (evicted programs free their native code; LLVM work moves to a recycled worker
 process), and kiln.clear_caches() frees everything compiled."""
+
 from __future__ import annotations
 
 import gc
@@ -42,8 +43,13 @@ def test_rss_stays_bounded_over_3000_signatures():
         """)
     env = dict(os.environ, KILN_COMPILE_CACHE_SIZE="64", KILN_LLVM_IN_PROCESS_COMPILES="64")
     env.pop("KILN_CACHE_DIR", None)
-    result = subprocess.run([sys.executable, "-W", "ignore", "-c", script], env=env,
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr
     at_1000, at_3000, entries, live, workers = result.stdout.split()
     growth = float(at_3000) - float(at_1000)

@@ -1,6 +1,7 @@
 """Native code that runs on every x86-64 CPU: no call to a symbol the process lacks on any
 target, kiln's own half-precision builtins against NumPy, unresolved symbols reported by name,
 and the KILN_CPU / KILN_CPU_FEATURES target override."""
+
 from __future__ import annotations
 
 import os
@@ -22,9 +23,23 @@ from tests._testing import CODEGEN_TARGETS, use_codegen_target
 
 O = ScalarOp
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
-DTYPES = [np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
-                                np.uint16, np.uint32, np.uint64, np.float16, np.float32,
-                                np.float64)] + [kir.BFLOAT16]
+DTYPES = [
+    np.dtype(t)
+    for t in (
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.float64,
+    )
+] + [kir.BFLOAT16]
 
 #: CPUs whose code is inspected (not run): the oldest x86-64, SSE4.2 without AVX, the two
 #: baselines, an Intel part with AVX512-FP16 and an AMD one without it.
@@ -37,28 +52,38 @@ def _one_loop(name, inputs, outputs, size=37) -> Program:
     i = Var("i")
     loads = {n: b[i] for n, b in in_buffers.items()}
     stores = [Store(out_buffers[n], i, build(loads)) for n, (_, build) in outputs.items()]
-    return Program(name, list(in_buffers.values()) + list(out_buffers.values()),
-                   [Kernel(name, [Loop(i, 0, size, stores)])])
+    return Program(
+        name,
+        list(in_buffers.values()) + list(out_buffers.values()),
+        [Kernel(name, [Loop(i, 0, size, stores)])],
+    )
 
 
 def _every_op_program(dtype) -> Program:
     outputs = {}
     for scalar_op in O:
         spec = kir.OP_SPECS.get(scalar_op)
-        if (scalar_op in (O.CAST, O.SELECT) or spec is None
-                or kir.dtype_family(dtype) not in spec.families
-                or not scalar_ops.op_supported(scalar_op, dtype)):
+        if (
+            scalar_op in (O.CAST, O.SELECT)
+            or spec is None
+            or kir.dtype_family(dtype) not in spec.families
+            or not scalar_ops.op_supported(scalar_op, dtype)
+        ):
             continue
         result = kir.check_op(scalar_op, [dtype] * spec.arity, None)
-        outputs[scalar_op.value] = (result, lambda loads, o=scalar_op, n=spec.arity:
-                                    kir.op(o, *[loads["a"], loads["b"], loads["c"]][:n]))
-    return _one_loop(f"ops_{kir.short_name(dtype)}", {"a": dtype, "b": dtype, "c": dtype},
-                     outputs)
+        outputs[scalar_op.value] = (
+            result,
+            lambda loads, o=scalar_op, n=spec.arity: kir.op(
+                o, *[loads["a"], loads["b"], loads["c"]][:n]
+            ),
+        )
+    return _one_loop(f"ops_{kir.short_name(dtype)}", {"a": dtype, "b": dtype, "c": dtype}, outputs)
 
 
 def _every_cast_program(source) -> Program:
-    outputs = {f"to_{kir.short_name(d)}": (d, lambda loads, d=d: kir.cast(loads["x"], d))
-               for d in DTYPES}
+    outputs = {
+        f"to_{kir.short_name(d)}": (d, lambda loads, d=d: kir.cast(loads["x"], d)) for d in DTYPES
+    }
     return _one_loop(f"casts_{kir.short_name(source)}", {"x": source}, outputs)
 
 
@@ -93,6 +118,7 @@ def test_double_to_half_is_emitted_without_a_builtin_call():
 
 
 # --- kiln's half-precision builtins -----------------------------------------------------------
+
 
 def _builtin_caller(name: str, source, result) -> ir.Module:
     """void convert(src*, dst*, i64 n): dst[i] = builtin(src[i]) as LLVM lowers the conversion
@@ -133,8 +159,10 @@ def _run_builtin(name, source, result, values: np.ndarray, out_dtype) -> np.ndar
     assert name in objects.undefined_symbols(data)  # it really goes through the builtin
     library = engine.load_object(data, baseline, name)
     import ctypes
+
     convert = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
-        library.address("convert"))
+        library.address("convert")
+    )
     values = np.ascontiguousarray(values)
     out = np.empty(values.shape, out_dtype)
     convert(values.ctypes.data, out.ctypes.data, values.size)
@@ -157,10 +185,32 @@ def _hard_cases(dtype, rng) -> np.ndarray:
     finite = halves[np.isfinite(halves)].astype(np.float64)
     finite = np.unique(finite)
     mids = (finite[:-1] + finite[1:]) / 2
-    values = [finite, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf),
-              np.array([65504.0, 65519.99, 65520.0, 65536.0, 2.0 ** -24, 2.0 ** -25,
-                        2.0 ** -25 * 1.0000001, 2.0 ** -26, 1e-30, 1e30, np.inf, -np.inf,
-                        np.nan, -np.nan, 0.0, -0.0])]
+    values = [
+        finite,
+        mids,
+        np.nextafter(mids, np.inf),
+        np.nextafter(mids, -np.inf),
+        np.array(
+            [
+                65504.0,
+                65519.99,
+                65520.0,
+                65536.0,
+                2.0**-24,
+                2.0**-25,
+                2.0**-25 * 1.0000001,
+                2.0**-26,
+                1e-30,
+                1e30,
+                np.inf,
+                -np.inf,
+                np.nan,
+                -np.nan,
+                0.0,
+                -0.0,
+            ]
+        ),
+    ]
     bits = rng.integers(0, 1 << 63, 50_000, dtype=np.uint64)
     random = bits.view(np.float64) if dtype == F64 else bits.astype(np.uint32).view(np.float32)
     with np.errstate(all="ignore"):
@@ -170,8 +220,7 @@ def _hard_cases(dtype, rng) -> np.ndarray:
 
 def test_truncdfhf2_and_truncsfhf2_round_as_numpy():
     rng = np.random.default_rng(0)
-    for name, dtype, llvm_type in (("__truncdfhf2", F64, T.DOUBLE),
-                                   ("__truncsfhf2", F32, T.FLOAT)):
+    for name, dtype, llvm_type in (("__truncdfhf2", F64, T.DOUBLE), ("__truncsfhf2", F32, T.FLOAT)):
         values = _hard_cases(dtype, rng)
         got = _run_builtin(name, llvm_type, T.HALF, values, F16)
         with np.errstate(all="ignore"):
@@ -195,17 +244,25 @@ def test_half_casts_in_kernels_round_as_numpy(name):
     with context:
         for source in (F64, F32):
             values = _hard_cases(source, rng)
-            program = _one_loop(f"to_half_{kir.short_name(source)}", {"x": source},
-                                {"y": (F16, lambda loads: kir.cast(loads["x"], F16))},
-                                size=len(values))
+            program = _one_loop(
+                f"to_half_{kir.short_name(source)}",
+                {"x": source},
+                {"y": (F16, lambda loads: kir.cast(loads["x"], F16))},
+                size=len(values),
+            )
             (got,) = engine.compile_program(program)(values)
             with np.errstate(all="ignore"):
                 _same_floats(got, values.astype(F16))
         halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
-        program = _one_loop("from_half", {"x": F16},
-                            {"y": (F32, lambda loads: kir.cast(loads["x"], F32)),
-                             "z": (F16, lambda loads: kir.op(O.ADD, loads["x"], loads["x"]))},
-                            size=len(halves))
+        program = _one_loop(
+            "from_half",
+            {"x": F16},
+            {
+                "y": (F32, lambda loads: kir.cast(loads["x"], F32)),
+                "z": (F16, lambda loads: kir.op(O.ADD, loads["x"], loads["x"])),
+            },
+            size=len(halves),
+        )
         widened, doubled = engine.compile_program(program)(halves)
         _same_floats(widened, halves.astype(F32))
         with np.errstate(all="ignore"):
@@ -227,17 +284,20 @@ def _plain_x86_64():
         finally:
             kiln.config.update("kiln_cpu", saved[0])
             kiln.config.update("kiln_cpu_features", saved[1])
+
     return pinned()
 
 
 # --- unresolved symbols --------------------------------------------------------------------
 
+
 def test_a_missing_symbol_is_an_error_naming_it():
     host = target.host_target()
     module = ir.Module(name="needs_missing")
     module.triple, module.data_layout = host.triple, host.data_layout
-    missing = ir.Function(module, ir.FunctionType(T.DOUBLE, [T.DOUBLE]),
-                          name="kiln_test_no_such_symbol")
+    missing = ir.Function(
+        module, ir.FunctionType(T.DOUBLE, [T.DOUBLE]), name="kiln_test_no_such_symbol"
+    )
     caller = ir.Function(module, ir.FunctionType(T.DOUBLE, [T.DOUBLE]), name="caller")
     builder = ir.IRBuilder(caller.append_basic_block("entry"))
     builder.ret(builder.call(missing, [caller.args[0]]))
@@ -256,16 +316,23 @@ def test_object_reader_rejects_garbage():
 
 # --- the target override -------------------------------------------------------------------
 
+
 def _run_python(code: str, **env) -> subprocess.CompletedProcess:
     environment = dict(os.environ, **env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=environment, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
 
 
 def test_kiln_cpu_selects_the_target_of_generated_code():
     if not target.host_can_run("x86-64-v3"):
         pytest.skip("this CPU cannot run x86-64-v3 code")
-    result = _run_python("""
+    result = _run_python(
+        """
         import numpy as np, kiln, kiln.numpy as jnp
         from kiln.codegen.llvm import target
         from kiln.runtime import engine
@@ -275,7 +342,10 @@ def test_kiln_cpu_selects_the_target_of_generated_code():
         print(np.allclose(np.asarray(y, np.float32),
                           np.tanh(x) * 2 + x.astype(np.float16).astype(np.float32),
                           rtol=2e-3, atol=2e-3))
-        """, KILN_CPU="x86-64-v3", KILN_CPU_FEATURES="")
+        """,
+        KILN_CPU="x86-64-v3",
+        KILN_CPU_FEATURES="",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["x86-64-v3", "x86-64-v3", "True"]
 
@@ -286,8 +356,9 @@ def test_baseline_code_uses_only_its_features():
     size = 4096
     x, y = Buffer("x", F32, (size,)), Buffer("y", F32, (size,), "output")
     i = Var("i")
-    program = Program("scale", [x, y], [Kernel("scale", [
-        Loop(i, 0, size, [Store(y, i, x[i] * 3.0 + 1.0)])])])
+    program = Program(
+        "scale", [x, y], [Kernel("scale", [Loop(i, 0, size, [Store(y, i, x[i] * 3.0 + 1.0)])])]
+    )
     with use_codegen_target("x86-64-v3"):
         native = engine.compile_program(program)
         assert "ymm" in native.asm and "zmm" not in native.asm
@@ -295,12 +366,16 @@ def test_baseline_code_uses_only_its_features():
 
 
 def test_a_target_this_cpu_cannot_run_is_refused():
-    lacking = [f for f in ("avx512fp16", "amx-tile", "avx10.2-512", "sha512", "avx512f")
-               if f not in target.host_features()]
+    lacking = [
+        f
+        for f in ("avx512fp16", "amx-tile", "avx10.2-512", "sha512", "avx512f")
+        if f not in target.host_features()
+    ]
     if not lacking:
         pytest.skip("this CPU has every candidate feature")
     with pytest.raises(ValueError, match=lacking[0]):
         target.make_target("host", f"+{lacking[0]}")
     # Only inspecting the code is allowed.
     assert target.make_target("host", f"+{lacking[0]}", runnable=False).features.endswith(
-        f"+{lacking[0]}")
+        f"+{lacking[0]}"
+    )

@@ -6,6 +6,7 @@ within the primitive's tolerance, integers and bools exactly. To keep the file f
 one table and dtype are compiled together as one program (many outputs, one compile), and any
 mismatch names its case.
 """
+
 from __future__ import annotations
 
 import ml_dtypes
@@ -18,8 +19,13 @@ import kiln.numpy as jnp
 from kiln import lax
 from kiln.runtime import native
 from tests._testing import make_args, tolerance
-from tests.op_records import (INDEXING_RECORDS, PRODUCT_RECORDS, REDUCTION_RECORDS,
-                              SHAPE_LAX_RECORDS, SORT_RECORDS)
+from tests.op_records import (
+    INDEXING_RECORDS,
+    PRODUCT_RECORDS,
+    REDUCTION_RECORDS,
+    SHAPE_LAX_RECORDS,
+    SORT_RECORDS,
+)
 
 BOOL, I8, I16, I32 = (np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32))
 U8, U32 = np.dtype(np.uint8), np.dtype(np.uint32)
@@ -67,10 +73,16 @@ def mismatch(actual, expected, tol) -> str | None:
 # The op table's families, batched per family and dtype
 
 #: The families of the op table checked here, each with its rows that have a jit path.
-TABLES = {name: [r for r in records if r.jit]
-          for name, records in (("shape", SHAPE_LAX_RECORDS), ("indexing", INDEXING_RECORDS),
-                                ("reductions", REDUCTION_RECORDS), ("products", PRODUCT_RECORDS),
-                                ("sorting", SORT_RECORDS))}
+TABLES = {
+    name: [r for r in records if r.jit]
+    for name, records in (
+        ("shape", SHAPE_LAX_RECORDS),
+        ("indexing", INDEXING_RECORDS),
+        ("reductions", REDUCTION_RECORDS),
+        ("products", PRODUCT_RECORDS),
+        ("sorting", SORT_RECORDS),
+    )
+}
 #: The reductions table is large (every axis/keepdims combination of each reduction): one
 #: dtype per family keeps it quick; shape tables take every dtype their rows list.
 TABLE_DTYPES = {"reductions": [BOOL, I8, U8, I32, F16, BF16, F32]}
@@ -115,8 +127,10 @@ def test_op_record_tables_native_matches_interpreter(table, dtype):
         start += len(args)
 
     def program(*flat):
-        return [record.fn(*flat[lo:hi], **record.static_kwargs)
-                for (record, _, _), (lo, hi) in zip(cases, spans)]
+        return [
+            record.fn(*flat[lo:hi], **record.static_kwargs)
+            for (record, _, _), (lo, hi) in zip(cases, spans)
+        ]
 
     compiled = kiln.jit(program, backend="native").lower(*flat_args).compile()
     actual = compiled(*flat_args)
@@ -144,26 +158,44 @@ ALL_FAMILIES = NUMBERS | BOOLS
 
 # name -> (function of (x, y, z), dtypes it applies to)
 UNARY = {
-    "neg": (lax.neg, NUMBERS), "abs": (lax.abs, SINTS | FLOATS), "sign": (lax.sign, NUMBERS),
-    "floor": (lax.floor, FLOATS), "ceil": (lax.ceil, FLOATS), "round": (lax.round, FLOATS),
-    "round_even": (lambda x: lax.round(x, 1), FLOATS), "is_finite": (lax.is_finite, FLOATS),
-    "not": (lax.bitwise_not, INTS | BOOLS), "population_count": (lax.population_count, INTS),
-    "clz": (lax.clz, INTS), "square": (lax.square, NUMBERS),
+    "neg": (lax.neg, NUMBERS),
+    "abs": (lax.abs, SINTS | FLOATS),
+    "sign": (lax.sign, NUMBERS),
+    "floor": (lax.floor, FLOATS),
+    "ceil": (lax.ceil, FLOATS),
+    "round": (lax.round, FLOATS),
+    "round_even": (lambda x: lax.round(x, 1), FLOATS),
+    "is_finite": (lax.is_finite, FLOATS),
+    "not": (lax.bitwise_not, INTS | BOOLS),
+    "population_count": (lax.population_count, INTS),
+    "clz": (lax.clz, INTS),
+    "square": (lax.square, NUMBERS),
     "integer_pow3": (lambda x: lax.integer_pow(x, 3), NUMBERS),
     "integer_pow0": (lambda x: lax.integer_pow(x, 0), NUMBERS),
     "integer_pow_neg": (lambda x: lax.integer_pow(x, -2), FLOATS),
-    "exp": (lax.exp, FLOATS), "exp2": (lax.exp2, FLOATS), "expm1": (lax.expm1, FLOATS),
+    "exp": (lax.exp, FLOATS),
+    "exp2": (lax.exp2, FLOATS),
+    "expm1": (lax.expm1, FLOATS),
     "log": (lambda x: lax.log(lax.abs(x) + 0.5), FLOATS),
     "log1p": (lambda x: lax.log1p(lax.abs(x)), FLOATS),
     "sqrt": (lambda x: lax.sqrt(lax.abs(x)), FLOATS),
-    "rsqrt": (lambda x: lax.rsqrt(lax.abs(x) + 0.5), FLOATS), "cbrt": (lax.cbrt, FLOATS),
-    "sin": (lax.sin, FLOATS), "cos": (lax.cos, FLOATS), "tan": (lax.tan, FLOATS),
-    "asin": (lambda x: lax.asin(x * 0.3), FLOATS), "acos": (lambda x: lax.acos(x * 0.3), FLOATS),
-    "atan": (lax.atan, FLOATS), "sinh": (lax.sinh, FLOATS), "cosh": (lax.cosh, FLOATS),
-    "tanh": (lax.tanh, FLOATS), "asinh": (lax.asinh, FLOATS),
+    "rsqrt": (lambda x: lax.rsqrt(lax.abs(x) + 0.5), FLOATS),
+    "cbrt": (lax.cbrt, FLOATS),
+    "sin": (lax.sin, FLOATS),
+    "cos": (lax.cos, FLOATS),
+    "tan": (lax.tan, FLOATS),
+    "asin": (lambda x: lax.asin(x * 0.3), FLOATS),
+    "acos": (lambda x: lax.acos(x * 0.3), FLOATS),
+    "atan": (lax.atan, FLOATS),
+    "sinh": (lax.sinh, FLOATS),
+    "cosh": (lax.cosh, FLOATS),
+    "tanh": (lax.tanh, FLOATS),
+    "asinh": (lax.asinh, FLOATS),
     "acosh": (lambda x: lax.acosh(lax.abs(x) + 1), FLOATS),
-    "atanh": (lambda x: lax.atanh(x * 0.3), FLOATS), "logistic": (lax.logistic, FLOATS),
-    "erf": (lax.erf, FLOATS), "erfc": (lax.erfc, FLOATS),
+    "atanh": (lambda x: lax.atanh(x * 0.3), FLOATS),
+    "logistic": (lax.logistic, FLOATS),
+    "erf": (lax.erf, FLOATS),
+    "erfc": (lax.erfc, FLOATS),
     "erf_inv": (lambda x: lax.erf_inv(x * 0.3), FLOATS),
     "lgamma": (lambda x: lax.lgamma(lax.abs(x) + 0.5), FLOATS),
     "digamma": (lambda x: lax.digamma(lax.abs(x) + 0.5), FLOATS),
@@ -175,36 +207,81 @@ UNARY = {
     "to_f16": (lambda x: lax.convert_element_type(x, np.float16), ALL_FAMILIES),
 }
 BINARY = {
-    "add": (lax.add, NUMBERS), "sub": (lax.sub, NUMBERS), "mul": (lax.mul, NUMBERS),
-    "div": (lax.div, NUMBERS), "rem": (lax.rem, NUMBERS), "max": (lax.max, ALL_FAMILIES),
-    "min": (lax.min, ALL_FAMILIES), "pow": (lambda x, y: lax.pow(lax.abs(x) + 0.5, y), FLOATS),
+    "add": (lax.add, NUMBERS),
+    "sub": (lax.sub, NUMBERS),
+    "mul": (lax.mul, NUMBERS),
+    "div": (lax.div, NUMBERS),
+    "rem": (lax.rem, NUMBERS),
+    "max": (lax.max, ALL_FAMILIES),
+    "min": (lax.min, ALL_FAMILIES),
+    "pow": (lambda x, y: lax.pow(lax.abs(x) + 0.5, y), FLOATS),
     "pow_int": (lambda x, y: lax.pow(x, lax.convert_element_type(y, np.int32)), FLOATS),
-    "atan2": (lax.atan2, FLOATS), "nextafter": (lax.nextafter, FLOATS),
-    "eq": (lax.eq, ALL_FAMILIES), "ne": (lax.ne, ALL_FAMILIES), "lt": (lax.lt, ALL_FAMILIES),
-    "le": (lax.le, ALL_FAMILIES), "gt": (lax.gt, ALL_FAMILIES), "ge": (lax.ge, ALL_FAMILIES),
-    "and": (lax.bitwise_and, INTS | BOOLS), "or": (lax.bitwise_or, INTS | BOOLS),
+    "atan2": (lax.atan2, FLOATS),
+    "nextafter": (lax.nextafter, FLOATS),
+    "eq": (lax.eq, ALL_FAMILIES),
+    "ne": (lax.ne, ALL_FAMILIES),
+    "lt": (lax.lt, ALL_FAMILIES),
+    "le": (lax.le, ALL_FAMILIES),
+    "gt": (lax.gt, ALL_FAMILIES),
+    "ge": (lax.ge, ALL_FAMILIES),
+    "and": (lax.bitwise_and, INTS | BOOLS),
+    "or": (lax.bitwise_or, INTS | BOOLS),
     "xor": (lax.bitwise_xor, INTS | BOOLS),
     "shift_left": (lax.shift_left, INTS),
     "shift_right_logical": (lax.shift_right_logical, INTS),
     "shift_right_arithmetic": (lax.shift_right_arithmetic, INTS),
-    "add_scalar": (lambda x, y: x + lax.reduce_max(y, tuple(range(y.ndim)))
-                   if y.size else x, NUMBERS),
+    "add_scalar": (
+        lambda x, y: x + lax.reduce_max(y, tuple(range(y.ndim))) if y.size else x,
+        NUMBERS,
+    ),
 }
 TERNARY = {
     "select": (lambda x, y, z: lax.select(lax.gt(x, y), y, z), ALL_FAMILIES),
-    "select_n_int": (lambda x, y, z: lax.select_n(lax.convert_element_type(x, np.int32), x, y,
-                                                   z), ALL_FAMILIES),
+    "select_n_int": (
+        lambda x, y, z: lax.select_n(lax.convert_element_type(x, np.int32), x, y, z),
+        ALL_FAMILIES,
+    ),
     "clamp": (lambda x, y, z: lax.clamp(lax.min(y, z), x, lax.max(y, z)), ALL_FAMILIES),
 }
-OPS = {**{k: (1, *v) for k, v in UNARY.items()}, **{k: (2, *v) for k, v in BINARY.items()},
-       **{k: (3, *v) for k, v in TERNARY.items()}}
+OPS = {
+    **{k: (1, *v) for k, v in UNARY.items()},
+    **{k: (2, *v) for k, v in BINARY.items()},
+    **{k: (3, *v) for k, v in TERNARY.items()},
+}
 
 # Transcendentals: a few ulps apart from NumPy/SciPy; narrow floats round either way.
 TRANSCENDENTAL_TOL = {F32: 2e-5, F16: 4e-3, BF16: 2e-2}
-EXACT_OPS = {"add", "sub", "mul", "div", "rem", "max", "min", "neg", "abs", "sign", "floor",
-             "ceil", "round", "round_even", "square", "integer_pow3", "integer_pow0",
-             "select", "select_n_int", "clamp", "nextafter", "sqrt", "to_f32", "to_i8",
-             "to_u32", "to_bool", "to_bf16", "to_f16", "add_scalar"}
+EXACT_OPS = {
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "rem",
+    "max",
+    "min",
+    "neg",
+    "abs",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "round_even",
+    "square",
+    "integer_pow3",
+    "integer_pow0",
+    "select",
+    "select_n_int",
+    "clamp",
+    "nextafter",
+    "sqrt",
+    "to_f32",
+    "to_i8",
+    "to_u32",
+    "to_bool",
+    "to_bf16",
+    "to_f16",
+    "add_scalar",
+}
 
 
 def _operands(dtype, shape, seed=0):
@@ -250,11 +327,29 @@ def test_every_elementwise_primitive(dtype, shape):
 # ---------------------------------------------------------------------------------------------
 # Edge values: NaN, infinities, signed zeros, denormals, integer extremes, division by zero
 
+
 def _float_edges(dtype) -> np.ndarray:
     info = ml_dtypes.finfo(dtype)
-    values = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.5, np.inf, -np.inf, np.nan, float(info.max),
-              -float(info.max), float(info.tiny), float(info.smallest_subnormal), 1e-3, 88.0,
-              -104.0, 20.0]
+    values = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -2.5,
+        3.5,
+        np.inf,
+        -np.inf,
+        np.nan,
+        float(info.max),
+        -float(info.max),
+        float(info.tiny),
+        float(info.smallest_subnormal),
+        1e-3,
+        88.0,
+        -104.0,
+        20.0,
+    ]
     return np.array(values, dtype=np.float64).astype(dtype)
 
 
@@ -271,15 +366,54 @@ def _pairs(values: np.ndarray):
     return x.reshape(-1), y.reshape(-1)
 
 
-EDGE_BINARY = ["add", "sub", "mul", "div", "rem", "max", "min", "eq", "ne", "lt", "ge",
-               "nextafter", "atan2", "pow", "shift_left", "shift_right_logical",
-               "shift_right_arithmetic"]
+EDGE_BINARY = [
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "rem",
+    "max",
+    "min",
+    "eq",
+    "ne",
+    "lt",
+    "ge",
+    "nextafter",
+    "atan2",
+    "pow",
+    "shift_left",
+    "shift_right_logical",
+    "shift_right_arithmetic",
+]
 # (sin and cos are left out: vmath's range reduction is accurate for |x| <= 4e5 only, and the
 # edges include float32's largest values.)
-EDGE_UNARY = ["neg", "abs", "sign", "floor", "ceil", "round", "round_even", "is_finite",
-              "exp", "expm1", "log1p", "tanh", "logistic", "erf", "sqrt",
-              "square", "to_i8", "to_u32", "to_bool", "to_f16", "to_bf16", "to_f32",
-              "not", "clz", "population_count"]
+EDGE_UNARY = [
+    "neg",
+    "abs",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "round_even",
+    "is_finite",
+    "exp",
+    "expm1",
+    "log1p",
+    "tanh",
+    "logistic",
+    "erf",
+    "sqrt",
+    "square",
+    "to_i8",
+    "to_u32",
+    "to_bool",
+    "to_f16",
+    "to_bf16",
+    "to_f32",
+    "not",
+    "clz",
+    "population_count",
+]
 
 
 # The interpreter's nextafter (np.nextafter) warns when it steps past the largest float.
@@ -288,11 +422,10 @@ EDGE_UNARY = ["neg", "abs", "sign", "floor", "ceil", "round", "round_even", "is_
 def test_edge_values(dtype):
     edges = _float_edges(dtype) if dtype.kind == "f" or dtype == BF16 else _int_edges(dtype)
     x, y = (jnp.asarray(a) for a in _pairs(edges))
-    names = [n for n in EDGE_BINARY + EDGE_UNARY
-             if n in OPS and dtype in OPS[n][2]]
+    names = [n for n in EDGE_BINARY + EDGE_UNARY if n in OPS and dtype in OPS[n][2]]
 
     def program(x, y):
-        return {n: OPS[n][1](*(x, y, x)[:OPS[n][0]]) for n in names}
+        return {n: OPS[n][1](*(x, y, x)[: OPS[n][0]]) for n in names}
 
     actual, expected, _ = run_both(program, (x, y))
     failures = []
@@ -317,14 +450,13 @@ def test_integer_overflow_wraps_and_division_by_zero():
     actual, expected, _ = run_both(program, (x, y))
     for got, want in zip(actual, expected):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    np.testing.assert_array_equal(np.asarray(actual[0]), np.array([-128, 127, -56, -7, 0],
-                                                                  np.int8))
-    np.testing.assert_array_equal(np.asarray(actual[5]), np.array([127, -128, 1, -1, -1],
-                                                                  np.int8))
+    np.testing.assert_array_equal(np.asarray(actual[0]), np.array([-128, 127, -56, -7, 0], np.int8))
+    np.testing.assert_array_equal(np.asarray(actual[5]), np.array([127, -128, 1, -1, -1], np.int8))
 
 
 # ---------------------------------------------------------------------------------------------
 # Whole programs: fusion across families, mixed native/interpreted, outputs of every kind
+
 
 def _layernorm(x, g, b):
     mean = jnp.mean(x, axis=-1, keepdims=True)
@@ -339,22 +471,28 @@ PROGRAMS = {
     "layernorm": (_layernorm, [(5, 16), (16,), (16,)]),
     "column_center": (lambda x: x - x.mean(axis=0), [(9, 7)]),
     "transpose_add": (lambda x, y: x.T * 2 + y, [(3, 5), (5, 3)]),
-    "matmul_bias_relu": (lambda x, w, b: jnp.maximum(jnp.tanh(x) @ w + b, 0.0),
-                         [(4, 6), (6, 3), (3,)]),
+    "matmul_bias_relu": (
+        lambda x, w, b: jnp.maximum(jnp.tanh(x) @ w + b, 0.0),
+        [(4, 6), (6, 3), (3,)],
+    ),
     "sort_then_scale": (lambda x: jnp.sort(jnp.exp(x), axis=-1) * 2 - 1, [(3, 8)]),
     "cumsum_mix": (lambda x: jnp.cumsum(x * x, axis=0) + x.sum(), [(6, 4)]),
     "gather_take": (lambda x: jnp.take(x * 3, jnp.array([2, 0, -1]), axis=1) + 1, [(4, 5)]),
     "fancy_index": (lambda x: x[jnp.array([1, 1, 0]), 1:4:2] ** 2, [(3, 6)]),
-    "dynamic_index": (lambda x, i: lax.dynamic_slice(x, (i, 1), (2, 2)).sum(),
-                      [(5, 4), "i32"]),
-    "update_slice": (lambda x, u, i: lax.dynamic_update_slice(x, jnp.exp(u), (i, 0)),
-                     [(6, 3), (2, 3), "i32"]),
-    "pad_concat": (lambda x: jnp.concatenate([jnp.pad(x, ((1, 2), (0, 0))), x[::-1] * 2], 0),
-                   [(3, 4)]),
-    "argmax_onehot": (lambda x: (jnp.argmax(x, axis=1)[:, None] == jnp.arange(x.shape[1]))
-                      .astype(jnp.float32), [(5, 7)]),
-    "outputs_of_every_kind": (lambda x: (x, 3.0 * jnp.ones(()), x + 1, x + 1, x.sum()),
-                              [(4,)]),
+    "dynamic_index": (lambda x, i: lax.dynamic_slice(x, (i, 1), (2, 2)).sum(), [(5, 4), "i32"]),
+    "update_slice": (
+        lambda x, u, i: lax.dynamic_update_slice(x, jnp.exp(u), (i, 0)),
+        [(6, 3), (2, 3), "i32"],
+    ),
+    "pad_concat": (
+        lambda x: jnp.concatenate([jnp.pad(x, ((1, 2), (0, 0))), x[::-1] * 2], 0),
+        [(3, 4)],
+    ),
+    "argmax_onehot": (
+        lambda x: (jnp.argmax(x, axis=1)[:, None] == jnp.arange(x.shape[1])).astype(jnp.float32),
+        [(5, 7)],
+    ),
+    "outputs_of_every_kind": (lambda x: (x, 3.0 * jnp.ones(()), x + 1, x + 1, x.sum()), [(4,)]),
     "where_nan": (lambda x: jnp.where(jnp.isnan(x), 0.0, jnp.log(x)), [(8,)]),
     "int_math": (lambda x: (x * 3 + 7) // 2 % 5 - (x >> 1), ["i32(6,)"]),
     "iota_ops": (lambda x: x + jnp.arange(x.shape[0], dtype=jnp.float32)[:, None], [(4, 3)]),
@@ -416,8 +554,10 @@ def test_captured_constants_small_and_large():
     small = np.linspace(0, 1, 8).astype(np.float32)
     large = np.random.default_rng(0).standard_normal(300_000).astype(np.float32)  # > 1 MB
     scalar = np.float32(3.0)
-    f = kiln.jit(lambda x: (x * jnp.asarray(small) + scalar, (x[0] + jnp.asarray(large)).sum()),
-                 backend="native")
+    f = kiln.jit(
+        lambda x: (x * jnp.asarray(small) + scalar, (x[0] + jnp.asarray(large)).sum()),
+        backend="native",
+    )
     x = jnp.asarray(np.arange(8, dtype=np.float32))
     compiled = f.lower(x).compile()
     assert "hidden_args=1" in compiled.as_text()
@@ -431,6 +571,7 @@ def test_backend_choice_and_default(monkeypatch):
 
     def backend_of(**options):
         return kiln.jit(lambda x: x + 1, **options).lower(x).compile()._entry.executable.backend
+
     assert backend_of() == "native"
     assert backend_of(backend="interpret") == "interpreter"
     monkeypatch.setattr(kiln.config, "backend", kiln.config.backend)
@@ -450,9 +591,12 @@ def test_dump_prints_each_stage(monkeypatch, capsys):
 
 def test_concurrent_calls_from_threads_agree():
     import threading
+
     f = kiln.jit(lambda x, y: jnp.tanh(x) * y + 1, backend="native")
-    inputs = [(jnp.asarray(np.full(64, k, np.float32)), jnp.asarray(np.full(64, -k, np.float32)))
-              for k in range(8)]
+    inputs = [
+        (jnp.asarray(np.full(64, k, np.float32)), jnp.asarray(np.full(64, -k, np.float32)))
+        for k in range(8)
+    ]
     f(*inputs[0])
     errors = []
 
@@ -463,6 +607,7 @@ def test_concurrent_calls_from_threads_agree():
             if not np.allclose(out, np.tanh(np.float32(k)) * -k + 1, rtol=1e-5):
                 errors.append(k)
                 return
+
     threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
@@ -479,11 +624,22 @@ def test_64_bit_types_with_x64_enabled(dtype, monkeypatch):
     y = jnp.asarray((rng.standard_normal((3, 5)) * 100 + 1).astype(dtype))
 
     def program(x, y):
-        out = [x + y, x * y, lax.div(x, y), lax.rem(x, y), jnp.maximum(x, y), x.sum(axis=1),
-               jnp.argmax(x, axis=0), x[jnp.array([2, 0])], x.astype(jnp.float32), x.T[::-1]]
+        out = [
+            x + y,
+            x * y,
+            lax.div(x, y),
+            lax.rem(x, y),
+            jnp.maximum(x, y),
+            x.sum(axis=1),
+            jnp.argmax(x, axis=0),
+            x[jnp.array([2, 0])],
+            x.astype(jnp.float32),
+            x.T[::-1],
+        ]
         if dtype == np.float64:
             out += [jnp.exp(x / 100), jnp.tanh(x / 50), jnp.log1p(jnp.abs(x))]
         return out
+
     actual, expected, text = run_both(program, (x, y))
     assert "interpreted (reference impl)" not in text
     for got, want in zip(actual, expected):

@@ -1,6 +1,7 @@
 """kiln.nn against NumPy/SciPy references (computed in float64, rounded to the input's float
 type): activations, softmax/log_softmax/logsumexp (stability with large values and infinities,
 axes, keepdims, b=, return_sign, where=), one_hot, dtype rules, traced evaluation, bad input."""
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -20,9 +21,11 @@ I8, U8, I32 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32)
 BOOL = np.dtype(np.bool_)
 
 
-@pytest.mark.parametrize("record,shapes,dtype", [(r, s, d) for r in NN_RECORDS
-                                                 for s, d in r.cases()],
-                         ids=[i for r in NN_RECORDS for i in r.ids()])
+@pytest.mark.parametrize(
+    "record,shapes,dtype",
+    [(r, s, d) for r in NN_RECORDS for s, d in r.cases()],
+    ids=[i for r in NN_RECORDS for i in r.ids()],
+)
 def test_nn_matches_scipy(record, shapes, dtype):
     check_record_eager(record, shapes, dtype)
 
@@ -38,16 +41,24 @@ def check_traced(fn, *args):
     np.testing.assert_array_equal(np.asarray(traced), np.asarray(eager))
 
 
-@pytest.mark.parametrize("name,fn", [(r.name, r.fn) for r in NN_ACTIVATION_RECORDS]
-                         + [("softmax", nn.softmax), ("log_softmax", nn.log_softmax),
-                            ("logsumexp", nn.logsumexp), ("standardize", nn.standardize)])
+@pytest.mark.parametrize(
+    "name,fn",
+    [(r.name, r.fn) for r in NN_ACTIVATION_RECORDS]
+    + [
+        ("softmax", nn.softmax),
+        ("log_softmax", nn.log_softmax),
+        ("logsumexp", nn.logsumexp),
+        ("standardize", nn.standardize),
+    ],
+)
 def test_nn_traces_like_eager(name, fn):
     check_traced(fn, rand((3, 4), F32, np.random.default_rng(0)))
 
 
 @pytest.mark.skipif(not hasattr(kiln, "jit"), reason="kiln.jit not available yet")
-@pytest.mark.parametrize("name,fn", [("gelu", nn.gelu), ("softmax", nn.softmax),
-                                     ("logsumexp", nn.logsumexp)])
+@pytest.mark.parametrize(
+    "name,fn", [("gelu", nn.gelu), ("softmax", nn.softmax), ("logsumexp", nn.logsumexp)]
+)
 def test_nn_jit(name, fn):
     x = jnp.asarray(rand((3, 4), F32, np.random.default_rng(1)))
     assert_close(kiln.jit(fn)(x), np.asarray(fn(x)), tol=1e-5)
@@ -55,16 +66,28 @@ def test_nn_jit(name, fn):
 
 # --- dtype rules -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,fn,int_result", [
-    ("relu", nn.relu, "same"),
-    ("relu6", nn.relu6, F32), ("gelu", nn.gelu, F32), ("softplus", nn.softplus, F32),
-    ("log_sigmoid", nn.log_sigmoid, F32), ("soft_sign", nn.soft_sign, F32),
-    ("elu", nn.elu, F32), ("celu", nn.celu, F32), ("selu", nn.selu, F32),
-    ("leaky_relu", nn.leaky_relu, F32), ("hard_sigmoid", nn.hard_sigmoid, F32),
-    ("hard_silu", nn.hard_silu, F32), ("softmax", nn.softmax, F32),
-    ("log_softmax", nn.log_softmax, F32), ("logsumexp", nn.logsumexp, F32),
-    ("tanh", nn.tanh, F32),
-])
+
+@pytest.mark.parametrize(
+    "name,fn,int_result",
+    [
+        ("relu", nn.relu, "same"),
+        ("relu6", nn.relu6, F32),
+        ("gelu", nn.gelu, F32),
+        ("softplus", nn.softplus, F32),
+        ("log_sigmoid", nn.log_sigmoid, F32),
+        ("soft_sign", nn.soft_sign, F32),
+        ("elu", nn.elu, F32),
+        ("celu", nn.celu, F32),
+        ("selu", nn.selu, F32),
+        ("leaky_relu", nn.leaky_relu, F32),
+        ("hard_sigmoid", nn.hard_sigmoid, F32),
+        ("hard_silu", nn.hard_silu, F32),
+        ("softmax", nn.softmax, F32),
+        ("log_softmax", nn.log_softmax, F32),
+        ("logsumexp", nn.logsumexp, F32),
+        ("tanh", nn.tanh, F32),
+    ],
+)
 @pytest.mark.parametrize("dtype", [I8, U8, I32], ids=lambda d: d.name)
 def test_integer_inputs(name, fn, int_result, dtype):
     x = np.array([-2, 0, 3, 5], dtype) if dtype.kind == "i" else np.array([0, 1, 3, 5], dtype)
@@ -101,28 +124,39 @@ def test_weak_types_and_bool():
 
 
 def test_complex_logsumexp_and_softmax():
-    z = (rand((5,), F32, np.random.default_rng(2)) +
-         1j * rand((5,), F32, np.random.default_rng(3))).astype(np.complex64)
-    assert_close(nn.logsumexp(jnp.asarray(z)), special.logsumexp(z.astype(np.complex128))
-                 .astype(np.complex64), tol=1e-5)
+    z = (
+        rand((5,), F32, np.random.default_rng(2)) + 1j * rand((5,), F32, np.random.default_rng(3))
+    ).astype(np.complex64)
+    assert_close(
+        nn.logsumexp(jnp.asarray(z)),
+        special.logsumexp(z.astype(np.complex128)).astype(np.complex64),
+        tol=1e-5,
+    )
     assert nn.softmax(jnp.asarray(z)).dtype == np.complex64
 
 
 # --- stability -------------------------------------------------------------------------------
 
+
 def test_softmax_and_logsumexp_of_large_values():
     big = np.array([1000.0, 1000.0, 990.0], np.float32)
-    assert_close(nn.softmax(jnp.asarray(big)), special.softmax(big.astype(np.float64))
-                 .astype(np.float32))
-    assert_close(nn.log_softmax(jnp.asarray(big)), special.log_softmax(big.astype(np.float64))
-                 .astype(np.float32))
-    assert_close(nn.logsumexp(jnp.asarray(big)), np.float32(special.logsumexp(
-        big.astype(np.float64))))
+    assert_close(
+        nn.softmax(jnp.asarray(big)), special.softmax(big.astype(np.float64)).astype(np.float32)
+    )
+    assert_close(
+        nn.log_softmax(jnp.asarray(big)),
+        special.log_softmax(big.astype(np.float64)).astype(np.float32),
+    )
+    assert_close(
+        nn.logsumexp(jnp.asarray(big)), np.float32(special.logsumexp(big.astype(np.float64)))
+    )
     small = -big
-    assert_close(nn.logsumexp(jnp.asarray(small)), np.float32(special.logsumexp(
-        small.astype(np.float64))))
-    assert_close(nn.softmax(jnp.asarray(small)), special.softmax(small.astype(np.float64))
-                 .astype(np.float32))
+    assert_close(
+        nn.logsumexp(jnp.asarray(small)), np.float32(special.logsumexp(small.astype(np.float64)))
+    )
+    assert_close(
+        nn.softmax(jnp.asarray(small)), special.softmax(small.astype(np.float64)).astype(np.float32)
+    )
     h = np.array([60000.0, 60000.0], np.float16)
     assert_close(nn.softmax(jnp.asarray(h)), np.array([0.5, 0.5], np.float16))
     assert_close(nn.logsumexp(jnp.asarray(h)), np.float16(60000.0 + np.log(2)))
@@ -131,30 +165,31 @@ def test_softmax_and_logsumexp_of_large_values():
 def test_logsumexp_infinities():
     def lse(values, **kwargs):
         return float(nn.logsumexp(jnp.asarray(np.array(values, np.float32)), **kwargs))
+
     assert lse([-np.inf, -np.inf]) == -np.inf
     assert lse([np.inf, 1.0]) == np.inf
     assert lse([np.inf, -np.inf]) == np.inf
     assert np.isnan(lse([np.nan, 1.0]))
     assert lse([-np.inf, 0.0]) == 0.0
     assert float(nn.logsumexp(jnp.asarray(np.zeros(0, np.float32)))) == -np.inf
-    rows = nn.logsumexp(jnp.asarray(np.array([[-np.inf, -np.inf], [0.0, 0.0]], np.float32)),
-                        axis=1)
+    rows = nn.logsumexp(jnp.asarray(np.array([[-np.inf, -np.inf], [0.0, 0.0]], np.float32)), axis=1)
     assert_close(rows, np.array([-np.inf, np.log(2)], np.float32))
 
 
 def test_stable_activations_at_extremes():
     x = jnp.asarray(np.array([-1000.0, -100.0, 0.0, 100.0, 1000.0], np.float32))
     assert_close(nn.softplus(x), np.array([0.0, 0.0, np.log(2), 100.0, 1000.0], np.float32))
-    assert_close(nn.log_sigmoid(x), np.array([-1000.0, -100.0, -np.log(2), 0.0, 0.0],
-                                             np.float32))
+    assert_close(nn.log_sigmoid(x), np.array([-1000.0, -100.0, -np.log(2), 0.0, 0.0], np.float32))
     assert_close(nn.sigmoid(x), np.array([0.0, 0.0, 0.5, 1.0, 1.0], np.float32))
     assert_close(nn.elu(x), np.array([-1.0, -1.0, 0.0, 100.0, 1000.0], np.float32))
     assert np.all(np.isfinite(np.asarray(nn.gelu(x))))
-    assert_close(nn.gelu(x, approximate=False), np.array([0.0, 0.0, 0.0, 100.0, 1000.0],
-                                                         np.float32))
+    assert_close(
+        nn.gelu(x, approximate=False), np.array([0.0, 0.0, 0.0, 100.0, 1000.0], np.float32)
+    )
 
 
 # --- logsumexp / softmax options -------------------------------------------------------------
+
 
 def test_logsumexp_b_and_return_sign():
     rng = np.random.default_rng(4)
@@ -168,12 +203,16 @@ def test_logsumexp_b_and_return_sign():
     plain = np.asarray(nn.logsumexp(jnp.asarray(a), axis=1, b=jnp.asarray(b)))
     np.testing.assert_array_equal(np.isnan(plain), e_sign < 0)
     # b = 0 removes an element, even an infinite one
-    masked = nn.logsumexp(jnp.asarray(np.array([np.inf, 1.0], np.float32)),
-                          b=jnp.asarray(np.array([0.0, 2.0], np.float32)))
+    masked = nn.logsumexp(
+        jnp.asarray(np.array([np.inf, 1.0], np.float32)),
+        b=jnp.asarray(np.array([0.0, 2.0], np.float32)),
+    )
     assert_close(masked, np.float32(1.0 + np.log(2.0)))
     # b broadcasts
-    assert_close(nn.logsumexp(jnp.asarray(a), b=2.0),
-                 np.float32(special.logsumexp(a.astype(np.float64), b=2.0)))
+    assert_close(
+        nn.logsumexp(jnp.asarray(a), b=2.0),
+        np.float32(special.logsumexp(a.astype(np.float64), b=2.0)),
+    )
 
 
 def test_logsumexp_where_and_softmax_where():
@@ -195,8 +234,9 @@ def test_softmax_properties():
     for axis in (0, 1, -1):
         sm = np.asarray(nn.softmax(jnp.asarray(x), axis=axis))
         np.testing.assert_allclose(sm.sum(axis=axis), 1.0, rtol=1e-6)
-        np.testing.assert_allclose(np.asarray(nn.log_softmax(jnp.asarray(x), axis=axis)),
-                                   np.log(sm), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(nn.log_softmax(jnp.asarray(x), axis=axis)), np.log(sm), rtol=1e-5, atol=1e-6
+        )
 
 
 def test_standardize():
@@ -212,6 +252,7 @@ def test_standardize():
 
 # --- one_hot, glu ----------------------------------------------------------------------------
 
+
 def test_one_hot():
     labels = np.array([[0, 2], [1, 5]], np.int32)
     out = nn.one_hot(jnp.asarray(labels), 3)
@@ -220,8 +261,9 @@ def test_one_hot():
     np.testing.assert_array_equal(np.asarray(out), expected)
     out = nn.one_hot(jnp.asarray(labels), 4, axis=0, dtype=np.int8)
     assert out.dtype == np.int8 and out.shape == (4, 2, 2)
-    np.testing.assert_array_equal(np.asarray(out),
-                                  np.moveaxis((labels[..., None] == np.arange(4)), -1, 0))
+    np.testing.assert_array_equal(
+        np.asarray(out), np.moveaxis((labels[..., None] == np.arange(4)), -1, 0)
+    )
     neg = nn.one_hot(jnp.asarray(np.array([-1, 3], np.int32)), 3)
     np.testing.assert_array_equal(np.asarray(neg), np.zeros((2, 3)))
     floats = nn.one_hot(jnp.asarray(np.array([1.5, 2.0], np.float32)), 3)
@@ -251,8 +293,22 @@ def test_glu():
 
 # --- bad input -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fn", [nn.relu, nn.gelu, nn.sigmoid, nn.softmax, nn.log_softmax,
-                                nn.logsumexp, nn.softplus, nn.elu, nn.one_hot, nn.standardize])
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        nn.relu,
+        nn.gelu,
+        nn.sigmoid,
+        nn.softmax,
+        nn.log_softmax,
+        nn.logsumexp,
+        nn.softplus,
+        nn.elu,
+        nn.one_hot,
+        nn.standardize,
+    ],
+)
 def test_lists_are_rejected(fn):
     args = ([1.0, 2.0], 3) if fn is nn.one_hot else ([1.0, 2.0],)
     with pytest.raises(TypeError, match="list"):

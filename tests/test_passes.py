@@ -6,6 +6,7 @@ all parsed literals are weakly typed, like Python scalars. Every pass output mus
 and evaluating it must give bit-for-bit the result of evaluating the input (checked on inputs
 that include -0.0, inf and NaN).
 """
+
 from __future__ import annotations
 
 import ast
@@ -86,8 +87,11 @@ class _Parser:
             name = self.take()
             self.take(":")
             shape, dtype = self.type_()
-            var = DropVar(ShapedArray(shape, dtype)) if name == "_" else \
-                Var(ShapedArray(shape, dtype))
+            var = (
+                DropVar(ShapedArray(shape, dtype))
+                if name == "_"
+                else Var(ShapedArray(shape, dtype))
+            )
             if name != "_":
                 env[name] = var
             out.append(var)
@@ -127,8 +131,11 @@ class _Parser:
         prim = self.prims[self.take()]
         params = self.params(env) if self.peek() == "[" else {}
         raw_args = []
-        while self.peek() != "in" and not (
-                self.peek(1) == ":" and not _is_literal_word(self.peek())) and self.peek(1) != "=":
+        while (
+            self.peek() != "in"
+            and not (self.peek(1) == ":" and not _is_literal_word(self.peek()))
+            and self.peek(1) != "="
+        ):
             raw_args.append(self.atom_token())
         ref = next((env[a] for a, _ in raw_args if a in env), None)
         invars = [env[a] if a in env else self.literal(a, t, ref) for a, t in raw_args]
@@ -158,8 +165,9 @@ class _Parser:
             dtype = dtypes.bool_
         else:
             dtype = ref.aval.dtype
-        value = np.asarray(True if word == "True" else False if word == "False"
-                           else float(word), dtype=dtype)
+        value = np.asarray(
+            True if word == "True" else False if word == "False" else float(word), dtype=dtype
+        )
         return Literal(value, ShapedArray((), dtype, True))
 
     def params(self, env: dict) -> dict:
@@ -210,6 +218,7 @@ def parse_jaxpr(text: str, consts=()) -> ClosedJaxpr:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
 
 def _normalize(text: str) -> str:
     return " ".join(text.split())
@@ -271,24 +280,31 @@ def test_parser_round_trips_printed_jaxprs():
 
 # --- DCE -----------------------------------------------------------------------------------
 
+
 def test_dce_removes_dead_equations_and_keeps_the_signature():
-    check_golden(dce, """
+    check_golden(
+        dce,
+        """
         { lambda ; a:f32[3] b:f32[3]. let
             c:f32[3] = mul a a
             d:f32[3] = add a 1.0
             e:f32[3] = neg d
           in (c,) }""",
-                 "{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = mul a a in (c,) }")
+        "{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = mul a a in (c,) }",
+    )
 
 
 def test_dce_removes_unused_consts():
-    out = check_golden(dce, """
+    out = check_golden(
+        dce,
+        """
         { lambda a:f32[3] b:f32[3]; c:f32[3]. let
             d:f32[3] = mul c b
             e:f32[3] = mul c a
           in (e,) }""",
-                       "{ lambda a:f32[3]; b:f32[3]. let c:f32[3] = mul b a in (c,) }",
-                       consts=[np.arange(3, dtype=np.float32), np.ones(3, np.float32)])
+        "{ lambda a:f32[3]; b:f32[3]. let c:f32[3] = mul b a in (c,) }",
+        consts=[np.arange(3, dtype=np.float32), np.ones(3, np.float32)],
+    )
     np.testing.assert_array_equal(np.asarray(out.consts[0]), [0, 1, 2])
 
 
@@ -332,6 +348,7 @@ def test_dce_rules_hook_is_consulted():
         return [True], eqn  # keep the equation, as if it had an effect
 
     from kiln.primitives.elementwise import neg_p
+
     neg_p.def_dce(rule)
     try:
         out = run_pass(dce, "{ lambda ; a:f32[3]. let b:f32[3] = neg a in (a,) }")
@@ -343,20 +360,25 @@ def test_dce_rules_hook_is_consulted():
 
 # --- CSE -----------------------------------------------------------------------------------
 
+
 def test_cse_merges_identical_equations():
-    check_golden(cse, """
+    check_golden(
+        cse,
+        """
         { lambda ; a:f32[3]. let
             b:f32[3] = mul a a
             c:f32[3] = mul a a
             d:f32[3] = exp b
             e:f32[3] = exp c
             f:f32[3] = add d e
-          in (f,) }""", """
+          in (f,) }""",
+        """
         { lambda ; a:f32[3]. let
             b:f32[3] = mul a a
             c:f32[3] = exp b
             d:f32[3] = add c c
-          in (d,) }""")
+          in (d,) }""",
+    )
 
 
 def test_cse_distinguishes_params_literals_and_signed_zeros():
@@ -383,27 +405,37 @@ def test_cse_never_merges_effects():
 
 # --- constant folding ------------------------------------------------------------------------
 
+
 def test_fold_scalar_result_becomes_a_literal():
-    check_golden(lambda c: dce(fold_constants(c)), """
+    check_golden(
+        lambda c: dce(fold_constants(c)),
+        """
         { lambda ; a:f32[3]. let
             b:f32[] = add 2.0:f32[] 3.0:f32[]
             c:f32[] = mul b 2.0
             d:f32[3] = mul a c
-          in (d,) }""", "{ lambda ; a:f32[3]. let b:f32[3] = mul a 10.0 in (b,) }")
+          in (d,) }""",
+        "{ lambda ; a:f32[3]. let b:f32[3] = mul a 10.0 in (b,) }",
+    )
 
 
 def test_fold_array_result_becomes_a_const():
-    out = check_golden(lambda c: dce(fold_constants(c)), """
+    out = check_golden(
+        lambda c: dce(fold_constants(c)),
+        """
         { lambda a:f32[3]; b:f32[3]. let
             c:f32[3] = mul a 2.0
             d:f32[3] = add b c
-          in (d,) }""", "{ lambda a:f32[3]; b:f32[3]. let c:f32[3] = add b a in (c,) }",
-                       consts=[np.array([1, 2, 3], np.float32)])
+          in (d,) }""",
+        "{ lambda a:f32[3]; b:f32[3]. let c:f32[3] = add b a in (c,) }",
+        consts=[np.array([1, 2, 3], np.float32)],
+    )
     np.testing.assert_array_equal(np.asarray(out.consts[0]), [2, 4, 6])
 
 
 def test_fold_respects_the_size_cap():
     from kiln.compiler.passes.fold import FOLD_MAX_ELEMENTS
+
     n = FOLD_MAX_ELEMENTS + 1
     text = f"""
         {{ lambda ; a:f32[{n}]. let
@@ -415,21 +447,27 @@ def test_fold_respects_the_size_cap():
 
 def test_fold_leaves_expanding_equations_to_fusion():
     # A broadcast of a literal is free in a fused loop; as a constant it would cost memory.
-    out = run_pass(fold_constants, """
+    out = run_pass(
+        fold_constants,
+        """
         { lambda ; a:f32[3]. let
             b:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,)] 2.0:f32[]
             c:f32[3] = mul a b
-          in (c,) }""")
+          in (c,) }""",
+    )
     assert [e.primitive.name for e in out.eqns] == ["broadcast_in_dim", "mul"]
     assert out.consts == []
 
 
 def test_fold_keeps_exact_dtype_and_weak_type():
-    out = run_pass(fold_constants, """
+    out = run_pass(
+        fold_constants,
+        """
         { lambda ; a:i8[2]. let
             b:i8[] = add 100:i8[] 100:i8[]
             c:i8[2] = mul a b
-          in (c,) }""")
+          in (c,) }""",
+    )
     (eqn,) = out.eqns
     literal = eqn.invars[1]
     assert literal.aval.dtype == np.int8 and literal.aval.weak_type
@@ -440,8 +478,9 @@ def test_fold_never_calls_host_callbacks():
     calls = []
 
     def f(x):
-        y = kiln.pure_callback(lambda: calls.append(1) or np.float32(1),
-                               kiln.ShapeDtypeStruct((), np.float32))
+        y = kiln.pure_callback(
+            lambda: calls.append(1) or np.float32(1), kiln.ShapeDtypeStruct((), np.float32)
+        )
         return x * y
 
     out = fold_constants(kiln.make_jaxpr(f)(jnp.ones(2)))
@@ -450,14 +489,22 @@ def test_fold_never_calls_host_callbacks():
 
 # --- simplification ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("body,simplified", [
-    ("mul a 1.0", True), ("mul 1.0 a", True), ("div a 1.0", True),
-    ("add a -0.0", True), ("add -0.0 a", True),
-    ("add a 0.0", False),   # (-0.) + 0. == +0.
-    ("sub a 0.0", True),
-    ("sub a -0.0", False),  # (-0.) - (-0.) == +0.
-    ("mul a 2.0", False), ("div a 2.0", False),
-])
+
+@pytest.mark.parametrize(
+    "body,simplified",
+    [
+        ("mul a 1.0", True),
+        ("mul 1.0 a", True),
+        ("div a 1.0", True),
+        ("add a -0.0", True),
+        ("add -0.0 a", True),
+        ("add a 0.0", False),  # (-0.) + 0. == +0.
+        ("sub a 0.0", True),
+        ("sub a -0.0", False),  # (-0.) - (-0.) == +0.
+        ("mul a 2.0", False),
+        ("div a 2.0", False),
+    ],
+)
 def test_simplify_float_identities_only_when_exact(body, simplified):
     out = run_pass(simplify, f"{{ lambda ; a:f32[4]. let b:f32[4] = {body} in (b,) }}")
     if simplified:
@@ -482,6 +529,7 @@ def test_simplify_requires_equal_weak_types():
     # x is weakly typed and the literal strong, so x * 1 is strong: replacing it by x would
     # change its type, and the rule must not fire.
     from kiln.primitives.elementwise import mul_p
+
     x = Var(ShapedArray((), np.float32, weak_type=True))
     out = Var(ShapedArray((), np.float32, weak_type=False))
     one = Literal(np.asarray(1.0, np.float32), ShapedArray((), np.float32, weak_type=False))
@@ -491,70 +539,91 @@ def test_simplify_requires_equal_weak_types():
 
 
 def test_simplify_double_negation_chain():
-    check_golden(simplify, """
+    check_golden(
+        simplify,
+        """
         { lambda ; a:f32[3]. let
             b:f32[3] = neg a
             c:f32[3] = neg b
             d:f32[3] = neg c
             e:f32[3] = neg d
             f:f32[3] = exp e
-          in (f,) }""", """
+          in (f,) }""",
+        """
         { lambda ; a:f32[3]. let
             b:f32[3] = neg a
             c:f32[3] = neg a
             d:f32[3] = exp a
-          in (d,) }""")
+          in (d,) }""",
+    )
 
 
 def test_simplify_composes_transposes():
-    out = check_golden(lambda c: dce(simplify(c)), """
+    out = check_golden(
+        lambda c: dce(simplify(c)),
+        """
         { lambda ; a:f32[2,3,4]. let
             b:f32[3,4,2] = transpose[permutation=(1, 2, 0)] a
             c:f32[4,2,3] = transpose[permutation=(1, 2, 0)] b
-          in (c,) }""", """
+          in (c,) }""",
+        """
         { lambda ; a:f32[2,3,4]. let
             b:f32[4,2,3] = transpose[permutation=(2, 0, 1)] a
-          in (b,) }""")
+          in (b,) }""",
+    )
     assert out.eqns[0].params["permutation"] == (2, 0, 1)
 
 
 def test_simplify_removes_transpose_pairs_and_identity_transposes():
-    check_golden(lambda c: dce(simplify(c)), """
+    check_golden(
+        lambda c: dce(simplify(c)),
+        """
         { lambda ; a:f32[2,3]. let
             b:f32[3,2] = transpose[permutation=(1, 0)] a
             c:f32[2,3] = transpose[permutation=(1, 0)] b
             d:f32[2,3] = transpose[permutation=(0, 1)] c
-          in (d,) }""", "{ lambda ; a:f32[2,3]. let in (a,) }")
+          in (d,) }""",
+        "{ lambda ; a:f32[2,3]. let in (a,) }",
+    )
 
 
 def test_simplify_composes_reshapes():
-    check_golden(lambda c: dce(simplify(c)), """
+    check_golden(
+        lambda c: dce(simplify(c)),
+        """
         { lambda ; a:f32[2,3]. let
             b:f32[6] = reshape[dimensions=None new_sizes=(6,)] a
             c:f32[3,2] = reshape[dimensions=None new_sizes=(3, 2)] b
             d:f32[6] = reshape[dimensions=None new_sizes=(6,)] c
             e:f32[2,3] = reshape[dimensions=None new_sizes=(2, 3)] d
-          in (c, e) }""", """
+          in (c, e) }""",
+        """
         { lambda ; a:f32[2,3]. let
             b:f32[3,2] = reshape[dimensions=None new_sizes=(3, 2)] a
-          in (b, a) }""")
+          in (b, a) }""",
+    )
 
 
 def test_simplify_convert_to_same_type_and_select_n():
-    check_golden(simplify, """
+    check_golden(
+        simplify,
+        """
         { lambda ; a:f32[3] b:f32[3] c:bool[3]. let
             d:f32[3] = convert_element_type[new_dtype=float32 weak_type=False] a
             e:f32[3] = select_n True d b
             f:f32[3] = select_n False d b
             g:f32[3] = select_n c e e
             h:i32[3] = convert_element_type[new_dtype=int32 weak_type=False] g
-          in (f, g, h) }""", """
+          in (f, g, h) }""",
+        """
         { lambda ; a:f32[3] b:f32[3] c:bool[3]. let
             d:i32[3] = convert_element_type[new_dtype=int32 weak_type=False] b
-          in (a, b, d) }""")
+          in (a, b, d) }""",
+    )
 
 
 # --- inlining and the whole pipeline ------------------------------------------------------
+
 
 def test_inline_nested_calls_with_fresh_variables():
     inner = kiln.jit(lambda x, y: x * y + 1.0)
@@ -598,7 +667,7 @@ def test_every_pass_typechecks_on_a_mixed_program(name, pass_fn):
         return (b * (jnp.ones((2, 3)) * 2.0)).reshape(6).reshape(3, 2), -(-y)
 
     closed = kiln.make_jaxpr(f)(jnp.ones((2, 3)), jnp.ones(4, dtype=jnp.int32))
-    for _, earlier in pipeline.PASSES[:pipeline.PASSES.index((name, pass_fn))]:
+    for _, earlier in pipeline.PASSES[: pipeline.PASSES.index((name, pass_fn))]:
         closed = earlier(closed)
     out = pass_fn(closed)
     typecheck_jaxpr(out.jaxpr)

@@ -1,5 +1,6 @@
 """dot_general and the kiln.numpy products against NumPy: shapes, dtypes, batching, einsum
 subscripts, and the seed's jaxpr spelling."""
+
 import numpy as np
 import pytest
 
@@ -27,9 +28,11 @@ EINSUMS = [
 ]
 
 
-@pytest.mark.parametrize("record,shapes,dtype", [
-    (r, s, d) for r in PRODUCT_RECORDS for s, d in r.cases()],
-    ids=[i for r in PRODUCT_RECORDS for i in r.ids()])
+@pytest.mark.parametrize(
+    "record,shapes,dtype",
+    [(r, s, d) for r in PRODUCT_RECORDS for s, d in r.cases()],
+    ids=[i for r in PRODUCT_RECORDS for i in r.ids()],
+)
 def test_products_match_numpy(record, shapes, dtype):
     check_record_eager(record, shapes, dtype)
 
@@ -74,20 +77,24 @@ def test_seed_jaxpr_of_vector_matrix_product():
         return x @ W + b
 
     text = str(kiln.make_jaxpr(fn)(jnp.ones((4, 2)), jnp.ones(2), jnp.ones(4)))
-    assert text == ("{ lambda ; a:f32[4,2] b:f32[2] c:f32[4]. let\n"
-                    "    d:f32[2] = dot_general[dimension_numbers=(([0], [0]), ([], []))] c a\n"
-                    "    e:f32[2] = add d b\n"
-                    "  in (e,) }")
+    assert text == (
+        "{ lambda ; a:f32[4,2] b:f32[2] c:f32[4]. let\n"
+        "    d:f32[2] = dot_general[dimension_numbers=(([0], [0]), ([], []))] c a\n"
+        "    e:f32[2] = add d b\n"
+        "  in (e,) }"
+    )
 
 
 def test_seed_integer_dot_and_outer():
     x_jnp = jnp.array([0, 1, 2, 3], dtype=jnp.int32)
     x1, x2 = x_jnp * 2, x_jnp + 1
     assert repr(jnp.dot(x1, x2)) == "Array(40, dtype=int32)"
-    assert repr(jnp.outer(x1, x2)) == ("Array([[ 0,  0,  0,  0],\n"
-                                       "       [ 2,  4,  6,  8],\n"
-                                       "       [ 4,  8, 12, 16],\n"
-                                       "       [ 6, 12, 18, 24]], dtype=int32)")
+    assert repr(jnp.outer(x1, x2)) == (
+        "Array([[ 0,  0,  0,  0],\n"
+        "       [ 2,  4,  6,  8],\n"
+        "       [ 4,  8, 12, 16],\n"
+        "       [ 6, 12, 18, 24]], dtype=int32)"
+    )
 
 
 def test_bad_inputs():
@@ -103,9 +110,22 @@ def test_bad_inputs():
         lax.dot_general(jnp.ones(3), jnp.ones(3, dtype=jnp.int32), (((0,), (0,)), ((), ())))
 
 
-@pytest.mark.parametrize("ord_,axis", [(None, None), (2, 0), (1, 1), (np.inf, None),
-                                       (-np.inf, 1), (0, 1), (3, 0), ("fro", None),
-                                       (1, (0, 1)), (np.inf, (0, 1)), (-1, (0, 1))])
+@pytest.mark.parametrize(
+    "ord_,axis",
+    [
+        (None, None),
+        (2, 0),
+        (1, 1),
+        (np.inf, None),
+        (-np.inf, 1),
+        (0, 1),
+        (3, 0),
+        ("fro", None),
+        (1, (0, 1)),
+        (np.inf, (0, 1)),
+        (-1, (0, 1)),
+    ],
+)
 def test_linalg_norm(ord_, axis):
     rng = np.random.default_rng(3)
     x = rand((3, 4), np.float32, rng)

@@ -17,8 +17,7 @@ from tests.op_records import REDUCTION_RECORDS, quiet, wide
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32, C64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.complex64)
-I8, U8, I16, I32, U32 = (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32,
-                                                 np.uint32))
+I8, U8, I16, I32, U32 = (np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32, np.uint32))
 BOOL = np.dtype(np.bool_)
 LOWP = (F16, BF16)
 
@@ -43,6 +42,7 @@ def check_traced(fn, *args):
 # =============================================================================================
 # lax primitives
 # =============================================================================================
+
 
 def _axes_for(shape):
     nd = len(shape)
@@ -70,6 +70,7 @@ def _identity_reduce(ufunc, identity):
         work = x.astype(np.float32) if x.dtype == BF16 else x
         init = np.array(identity(work.dtype)).astype(work.dtype)[()]
         return ufunc.reduce(work, axis=axes, initial=init).astype(x.dtype)
+
     return ref
 
 
@@ -88,33 +89,45 @@ def _ones(d):
 LAX_REDUCTIONS = [
     ("reduce_sum", lax.reduce_sum, _lax_sum_ref, [I8, U8, I32, F16, BF16, F32, C64]),
     ("reduce_prod", lax.reduce_prod, _lax_prod_ref, [I8, U32, I32, F16, F32, C64]),
-    ("reduce_max", lax.reduce_max, _identity_reduce(np.maximum, _low),
-     [BOOL, I8, U8, I32, F16, BF16, F32]),
-    ("reduce_min", lax.reduce_min, _identity_reduce(np.minimum, _high),
-     [BOOL, I8, U8, I32, F16, BF16, F32]),
+    (
+        "reduce_max",
+        lax.reduce_max,
+        _identity_reduce(np.maximum, _low),
+        [BOOL, I8, U8, I32, F16, BF16, F32],
+    ),
+    (
+        "reduce_min",
+        lax.reduce_min,
+        _identity_reduce(np.minimum, _high),
+        [BOOL, I8, U8, I32, F16, BF16, F32],
+    ),
     ("reduce_and", lax.reduce_and, _identity_reduce(np.bitwise_and, _ones), [BOOL, I8, U8, I32]),
-    ("reduce_or", lax.reduce_or, _identity_reduce(np.bitwise_or, lambda d: 0),
-     [BOOL, I8, U8, I32]),
-    ("reduce_xor", lax.reduce_xor, _identity_reduce(np.bitwise_xor, lambda d: 0),
-     [BOOL, I8, U32]),
+    ("reduce_or", lax.reduce_or, _identity_reduce(np.bitwise_or, lambda d: 0), [BOOL, I8, U8, I32]),
+    ("reduce_xor", lax.reduce_xor, _identity_reduce(np.bitwise_xor, lambda d: 0), [BOOL, I8, U32]),
 ]
 
-LAX_REDUCTION_CASES = [(name, fn, ref, shape, axes, dtype)
-                       for name, fn, ref, dts in LAX_REDUCTIONS
-                       for shape in LAX_SHAPES for axes in _axes_for(shape) for dtype in dts]
+LAX_REDUCTION_CASES = [
+    (name, fn, ref, shape, axes, dtype)
+    for name, fn, ref, dts in LAX_REDUCTIONS
+    for shape in LAX_SHAPES
+    for axes in _axes_for(shape)
+    for dtype in dts
+]
 
 
 @pytest.mark.parametrize(
-    "name,fn,ref,shape,axes,dtype", LAX_REDUCTION_CASES,
-    ids=[f"{c[0]}-{'x'.join(map(str, c[3]))}-{c[4]}-{c[5].name}" for c in LAX_REDUCTION_CASES])
+    "name,fn,ref,shape,axes,dtype",
+    LAX_REDUCTION_CASES,
+    ids=[f"{c[0]}-{'x'.join(map(str, c[3]))}-{c[4]}-{c[5].name}" for c in LAX_REDUCTION_CASES],
+)
 def test_lax_reductions_match_numpy(name, fn, ref, shape, axes, dtype):
-    x = rand(shape, dtype, np.random.default_rng(len(shape)), "unit" if "prod" in name
-             else "normal")
+    x = rand(
+        shape, dtype, np.random.default_rng(len(shape)), "unit" if "prod" in name else "normal"
+    )
     out = fn(jnp.asarray(x), axes)
     expected = ref(x, axes)
     assert out.dtype == dtype
-    assert_close(out, expected, tol={F16: 1e-3, BF16: 1e-2, F32: 1e-6, C64: 1e-6},
-                 err_msg=name)
+    assert_close(out, expected, tol={F16: 1e-3, BF16: 1e-2, F32: 1e-6, C64: 1e-6}, err_msg=name)
 
 
 def test_lax_reductions_keep_exact_dtypes_and_wrap_integers():
@@ -159,15 +172,26 @@ def test_lax_reduction_bad_input():
 
 # --- argmax / argmin -------------------------------------------------------------------------
 
-ARG_CASES = [(fn, np_fn, shape, axis, dtype)
-             for fn, np_fn in ((lax.argmax, np.argmax), (lax.argmin, np.argmin))
-             for shape, axis in (((5,), 0), ((3, 4), 0), ((3, 4), 1), ((2, 3, 4), 2),
-                                 ((2, 3, 4), -2), ((3, 0), 0))
-             for dtype in (BOOL, I8, U8, I32, F16, BF16, F32)]
+ARG_CASES = [
+    (fn, np_fn, shape, axis, dtype)
+    for fn, np_fn in ((lax.argmax, np.argmax), (lax.argmin, np.argmin))
+    for shape, axis in (
+        ((5,), 0),
+        ((3, 4), 0),
+        ((3, 4), 1),
+        ((2, 3, 4), 2),
+        ((2, 3, 4), -2),
+        ((3, 0), 0),
+    )
+    for dtype in (BOOL, I8, U8, I32, F16, BF16, F32)
+]
 
 
-@pytest.mark.parametrize("fn,np_fn,shape,axis,dtype", ARG_CASES,
-                         ids=[f"{c[0].__name__}-{c[2]}-{c[3]}-{c[4].name}" for c in ARG_CASES])
+@pytest.mark.parametrize(
+    "fn,np_fn,shape,axis,dtype",
+    ARG_CASES,
+    ids=[f"{c[0].__name__}-{c[2]}-{c[3]}-{c[4].name}" for c in ARG_CASES],
+)
 def test_lax_argmax_argmin(fn, np_fn, shape, axis, dtype):
     x = rand(shape, dtype, np.random.default_rng(3))
     out = fn(jnp.asarray(x), axis, np.int32)
@@ -191,12 +215,14 @@ def test_lax_argmax_errors_and_printing():
         lax.argmax(jnp.asarray(np.ones(3, np.complex64)), 0, np.int32)
     with pytest.raises(TypeError, match="index_dtype"):
         lax.argmax(jnp.asarray(np.ones(3, np.float32)), 0, np.float32)
-    text = str(kiln.make_jaxpr(lambda x: lax.argmax(x, 0, np.int32))(
-        jnp.asarray(np.ones(2, np.float32))))
+    text = str(
+        kiln.make_jaxpr(lambda x: lax.argmax(x, 0, np.int32))(jnp.asarray(np.ones(2, np.float32)))
+    )
     assert "argmax[axes=(0,) index_dtype=int32] a" in text
 
 
 # --- cumulative ------------------------------------------------------------------------------
+
 
 def _cum_ref(kind):
     def ref(x, axis, reverse):
@@ -217,29 +243,41 @@ def _cum_ref(kind):
         if reverse:
             out = np.flip(out, axis)
         return out.astype(x.dtype)
+
     return ref
 
 
-CUM_OPS = [("cumsum", lax.cumsum, [I8, U8, I32, F16, BF16, F32, C64]),
-           ("cumprod", lax.cumprod, [I8, I32, F16, F32]),
-           ("cummax", lax.cummax, [I8, U8, I32, F16, BF16, F32]),
-           ("cummin", lax.cummin, [I8, I32, F16, F32]),
-           ("cumlogsumexp", lax.cumlogsumexp, [F16, BF16, F32])]
-CUM_CASES = [(name, fn, shape, axis, reverse, dtype)
-             for name, fn, dts in CUM_OPS
-             for shape, axis in (((5,), 0), ((0,), 0), ((3, 4), 1), ((3, 4), 0), ((2, 3, 4), 1))
-             for reverse in (False, True) for dtype in dts]
+CUM_OPS = [
+    ("cumsum", lax.cumsum, [I8, U8, I32, F16, BF16, F32, C64]),
+    ("cumprod", lax.cumprod, [I8, I32, F16, F32]),
+    ("cummax", lax.cummax, [I8, U8, I32, F16, BF16, F32]),
+    ("cummin", lax.cummin, [I8, I32, F16, F32]),
+    ("cumlogsumexp", lax.cumlogsumexp, [F16, BF16, F32]),
+]
+CUM_CASES = [
+    (name, fn, shape, axis, reverse, dtype)
+    for name, fn, dts in CUM_OPS
+    for shape, axis in (((5,), 0), ((0,), 0), ((3, 4), 1), ((3, 4), 0), ((2, 3, 4), 1))
+    for reverse in (False, True)
+    for dtype in dts
+]
 
 
 @pytest.mark.parametrize(
-    "name,fn,shape,axis,reverse,dtype", CUM_CASES,
-    ids=[f"{c[0]}-{c[2]}-{c[3]}-{'rev' if c[4] else 'fwd'}-{c[5].name}" for c in CUM_CASES])
+    "name,fn,shape,axis,reverse,dtype",
+    CUM_CASES,
+    ids=[f"{c[0]}-{c[2]}-{c[3]}-{'rev' if c[4] else 'fwd'}-{c[5].name}" for c in CUM_CASES],
+)
 def test_lax_cumulative_ops(name, fn, shape, axis, reverse, dtype):
     x = rand(shape, dtype, np.random.default_rng(5), "unit" if name == "cumprod" else "normal")
     out = fn(jnp.asarray(x), axis=axis, reverse=reverse)
     assert out.dtype == dtype and out.shape == shape
-    assert_close(out, _cum_ref(name)(x, axis, reverse),
-                 tol={F16: 2e-3, BF16: 1e-2, F32: 1e-5, C64: 1e-5}, err_msg=name)
+    assert_close(
+        out,
+        _cum_ref(name)(x, axis, reverse),
+        tol={F16: 2e-3, BF16: 1e-2, F32: 1e-5, C64: 1e-5},
+        err_msg=name,
+    )
 
 
 def test_lax_cumulative_errors_and_printing():
@@ -249,8 +287,9 @@ def test_lax_cumulative_errors_and_printing():
         lax.cumlogsumexp(jnp.asarray(np.ones(3, np.int32)))
     with pytest.raises(ValueError, match="axis"):
         lax.cumsum(jnp.asarray(np.ones(3, np.float32)), axis=1)
-    text = str(kiln.make_jaxpr(lambda x: lax.cumsum(x, reverse=True))(
-        jnp.asarray(np.ones(3, np.float32))))
+    text = str(
+        kiln.make_jaxpr(lambda x: lax.cumsum(x, reverse=True))(jnp.asarray(np.ones(3, np.float32)))
+    )
     assert "cumsum[axis=0 reverse=True] a" in text
     with pytest.raises(ValueError):
         lax.cumsum(jnp.asarray(np.float32(1.0)))
@@ -264,16 +303,18 @@ def test_lax_cumlogsumexp_is_stable():
 
 def test_lax_reduce_precision_matches_casts():
     rng = np.random.default_rng(7)
-    x = np.concatenate([rng.standard_normal(200) * 10.0 ** rng.integers(-9, 6, 200),
-                        [np.inf, -np.inf, np.nan, 0.0, -0.0, 65519.0, 65520.0, 1e-8]])
+    x = np.concatenate(
+        [
+            rng.standard_normal(200) * 10.0 ** rng.integers(-9, 6, 200),
+            [np.inf, -np.inf, np.nan, 0.0, -0.0, 65519.0, 65520.0, 1e-8],
+        ]
+    )
     x = x.astype(np.float32)
     with np.errstate(all="ignore"):
         as_f16 = x.astype(np.float16).astype(np.float32)
         as_bf16 = x.astype(ml_dtypes.bfloat16).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(lax.reduce_precision(jnp.asarray(x), 5, 10)),
-                                  as_f16)
-    np.testing.assert_array_equal(np.asarray(lax.reduce_precision(jnp.asarray(x), 8, 7)),
-                                  as_bf16)
+    np.testing.assert_array_equal(np.asarray(lax.reduce_precision(jnp.asarray(x), 5, 10)), as_f16)
+    np.testing.assert_array_equal(np.asarray(lax.reduce_precision(jnp.asarray(x), 8, 7)), as_bf16)
     with pytest.raises(TypeError):
         lax.reduce_precision(jnp.asarray(np.ones(2, np.int32)), 5, 10)
 
@@ -285,14 +326,16 @@ def test_lax_reduce_precision_matches_casts():
 JNP_CASES = [(r, s, d) for r in REDUCTION_RECORDS for s, d in r.cases()]
 
 
-@pytest.mark.parametrize("record,shapes,dtype", JNP_CASES,
-                         ids=[i for r in REDUCTION_RECORDS for i in r.ids()])
+@pytest.mark.parametrize(
+    "record,shapes,dtype", JNP_CASES, ids=[i for r in REDUCTION_RECORDS for i in r.ids()]
+)
 def test_jnp_reductions_match_numpy(record, shapes, dtype):
     check_record_eager(record, shapes, dtype)
 
 
-TRACED_RECORDS = [r for r in REDUCTION_RECORDS if "keepdims=True" in r.name and
-                  r.static_kwargs["axis"] == 0]
+TRACED_RECORDS = [
+    r for r in REDUCTION_RECORDS if "keepdims=True" in r.name and r.static_kwargs["axis"] == 0
+]
 RANK3_RECORDS = [r for r in REDUCTION_RECORDS if r.shapes == [((2, 3, 4),)]]
 
 
@@ -309,14 +352,25 @@ MORE_TRACED = [
     ("argmin", lambda a: jnp.argmin(a, axis=-1)),
     ("nanprod", lambda a: jnp.nanprod(a, axis=(0, 2), keepdims=True)),
     ("nanvar", lambda a: jnp.nanvar(a, axis=(0, 2), keepdims=True, ddof=1)),
-    ("average", lambda a: jnp.average(a, axis=2, weights=jnp.asarray(np.arange(1.0, 5.0)
-                                                                  .astype(np.float32)),
-                                      returned=True, keepdims=True)),
+    (
+        "average",
+        lambda a: jnp.average(
+            a,
+            axis=2,
+            weights=jnp.asarray(np.arange(1.0, 5.0).astype(np.float32)),
+            returned=True,
+            keepdims=True,
+        ),
+    ),
     ("where", lambda a: jnp.mean(a, axis=1, where=a > 0, keepdims=True)),
     ("var_where", lambda a: jnp.var(a, axis=(0, 1), where=a > 0)),
     ("max_initial", lambda a: jnp.max(a, axis=2, initial=0.5, where=a < 1)),
-    ("quantile", lambda a: jnp.quantile(a, jnp.asarray(np.array([0.2, 0.7], np.float32)),
-                                        axis=(0, 2), keepdims=True)),
+    (
+        "quantile",
+        lambda a: jnp.quantile(
+            a, jnp.asarray(np.array([0.2, 0.7], np.float32)), axis=(0, 2), keepdims=True
+        ),
+    ),
     ("nanmedian", lambda a: jnp.nanmedian(a, axis=1, keepdims=True)),
     ("percentile", lambda a: jnp.percentile(a, 30.0, method="nearest")),
     ("cumprod", lambda a: jnp.cumprod(a, axis=1)),
@@ -325,9 +379,14 @@ MORE_TRACED = [
     ("diff", lambda a: jnp.diff(a, n=2, axis=1, prepend=0.0)),
     ("ediff1d", lambda a: jnp.ediff1d(a, to_begin=jnp.asarray(np.float32(1.0)))),
     ("histogram", lambda a: jnp.histogram(a, bins=4, range=(-1.0, 1.0), density=True)[0]),
-    ("bincount", lambda a: jnp.bincount(jnp.abs(a * 3).astype(np.int32).reshape(-1),
-                                        length=5) if hasattr(jnp, "abs") else
-     jnp.bincount(lax.convert_element_type(lax.reshape(a, (24,)), np.int32), length=5)),
+    (
+        "bincount",
+        lambda a: (
+            jnp.bincount(jnp.abs(a * 3).astype(np.int32).reshape(-1), length=5)
+            if hasattr(jnp, "abs")
+            else jnp.bincount(lax.convert_element_type(lax.reshape(a, (24,)), np.int32), length=5)
+        ),
+    ),
 ]
 
 
@@ -373,8 +432,9 @@ def test_sum_of_float16_accumulates_in_float32():
     assert "reduce_sum[axes=(0,)]" in text
 
 
-@pytest.mark.parametrize("fn,np_fn", [(jnp.sum, np.sum), (jnp.prod, np.prod),
-                                      (jnp.max, np.max), (jnp.min, np.min)])
+@pytest.mark.parametrize(
+    "fn,np_fn", [(jnp.sum, np.sum), (jnp.prod, np.prod), (jnp.max, np.max), (jnp.min, np.min)]
+)
 def test_where_and_initial(fn, np_fn):
     x = np.array([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]], np.float32)
     mask = np.array([True, False, True])
@@ -390,14 +450,23 @@ def test_where_and_initial(fn, np_fn):
 def test_where_masks_for_any_all_mean_var():
     x = np.array([[0.0, 2.0, 3.0], [4.0, 0.0, 6.0]], np.float32)
     mask = np.array([[True, True, False], [False, True, True]])
-    for fn, np_fn in ((jnp.any, np.any), (jnp.all, np.all), (jnp.mean, np.mean),
-                      (jnp.var, np.var), (jnp.std, np.std)):
-        assert_close(fn(jnp.asarray(x), axis=1, where=jnp.asarray(mask)),
-                     np_fn(x, axis=1, where=mask).astype(
-                         np.bool_ if fn in (jnp.any, jnp.all) else np.float32))
+    for fn, np_fn in (
+        (jnp.any, np.any),
+        (jnp.all, np.all),
+        (jnp.mean, np.mean),
+        (jnp.var, np.var),
+        (jnp.std, np.std),
+    ):
+        assert_close(
+            fn(jnp.asarray(x), axis=1, where=jnp.asarray(mask)),
+            np_fn(x, axis=1, where=mask).astype(
+                np.bool_ if fn in (jnp.any, jnp.all) else np.float32
+            ),
+        )
     # a broadcastable mask
-    assert_close(jnp.sum(jnp.asarray(x), where=jnp.asarray(np.array([True, False, True]))),
-                 np.float32(13.0))
+    assert_close(
+        jnp.sum(jnp.asarray(x), where=jnp.asarray(np.array([True, False, True]))), np.float32(13.0)
+    )
 
 
 def test_max_min_empty_and_where_errors():
@@ -419,8 +488,7 @@ def test_max_min_empty_and_where_errors():
 
 def test_bad_axis_and_list_input():
     x = jnp.asarray(np.ones((2, 3), np.float32))
-    for fn in (jnp.sum, jnp.max, jnp.mean, jnp.var, jnp.argmax, jnp.any, jnp.median,
-               jnp.cumsum):
+    for fn in (jnp.sum, jnp.max, jnp.mean, jnp.var, jnp.argmax, jnp.any, jnp.median, jnp.cumsum):
         with pytest.raises(ValueError, match="axis 2 is out of bounds"):
             fn(x, axis=2)
     with pytest.raises(ValueError, match="duplicate value in 'axis'"):
@@ -449,17 +517,30 @@ def test_nan_behaviour():
     x = np.array([[1.0, np.nan, 3.0], [np.nan, np.nan, np.nan], [4.0, -1.0, 2.0]], np.float32)
     kx = jnp.asarray(x)
     cases = [
-        (jnp.max, np.max), (jnp.min, np.min), (jnp.sum, np.sum), (jnp.mean, np.mean),
-        (jnp.nansum, np.nansum), (jnp.nanprod, np.nanprod), (jnp.nanmax, np.nanmax),
-        (jnp.nanmin, np.nanmin), (jnp.nanmean, np.nanmean), (jnp.nanvar, np.nanvar),
-        (jnp.nanstd, np.nanstd), (jnp.median, np.median), (jnp.nanmedian, np.nanmedian),
+        (jnp.max, np.max),
+        (jnp.min, np.min),
+        (jnp.sum, np.sum),
+        (jnp.mean, np.mean),
+        (jnp.nansum, np.nansum),
+        (jnp.nanprod, np.nanprod),
+        (jnp.nanmax, np.nanmax),
+        (jnp.nanmin, np.nanmin),
+        (jnp.nanmean, np.nanmean),
+        (jnp.nanvar, np.nanvar),
+        (jnp.nanstd, np.nanstd),
+        (jnp.median, np.median),
+        (jnp.nanmedian, np.nanmedian),
     ]
     for fn, np_fn in cases:
         for axis in (None, 0, 1):
-            assert_close(fn(kx, axis=axis), quiet(np_fn)(x, axis=axis).astype(np.float32),
-                         err_msg=f"{fn.__name__} axis={axis}")
-    assert_close(jnp.nanvar(kx, axis=1, ddof=1), quiet(np.nanvar)(x, axis=1, ddof=1)
-                 .astype(np.float32))
+            assert_close(
+                fn(kx, axis=axis),
+                quiet(np_fn)(x, axis=axis).astype(np.float32),
+                err_msg=f"{fn.__name__} axis={axis}",
+            )
+    assert_close(
+        jnp.nanvar(kx, axis=1, ddof=1), quiet(np.nanvar)(x, axis=1, ddof=1).astype(np.float32)
+    )
     # argmax/argmin: the first NaN wins; nanarg* skip NaNs and give -1 for all-NaN rows.
     np.testing.assert_array_equal(np.asarray(jnp.argmax(kx, axis=1)), np.argmax(x, axis=1))
     np.testing.assert_array_equal(np.asarray(jnp.argmin(kx, axis=0)), np.argmin(x, axis=0))
@@ -525,8 +606,10 @@ def test_average():
     assert_close(out, e_out.astype(np.float32))
     assert_close(total, e_total.astype(np.float32))
     w2 = rand((3, 4), F32, rng, "positive")
-    assert_close(jnp.average(jnp.asarray(x), weights=jnp.asarray(w2)),
-                 np.average(x, weights=w2).astype(np.float32))
+    assert_close(
+        jnp.average(jnp.asarray(x), weights=jnp.asarray(w2)),
+        np.average(x, weights=w2).astype(np.float32),
+    )
     avg, count = jnp.average(jnp.asarray(x.astype(np.int32)), axis=0, returned=True)
     assert avg.dtype == np.float32 and count.dtype == np.float32
     np.testing.assert_array_equal(np.asarray(count), [3.0] * 4)
@@ -539,21 +622,22 @@ def test_average():
 
 # --- quantiles -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("method", ["linear", "lower", "higher", "midpoint", "nearest"])
-@pytest.mark.parametrize("shape,axis", [((7,), None), ((4, 6), 1), ((4, 6), 0),
-                                        ((2, 3, 5), (0, 2)), ((2, 3, 5), None), ((1,), 0)])
+@pytest.mark.parametrize(
+    "shape,axis",
+    [((7,), None), ((4, 6), 1), ((4, 6), 0), ((2, 3, 5), (0, 2)), ((2, 3, 5), None), ((1,), 0)],
+)
 def test_quantile_methods(method, shape, axis):
     x = rand(shape, F32, np.random.default_rng(4))
     # q * (n - 1) is exact in float32 and float64 for these q, so both sides pick the same
     # neighbours (other q can round onto an integer position in float32 only).
     q = np.array([0.0, 0.125, 0.25, 0.375, 0.5, 0.875, 1.0], np.float32)
     out = jnp.quantile(jnp.asarray(x), jnp.asarray(q), axis=axis, method=method)
-    expected = np.quantile(x.astype(np.float64), q.astype(np.float64), axis=axis,
-                           method=method)
+    expected = np.quantile(x.astype(np.float64), q.astype(np.float64), axis=axis, method=method)
     assert_close(out, expected.astype(np.float32), tol=1e-5)
     out = jnp.quantile(jnp.asarray(x), 0.625, axis=axis, method=method, keepdims=True)
-    expected = np.quantile(x.astype(np.float64), 0.625, axis=axis, method=method,
-                           keepdims=True)
+    expected = np.quantile(x.astype(np.float64), 0.625, axis=axis, method=method, keepdims=True)
     assert_close(out, expected.astype(np.float32), tol=1e-5)
 
 
@@ -561,8 +645,10 @@ def test_quantile_percentile_median_dtypes_and_values():
     xi = np.array([[1, 5, 2, 8], [3, 3, 9, 0]], np.int32)
     assert_close(jnp.median(jnp.asarray(xi), axis=1), np.median(xi, axis=1).astype(np.float32))
     assert_close(jnp.percentile(jnp.asarray(xi), 50), np.float32(np.percentile(xi, 50)))
-    assert_close(jnp.percentile(jnp.asarray(xi), jnp.asarray(np.array([10.0, 90.0])), axis=0),
-                 np.percentile(xi, [10.0, 90.0], axis=0).astype(np.float32))
+    assert_close(
+        jnp.percentile(jnp.asarray(xi), jnp.asarray(np.array([10.0, 90.0])), axis=0),
+        np.percentile(xi, [10.0, 90.0], axis=0).astype(np.float32),
+    )
     h = jnp.asarray(np.array([1.0, 2.0, 4.0], np.float16))
     assert jnp.median(h).dtype == np.float16 and float(jnp.median(h)) == 2.0
     assert jnp.median(jnp.asarray(np.array([True, False]))).dtype == np.float32
@@ -581,24 +667,39 @@ def test_nanquantile_and_traced_q():
     q = np.array([0.2, 0.5, 0.9], np.float32)
     out = jnp.nanquantile(jnp.asarray(x), jnp.asarray(q), axis=1)
     assert_close(out, quiet(np.nanquantile)(x.astype(np.float64), q, axis=1).astype(np.float32))
-    assert_close(jnp.nanpercentile(jnp.asarray(x), 50.0, axis=1),
-                 quiet(np.nanpercentile)(x, 50.0, axis=1).astype(np.float32))
+    assert_close(
+        jnp.nanpercentile(jnp.asarray(x), 50.0, axis=1),
+        quiet(np.nanpercentile)(x, 50.0, axis=1).astype(np.float32),
+    )
     # q traced: the jaxpr computes the positions
-    check_traced(lambda a, qq: jnp.quantile(a, qq, axis=0),
-                 rand((5, 3), F32, np.random.default_rng(1)), q)
+    check_traced(
+        lambda a, qq: jnp.quantile(a, qq, axis=0), rand((5, 3), F32, np.random.default_rng(1)), q
+    )
 
 
 # --- cumulative kiln.numpy -------------------------------------------------------------------
 
 CUMULATIVE = [
-    ("cumsum", jnp.cumsum, np.cumsum), ("cumprod", jnp.cumprod, np.cumprod),
-    ("nancumsum", jnp.nancumsum, np.nancumsum), ("nancumprod", jnp.nancumprod, np.nancumprod),
+    ("cumsum", jnp.cumsum, np.cumsum),
+    ("cumprod", jnp.cumprod, np.cumprod),
+    ("nancumsum", jnp.nancumsum, np.nancumsum),
+    ("nancumprod", jnp.nancumprod, np.nancumprod),
 ]
 
 
 @pytest.mark.parametrize("dtype", [BOOL, I8, U8, I32, F16, F32, C64], ids=lambda d: d.name)
-@pytest.mark.parametrize("shape,axis", [((), None), ((0,), None), ((5,), 0), ((3, 4), None),
-                                        ((3, 4), 1), ((2, 3, 4), -2), ((0, 3), 0)])
+@pytest.mark.parametrize(
+    "shape,axis",
+    [
+        ((), None),
+        ((0,), None),
+        ((5,), 0),
+        ((3, 4), None),
+        ((3, 4), 1),
+        ((2, 3, 4), -2),
+        ((0, 3), 0),
+    ],
+)
 @pytest.mark.parametrize("name,fn,np_fn", CUMULATIVE, ids=[c[0] for c in CUMULATIVE])
 def test_jnp_cumulative(name, fn, np_fn, shape, axis, dtype):
     x = rand(shape, dtype, np.random.default_rng(9), "unit" if "prod" in name else "normal")
@@ -607,8 +708,7 @@ def test_jnp_cumulative(name, fn, np_fn, shape, axis, dtype):
     expected = np_fn(wide(x), axis=axis)
     assert out.dtype == expected_dtype
     with np.errstate(all="ignore"):
-        assert_close(out, expected.astype(expected_dtype),
-                     tol={F16: 4e-3, F32: 1e-5, C64: 1e-5})
+        assert_close(out, expected.astype(expected_dtype), tol={F16: 4e-3, F32: 1e-5, C64: 1e-5})
 
 
 def test_cumsum_dtype_argument_and_nan():
@@ -627,8 +727,9 @@ def test_cumulative_sum_and_prod():
     assert out.dtype == np.int32
     np.testing.assert_array_equal(np.asarray(out), np.cumsum(x, axis=1))
     out = jnp.cumulative_sum(jnp.asarray(x), axis=0, include_initial=True)
-    np.testing.assert_array_equal(np.asarray(out), np.concatenate([[[0, 0, 0]],
-                                                                   np.cumsum(x, axis=0)]))
+    np.testing.assert_array_equal(
+        np.asarray(out), np.concatenate([[[0, 0, 0]], np.cumsum(x, axis=0)])
+    )
     out = jnp.cumulative_prod(jnp.asarray(x[0]), include_initial=True)
     np.testing.assert_array_equal(np.asarray(out), [1, 1, 2, 6])
     with pytest.raises(ValueError, match="axis"):
@@ -639,10 +740,21 @@ def test_cumulative_sum_and_prod():
 
 # --- diff, ediff1d, bincount, histogram ------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [BOOL, I8, U8, I32, F16, F32, C64], ids=lambda d: d.name)
-@pytest.mark.parametrize("shape,n,axis", [((5,), 1, -1), ((5,), 3, 0), ((3, 4), 1, 0),
-                                          ((3, 4), 2, 1), ((2, 3, 4), 1, 1), ((0,), 1, 0),
-                                          ((2,), 4, 0), ((3,), 0, 0)])
+@pytest.mark.parametrize(
+    "shape,n,axis",
+    [
+        ((5,), 1, -1),
+        ((5,), 3, 0),
+        ((3, 4), 1, 0),
+        ((3, 4), 2, 1),
+        ((2, 3, 4), 1, 1),
+        ((0,), 1, 0),
+        ((2,), 4, 0),
+        ((3,), 0, 0),
+    ],
+)
 def test_diff(shape, n, axis, dtype):
     x = rand(shape, dtype, np.random.default_rng(12))
     out = jnp.diff(jnp.asarray(x), n=n, axis=axis)
@@ -653,9 +765,10 @@ def test_diff(shape, n, axis, dtype):
 
 def test_diff_prepend_append_and_errors():
     x = np.array([[1.0, 4.0, 9.0], [2.0, 3.0, 5.0]], np.float32)
-    assert_close(jnp.diff(jnp.asarray(x), prepend=0.0, append=jnp.asarray(np.ones((2, 1),
-                                                                                  np.float32))),
-                 np.diff(x, prepend=0.0, append=np.ones((2, 1), np.float32)))
+    assert_close(
+        jnp.diff(jnp.asarray(x), prepend=0.0, append=jnp.asarray(np.ones((2, 1), np.float32))),
+        np.diff(x, prepend=0.0, append=np.ones((2, 1), np.float32)),
+    )
     with pytest.raises(ValueError, match="non-negative"):
         jnp.diff(jnp.asarray(x), n=-1)
     with pytest.raises(ValueError, match="at least one dimensional"):
@@ -667,8 +780,11 @@ def test_diff_prepend_append_and_errors():
 def test_ediff1d():
     x = np.array([[1, 2], [4, 8]], np.int32)
     np.testing.assert_array_equal(np.asarray(jnp.ediff1d(jnp.asarray(x))), np.ediff1d(x))
-    out = jnp.ediff1d(jnp.asarray(x), to_begin=jnp.asarray(np.array([-1], np.int32)),
-                      to_end=jnp.asarray(np.array([9, 9], np.int32)))
+    out = jnp.ediff1d(
+        jnp.asarray(x),
+        to_begin=jnp.asarray(np.array([-1], np.int32)),
+        to_end=jnp.asarray(np.array([9, 9], np.int32)),
+    )
     np.testing.assert_array_equal(np.asarray(out), np.ediff1d(x, to_begin=[-1], to_end=[9, 9]))
 
 
@@ -677,15 +793,15 @@ def test_bincount():
     w = np.array([0.3, 0.5, 0.2, 0.7, 1.0, -0.6, 2.0], np.float32)
     np.testing.assert_array_equal(np.asarray(jnp.bincount(jnp.asarray(x))), np.bincount(x))
     assert jnp.bincount(jnp.asarray(x)).dtype == np.int32
-    assert_close(jnp.bincount(jnp.asarray(x), jnp.asarray(w)), np.bincount(x, w)
-                 .astype(np.float32))
-    np.testing.assert_array_equal(np.asarray(jnp.bincount(jnp.asarray(x), minlength=10)),
-                                  np.bincount(x, minlength=10))
-    # length truncates (larger values are dropped); negative values count into bin 0 (JAX).
-    np.testing.assert_array_equal(np.asarray(jnp.bincount(jnp.asarray(x), length=3)),
-                                  [1, 3, 1])
+    assert_close(jnp.bincount(jnp.asarray(x), jnp.asarray(w)), np.bincount(x, w).astype(np.float32))
     np.testing.assert_array_equal(
-        np.asarray(jnp.bincount(jnp.asarray(np.array([-2, 1], np.int32)), length=2)), [1, 1])
+        np.asarray(jnp.bincount(jnp.asarray(x), minlength=10)), np.bincount(x, minlength=10)
+    )
+    # length truncates (larger values are dropped); negative values count into bin 0 (JAX).
+    np.testing.assert_array_equal(np.asarray(jnp.bincount(jnp.asarray(x), length=3)), [1, 3, 1])
+    np.testing.assert_array_equal(
+        np.asarray(jnp.bincount(jnp.asarray(np.array([-2, 1], np.int32)), length=2)), [1, 1]
+    )
     out = kiln.make_jaxpr(lambda v: jnp.bincount(v, length=8))(jnp.asarray(x))
     assert out.out_avals[0].shape == (8,)
     with pytest.raises(kiln.core.errors.ConcretizationTypeError, match="length"):
@@ -696,8 +812,10 @@ def test_bincount():
         jnp.bincount(jnp.asarray(x.reshape(7, 1)))
 
 
-@pytest.mark.parametrize("bins,range_,density", [(3, None, False), (5, (0.0, 4.0), False),
-                                                  (4, None, True), (1, None, False)])
+@pytest.mark.parametrize(
+    "bins,range_,density",
+    [(3, None, False), (5, (0.0, 4.0), False), (4, None, True), (1, None, False)],
+)
 def test_histogram(bins, range_, density):
     x = np.array([1.0, 2.0, 2.0, 3.0, 2.5, 0.5, 3.9, 1.2], np.float32)
     counts, edges = jnp.histogram(jnp.asarray(x), bins=bins, range=range_, density=density)
@@ -705,14 +823,20 @@ def test_histogram(bins, range_, density):
     assert_close(edges, e_edges.astype(np.float32), tol=1e-6)
     assert_close(counts, e_counts.astype(np.float32), tol=1e-5)
     w = np.linspace(0.0, 1.0, x.size).astype(np.float32)
-    counts, _ = jnp.histogram(jnp.asarray(x), bins=jnp.asarray(np.array([0.0, 1.0, 2.5, 4.0],
-                                                                         np.float32)),
-                              weights=jnp.asarray(w))
-    assert_close(counts, np.histogram(x, bins=[0.0, 1.0, 2.5, 4.0], weights=w)[0]
-                 .astype(np.float32), tol=1e-6)
+    counts, _ = jnp.histogram(
+        jnp.asarray(x),
+        bins=jnp.asarray(np.array([0.0, 1.0, 2.5, 4.0], np.float32)),
+        weights=jnp.asarray(w),
+    )
+    assert_close(
+        counts,
+        np.histogram(x, bins=[0.0, 1.0, 2.5, 4.0], weights=w)[0].astype(np.float32),
+        tol=1e-6,
+    )
 
 
 # --- printing (the seed's format) ------------------------------------------------------------
+
 
 def test_max_prints_like_the_seed():
     x = jnp.asarray(np.array([0.1, 0.2], np.float32))

@@ -1,5 +1,6 @@
 """Every primitive kiln defines has the rules the issue requires: an impl (the NumPy reference)
 and an abstract evaluation; and kiln.numpy offers the API NumPy users reach for first."""
+
 import importlib
 import pkgutil
 
@@ -69,8 +70,21 @@ def test_numpy_function_exists(name):
 
 def test_linalg_norm_and_nn_exist():
     assert callable(jnp.linalg.norm)
-    for name in ("relu", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "logsumexp",
-                 "one_hot", "silu", "softplus", "elu", "selu", "leaky_relu"):
+    for name in (
+        "relu",
+        "gelu",
+        "sigmoid",
+        "tanh",
+        "softmax",
+        "log_softmax",
+        "logsumexp",
+        "one_hot",
+        "silu",
+        "softplus",
+        "elu",
+        "selu",
+        "leaky_relu",
+    ):
         assert callable(getattr(kiln.nn, name, None)), f"kiln.nn.{name} is missing"
 
 
@@ -91,6 +105,7 @@ def _all_primitives_with_extras() -> dict[str, Primitive]:
     found = dict(PRIMITIVES)
     import kiln.callbacks
     import kiln.debug
+
     for module in (kiln.callbacks, kiln.debug):
         for value in vars(module).values():
             if isinstance(value, Primitive):
@@ -120,5 +135,6 @@ def test_linear_primitive_has_transpose_rule(name):
 @pytest.mark.parametrize("name", sorted(ALL_PRIMITIVES))
 def test_primitive_has_batching_rule(name):
     prim = ALL_PRIMITIVES[name]
-    assert prim.rule("batching") is not None or prim in collective_rules, \
+    assert prim.rule("batching") is not None or prim in collective_rules, (
         f"{name} has no batching rule"
+    )

@@ -1,6 +1,7 @@
 """Registering rules: one `def_<kind>` method per rule kind on Primitive, compiler tables keyed
 by the primitive object, and the derivative helpers of primitives/base.py checked against
 derivatives worked out by hand."""
+
 import numpy as np
 import pytest
 
@@ -68,8 +69,13 @@ neg_like_p = base.standard_unop("registration_test_neg", np.negative, base.FLOAT
 base.deflinear(neg_like_p, lambda cotangent, x: [lax.neg(cotangent)])
 
 sum_like_p = base.standard_binop("registration_test_linear_add", np.add, base.FLOAT)
-base.deflinear(sum_like_p, lambda cotangent, x, y: [base.unbroadcast(cotangent, x.shape),
-                                                    base.unbroadcast(cotangent, y.shape)])
+base.deflinear(
+    sum_like_p,
+    lambda cotangent, x, y: [
+        base.unbroadcast(cotangent, x.shape),
+        base.unbroadcast(cotangent, y.shape),
+    ],
+)
 
 
 def test_defjvp_elementwise_rule_is_g_times_derivative():
@@ -86,10 +92,11 @@ def test_defjvp_with_a_zero_tangent_gives_a_zero_tangent():
 
 
 def test_defjvp_broadcasts_and_adds_the_contributions():
-    x = jnp.asarray(np.float32(1.0))                   # rank-0: broadcast against y
+    x = jnp.asarray(np.float32(1.0))  # rank-0: broadcast against y
     y = jnp.asarray(np.arange(3, dtype=np.float32))
     out, tangent = add_like_p.rule("jvp")(
-        (x, y), (jnp.asarray(np.float32(2.0)), jnp.asarray(np.ones(3, np.float32))))
+        (x, y), (jnp.asarray(np.float32(2.0)), jnp.asarray(np.ones(3, np.float32)))
+    )
     np.testing.assert_array_equal(np.asarray(out), [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(np.asarray(tangent), [3.0, 3.0, 3.0])
     _, only_x = add_like_p.rule("jvp")((x, y), (jnp.asarray(np.float32(2.0)), None))
@@ -120,4 +127,3 @@ def test_deflinear_transpose_unbroadcasts_a_rank0_operand():
     ct_x, ct_y = sum_like_p.rule("transpose")(cotangent, x, y)
     assert ct_x.shape == () and float(ct_x) == 7.0
     np.testing.assert_array_equal(np.asarray(ct_y), [1.0, 2.0, 4.0])
-

@@ -5,6 +5,7 @@ make_jaxpr: the jaxpr must typecheck, evaluate to the eager result bit for bit a
 on shape, dtype and weak type. Then come the seed's jaxpr spellings, weak-type rules, property
 tests of round trips and broadcasting, and the errors bad input must raise.
 """
+
 import math
 
 import ml_dtypes
@@ -18,11 +19,16 @@ from kiln import lax
 from kiln.core.array import Array
 from kiln.core.jaxpr import Literal, typecheck_jaxpr
 from tests._testing import ALL, OpRecord, check_record_eager, check_record_jit, make_args
-from tests.op_records import (SHAPE_LAX_RECORDS, SHAPE_NUMPY_RECORDS, SHAPE_TRACE_RECORDS,
-                              np_pad_reference)
+from tests.op_records import (
+    SHAPE_LAX_RECORDS,
+    SHAPE_NUMPY_RECORDS,
+    SHAPE_TRACE_RECORDS,
+    np_pad_reference,
+)
 
 
 # --- tracing checks ----------------------------------------------------------------------------
+
 
 def _flatten(tree):
     if isinstance(tree, (list, tuple)):
@@ -61,16 +67,22 @@ def check_record_traced(record: OpRecord, shapes, dtype) -> None:
     for t, e, aval in zip(traced, eager, closed.out_avals):
         e_aval = jnp.asarray(e).aval
         assert (aval.shape, aval.dtype, aval.weak_type) == (
-            e_aval.shape, e_aval.dtype, e_aval.weak_type), (record.name, aval, e_aval)
+            e_aval.shape,
+            e_aval.dtype,
+            e_aval.weak_type,
+        ), (record.name, aval, e_aval)
         t, e = np.asarray(t), np.asarray(e)
         assert t.shape == e.shape and t.dtype == e.dtype and t.tobytes() == e.tobytes()
 
 
 # --- the op records ----------------------------------------------------------------------------
 
+
 def _cases(records):
-    return ([(r, s, d) for r in records for s, d in r.cases()],
-            [i for r in records for i in r.ids()])
+    return (
+        [(r, s, d) for r in records for s, d in r.cases()],
+        [i for r in records for i in r.ids()],
+    )
 
 
 LAX_CASES, LAX_IDS = _cases(SHAPE_LAX_RECORDS)
@@ -90,33 +102,42 @@ def test_jnp_records(record, shapes, dtype):
 
 
 @pytest.mark.skipif(not hasattr(jnp, "sum"), reason="jnp.sum (reductions) not available")
-@pytest.mark.parametrize("record,shapes,dtype", _cases(SHAPE_TRACE_RECORDS)[0],
-                         ids=_cases(SHAPE_TRACE_RECORDS)[1])
+@pytest.mark.parametrize(
+    "record,shapes,dtype", _cases(SHAPE_TRACE_RECORDS)[0], ids=_cases(SHAPE_TRACE_RECORDS)[1]
+)
 def test_trace_records(record, shapes, dtype):
     check_record_eager(record, shapes, dtype)
     check_record_traced(record, shapes, dtype)
 
 
-JIT_SAMPLE = [(r, s, d) for r, s, d in LAX_CASES + JNP_CASES
-              if d in (np.dtype(np.float32), np.dtype(np.int8)) and s == r.shapes[-1]]
+JIT_SAMPLE = [
+    (r, s, d)
+    for r, s, d in LAX_CASES + JNP_CASES
+    if d in (np.dtype(np.float32), np.dtype(np.int8)) and s == r.shapes[-1]
+]
 
 
 @pytest.mark.skipif(not hasattr(kiln, "jit"), reason="kiln.jit is not available yet")
-@pytest.mark.parametrize("record,shapes,dtype", JIT_SAMPLE,
-                         ids=[f"{r.name}-{d.name}" for r, _, d in JIT_SAMPLE])
+@pytest.mark.parametrize(
+    "record,shapes,dtype", JIT_SAMPLE, ids=[f"{r.name}-{d.name}" for r, _, d in JIT_SAMPLE]
+)
 def test_records_jit(record, shapes, dtype):
     check_record_jit(record, shapes, dtype)
 
 
 # --- iota ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [d for d in ALL if d != np.bool_], ids=str)
 @pytest.mark.parametrize("shape,dimension", [((5,), 0), ((3, 4), 1), ((0, 2), 0), ((2, 3), 0)])
 def test_iota(dtype, shape, dimension):
     out = lax.broadcasted_iota(dtype, shape, dimension)
     expected = np.broadcast_to(
-        np.arange(shape[dimension]).reshape([-1 if i == dimension else 1
-                                             for i in range(len(shape))]), shape).astype(dtype)
+        np.arange(shape[dimension]).reshape(
+            [-1 if i == dimension else 1 for i in range(len(shape))]
+        ),
+        shape,
+    ).astype(dtype)
     assert out.dtype == dtype and not out.weak_type
     np.testing.assert_array_equal(np.asarray(out), expected)
 
@@ -128,15 +149,18 @@ def test_iota_counts_exactly_in_narrow_floats():
 
 # --- jaxpr spelling --------------------------------------------------------------------------
 
+
 def _jaxpr_text(fn, *args, **kwargs):
     return str(kiln.make_jaxpr(fn, **kwargs)(*args))
 
 
 def test_full_of_traced_value_is_broadcast_in_dim():
     text = _jaxpr_text(lambda a, n: jnp.full((n,), a), 2, 5, static_argnums=(1,))
-    assert text == ("{ lambda ; a:i32[]. let\n"
-                    "    b:i32[5] = broadcast_in_dim[broadcast_dimensions=() shape=(5,)] a\n"
-                    "  in (b,) }")
+    assert text == (
+        "{ lambda ; a:i32[]. let\n"
+        "    b:i32[5] = broadcast_in_dim[broadcast_dimensions=() shape=(5,)] a\n"
+        "  in (b,) }"
+    )
     text = _jaxpr_text(lambda a, n: jnp.full((n,), a), 1.6, 10, static_argnums=(1,))
     assert "b:f32[10] = broadcast_in_dim[broadcast_dimensions=() shape=(10,)] a" in text
 
@@ -147,32 +171,46 @@ def test_copy_is_staged_as_copy():
         for _ in range(3):
             x = x * x
         return y
+
     text = _jaxpr_text(stupid_fn, jnp.ones(4))
     assert text.startswith("{ lambda ; a:f32[4]. let\n    b:f32[4] = copy a\n")
     assert text.endswith("in (b,) }")
-    assert _jaxpr_text(lambda x: jnp.array(x), jnp.ones(2)) == \
-        "{ lambda ; a:f32[2]. let b:f32[2] = copy a in (b,) }"
-    assert _jaxpr_text(lambda x: jnp.asarray(x), jnp.ones(2)) == \
-        "{ lambda ; a:f32[2]. let  in (a,) }"
+    assert (
+        _jaxpr_text(lambda x: jnp.array(x), jnp.ones(2))
+        == "{ lambda ; a:f32[2]. let b:f32[2] = copy a in (b,) }"
+    )
+    assert (
+        _jaxpr_text(lambda x: jnp.asarray(x), jnp.ones(2)) == "{ lambda ; a:f32[2]. let  in (a,) }"
+    )
 
 
 def test_shape_primitives_print_like_jax():
     x = jnp.ones((2, 3))
     cases = [
-        (lambda x: jnp.reshape(x, (3, 2)),
-         "b:f32[3,2] = reshape[dimensions=None new_sizes=(3, 2)] a"),
+        (
+            lambda x: jnp.reshape(x, (3, 2)),
+            "b:f32[3,2] = reshape[dimensions=None new_sizes=(3, 2)] a",
+        ),
         (lambda x: jnp.ravel(x), "b:f32[6] = reshape[dimensions=None new_sizes=(6,)] a"),
         (lambda x: jnp.transpose(x), "b:f32[3,2] = transpose[permutation=(1, 0)] a"),
-        (lambda x: jnp.expand_dims(x, 0),
-         "b:f32[1,2,3] = broadcast_in_dim[broadcast_dimensions=(1, 2) shape=(1, 2, 3)] a"),
+        (
+            lambda x: jnp.expand_dims(x, 0),
+            "b:f32[1,2,3] = broadcast_in_dim[broadcast_dimensions=(1, 2) shape=(1, 2, 3)] a",
+        ),
         (lambda x: jnp.flip(x, 0), "b:f32[2,3] = rev[dimensions=(0,)] a"),
         (lambda x: jnp.concatenate([x, x]), "b:f32[4,3] = concatenate[dimension=0] a a"),
-        (lambda x: lax.slice(x, (0, 1), (2, 3)),
-         "b:f32[2,2] = slice[limit_indices=(2, 3) start_indices=(0, 1) strides=None] a"),
-        (lambda x: lax.pad(x, 0.0, [(1, 1, 0), (0, -1, 1)]),
-         "b:f32[4,4] = pad[padding_config=((1, 1, 0), (0, -1, 1))] a 0.0"),
-        (lambda x: lax.squeeze(lax.expand_dims(x, (0,)), (0,)),
-         "c:f32[2,3] = squeeze[dimensions=(0,)] b"),
+        (
+            lambda x: lax.slice(x, (0, 1), (2, 3)),
+            "b:f32[2,2] = slice[limit_indices=(2, 3) start_indices=(0, 1) strides=None] a",
+        ),
+        (
+            lambda x: lax.pad(x, 0.0, [(1, 1, 0), (0, -1, 1)]),
+            "b:f32[4,4] = pad[padding_config=((1, 1, 0), (0, -1, 1))] a 0.0",
+        ),
+        (
+            lambda x: lax.squeeze(lax.expand_dims(x, (0,)), (0,)),
+            "c:f32[2,3] = squeeze[dimensions=(0,)] b",
+        ),
         (lambda x: jnp.arange(5), "b:i32[5] = iota[dimension=0 dtype=int32 shape=(5,)] "),
     ]
     for fn, line in cases:
@@ -181,9 +219,14 @@ def test_shape_primitives_print_like_jax():
 
 def test_no_op_reshapes_and_transposes_stage_nothing():
     x = jnp.ones((2, 3))
-    for fn in (lambda x: jnp.reshape(x, (2, 3)), lambda x: jnp.transpose(x, (0, 1)),
-               lambda x: lax.slice(x, (0, 0), (2, 3)), lambda x: jnp.concatenate([x]),
-               lambda x: jnp.squeeze(x), lambda x: jnp.broadcast_to(x, (2, 3))):
+    for fn in (
+        lambda x: jnp.reshape(x, (2, 3)),
+        lambda x: jnp.transpose(x, (0, 1)),
+        lambda x: lax.slice(x, (0, 0), (2, 3)),
+        lambda x: jnp.concatenate([x]),
+        lambda x: jnp.squeeze(x),
+        lambda x: jnp.broadcast_to(x, (2, 3)),
+    ):
         assert _jaxpr_text(fn, x) == "{ lambda ; a:f32[2,3]. let  in (a,) }"
 
 
@@ -195,12 +238,21 @@ def test_repeat_and_tile_stage_broadcast_and_reshape():
 
 # --- weak types ------------------------------------------------------------------------------
 
+
 def test_shape_ops_keep_weak_type():
     w = jnp.asarray(2.0)  # a Python scalar: weakly typed
     assert w.weak_type
-    for out in (lax.reshape(w, (1,)), lax.expand_dims(w, (0,)), lax.rev(w, ()),
-                lax.copy(w), jnp.ravel(w), jnp.atleast_2d(w), jnp.broadcast_to(w, (3,)),
-                jnp.tile(w, 3), lax.pad(lax.reshape(w, (1,)), 0.0, [(1, 1, 0)])):
+    for out in (
+        lax.reshape(w, (1,)),
+        lax.expand_dims(w, (0,)),
+        lax.rev(w, ()),
+        lax.copy(w),
+        jnp.ravel(w),
+        jnp.atleast_2d(w),
+        jnp.broadcast_to(w, (3,)),
+        jnp.tile(w, 3),
+        lax.pad(lax.reshape(w, (1,)), 0.0, [(1, 1, 0)]),
+    ):
         assert out.weak_type and out.dtype == np.float32
         closed = kiln.make_jaxpr(lambda: out)()
         assert closed.out_avals[0].weak_type
@@ -214,7 +266,8 @@ def test_concatenate_weak_type_needs_all_weak():
     mixed = jnp.concatenate([jnp.ones(2, np.float16), jnp.atleast_1d(3.0)])
     assert mixed.dtype == np.float16 and not mixed.weak_type
     traced = kiln.make_jaxpr(lambda a, b: lax.concatenate([a, b], 0))(
-        jnp.atleast_1d(1.0), jnp.ones(1))
+        jnp.atleast_1d(1.0), jnp.ones(1)
+    )
     assert not traced.out_avals[0].weak_type
 
 
@@ -229,11 +282,19 @@ def test_pad_weak_type_and_int_padding_value():
 
 # --- immutability ----------------------------------------------------------------------------
 
+
 def test_views_never_alias_writable_numpy_input():
     host = np.arange(6, dtype=np.float32).reshape(2, 3)
-    outs = [lax.reshape(host, (6,)), lax.slice(host, (0, 0), (1, 3)), lax.squeeze(host[None], (0,)),
-            lax.transpose(host, (1, 0)), lax.rev(host, (0,)), lax.rev(host, ()),
-            lax.squeeze(host, ()), lax.concatenate([host], 0)]
+    outs = [
+        lax.reshape(host, (6,)),
+        lax.slice(host, (0, 0), (1, 3)),
+        lax.squeeze(host[None], (0,)),
+        lax.transpose(host, (1, 0)),
+        lax.rev(host, (0,)),
+        lax.rev(host, ()),
+        lax.squeeze(host, ()),
+        lax.concatenate([host], 0),
+    ]
     assert host.flags.writeable  # wrapping a result must not freeze the caller's array
     snapshots = [np.asarray(o).copy() for o in outs]
     host[...] = -1
@@ -289,8 +350,9 @@ def test_transpose_round_trip(shape, rng):
 
 
 @PROPERTY
-@given(st.lists(st.integers(0, 3), min_size=1, max_size=4), shapes_st.filter(bool),
-       st.integers(0, 3))
+@given(
+    st.lists(st.integers(0, 3), min_size=1, max_size=4), shapes_st.filter(bool), st.integers(0, 3)
+)
 def test_concatenate_then_split_round_trip(lengths, base, axis_pick):
     axis = axis_pick % len(base)
     parts = []
@@ -323,9 +385,12 @@ def test_pad_matches_reference_and_slices_back(dims):
     out = lax.pad(jnp.asarray(x), -1, config)
     np.testing.assert_array_equal(np.asarray(out), np_pad_reference(x, -1, config))
     if all(lo >= 0 and hi >= 0 for lo, hi, _ in config):
-        back = lax.slice(out, [lo for lo, _, _ in config],
-                         [lo + d + max(d - 1, 0) * i for d, (lo, _, i) in zip(shape, config)],
-                         [i + 1 for _, _, i in config])
+        back = lax.slice(
+            out,
+            [lo for lo, _, _ in config],
+            [lo + d + max(d - 1, 0) * i for d, (lo, _, i) in zip(shape, config)],
+            [i + 1 for _, _, i in config],
+        )
         np.testing.assert_array_equal(np.asarray(back), x)
 
 
@@ -335,7 +400,7 @@ def broadcastable_shapes(draw):
     shapes = []
     for _ in range(draw(st.integers(1, 3))):
         k = draw(st.integers(0, len(result)))
-        tail = result[len(result) - k:]
+        tail = result[len(result) - k :]
         shapes.append(tuple(d if draw(st.booleans()) else 1 for d in tail))
     return shapes
 
@@ -358,8 +423,12 @@ def test_broadcasting_matches_numpy(shapes):
 X = jnp.ones((2, 3))
 
 LAX_ERRORS = [
-    (lambda: lax.reshape(jnp.ones(6), (4,)), TypeError, r"total size must be unchanged.*\(4,\)"
-                                                        r".*\(6,\)"),
+    (
+        lambda: lax.reshape(jnp.ones(6), (4,)),
+        TypeError,
+        r"total size must be unchanged.*\(4,\)"
+        r".*\(6,\)",
+    ),
     (lambda: lax.squeeze(X, (0,)), ValueError, "cannot select an axis to squeeze out"),
     (lambda: lax.squeeze(X, (2,)), ValueError, "out of bounds"),
     (lambda: lax.transpose(X, (0,)), TypeError, "isn't a permutation"),
@@ -367,21 +436,20 @@ LAX_ERRORS = [
     (lambda: lax.rev(X, (3,)), TypeError, "less than operand ndim"),
     (lambda: lax.expand_dims(jnp.ones(3), (0, 0)), ValueError, "repeated axis"),
     (lambda: lax.expand_dims(jnp.ones(3), (5,)), ValueError, "out of bounds"),
-    (lambda: lax.concatenate([jnp.ones(3), jnp.ones(3, np.int32)], 0), TypeError,
-     "same dtypes"),
-    (lambda: lax.concatenate([jnp.ones(3), jnp.ones((3, 1))], 0), TypeError,
-     "different numbers of dimensions"),
-    (lambda: lax.concatenate([jnp.ones(3), jnp.ones(3)], 1), TypeError,
-     "dimension out of bounds"),
+    (lambda: lax.concatenate([jnp.ones(3), jnp.ones(3, np.int32)], 0), TypeError, "same dtypes"),
+    (
+        lambda: lax.concatenate([jnp.ones(3), jnp.ones((3, 1))], 0),
+        TypeError,
+        "different numbers of dimensions",
+    ),
+    (lambda: lax.concatenate([jnp.ones(3), jnp.ones(3)], 1), TypeError, "dimension out of bounds"),
     (lambda: lax.concatenate([X, jnp.ones((3, 2))], 0), TypeError, "differ in dimensions"),
     (lambda: lax.concatenate([], 0), ValueError, "non-empty"),
-    (lambda: lax.pad(jnp.ones(3), 0.0, [(-2, -2, 0)]), ValueError,
-     "Dimension size after padding"),
+    (lambda: lax.pad(jnp.ones(3), 0.0, [(-2, -2, 0)]), ValueError, "Dimension size after padding"),
     (lambda: lax.pad(jnp.ones(3), 0.0, [(1, 1, -1)]), ValueError, "interior padding"),
     (lambda: lax.pad(jnp.ones(3), 0.0, [(1, 1, 0)] * 2), TypeError, "one \\(lo, hi"),
     (lambda: lax.pad(jnp.ones(3), jnp.ones(2), [(1, 1, 0)]), TypeError, "scalar"),
-    (lambda: lax.pad(jnp.ones(3), jnp.ones((), np.int32), [(1, 1, 0)]), TypeError,
-     "same dtype"),
+    (lambda: lax.pad(jnp.ones(3), jnp.ones((), np.int32), [(1, 1, 0)]), TypeError, "same dtype"),
     (lambda: lax.slice(jnp.ones(3), (2,), (1,)), TypeError, "greater than or equal"),
     (lambda: lax.slice(jnp.ones(3), (0,), (4,)), TypeError, "less than or equal"),
     (lambda: lax.slice(jnp.ones(3), (0,), (3,), (0,)), TypeError, "strides must be positive"),
@@ -394,8 +462,11 @@ LAX_ERRORS = [
 ]
 
 JNP_ERRORS = [
-    (lambda: X.reshape(4), TypeError,
-     r"cannot reshape array of shape \(2, 3\) \(size 6\) into shape \(?4,?\)? \(size 4\)"),
+    (
+        lambda: X.reshape(4),
+        TypeError,
+        r"cannot reshape array of shape \(2, 3\) \(size 6\) into shape \(?4,?\)? \(size 4\)",
+    ),
     (lambda: X.reshape(4, -1), TypeError, r"into shape \(4, -1\) because the product"),
     (lambda: X.reshape(-1, -1), TypeError, "only specify one unknown axis"),
     (lambda: jnp.reshape(X, (2, 3), order="K"), ValueError, "order"),
@@ -412,8 +483,11 @@ JNP_ERRORS = [
     (lambda: jnp.concatenate([X, X], axis=2), ValueError, "out of bounds"),
     (lambda: jnp.stack([jnp.ones(2), jnp.ones(3)]), ValueError, "same shape"),
     (lambda: jnp.stack([]), ValueError, "Need at least one array"),
-    (lambda: jnp.broadcast_to(jnp.ones(3), (4,)), ValueError,
-     r"Incompatible types for broadcasting: input type=f32\[3\] and requested type=f32\[4\]"),
+    (
+        lambda: jnp.broadcast_to(jnp.ones(3), (4,)),
+        ValueError,
+        r"Incompatible types for broadcasting: input type=f32\[3\] and requested type=f32\[4\]",
+    ),
     (lambda: jnp.broadcast_to(jnp.ones((2, 3)), (3,)), ValueError, "Incompatible types"),
     (lambda: jnp.broadcast_shapes((2,), (3,)), ValueError, "Incompatible shapes"),
     (lambda: jnp.broadcast_arrays(jnp.ones(2), jnp.ones(3)), ValueError, "Incompatible"),
@@ -429,17 +503,26 @@ JNP_ERRORS = [
     (lambda: jnp.diagonal(X, 0, 1, 1), ValueError, "cannot be the same"),
     (lambda: jnp.rot90(jnp.ones(3)), ValueError, "ndim at least two"),
     (lambda: jnp.rot90(X, axes=(1, 1)), ValueError, "Axes must be different"),
-    (lambda: jnp.pad(jnp.arange(3), 1, mode="foo"), NotImplementedError,
-     "Unimplemented padding mode 'foo'"),
+    (
+        lambda: jnp.pad(jnp.arange(3), 1, mode="foo"),
+        NotImplementedError,
+        "Unimplemented padding mode 'foo'",
+    ),
     (lambda: jnp.pad(jnp.arange(3), 1, mode="mean"), NotImplementedError, "not implemented"),
     (lambda: jnp.pad(jnp.arange(3), -1), ValueError, "negative values"),
     (lambda: jnp.pad(jnp.arange(3), ((1, 2, 3),)), ValueError, "cannot be broadcast"),
     (lambda: jnp.pad(jnp.arange(0), 2, mode="edge"), ValueError, "empty axis"),
     (lambda: jnp.pad(jnp.arange(0), 2, mode="reflect"), ValueError, "empty axis"),
-    (lambda: jnp.pad(jnp.arange(3), 1, mode="edge", constant_values=1), ValueError,
-     "Unsupported keyword"),
-    (lambda: jnp.pad(jnp.arange(3), 1, mode="reflect", reflect_type="sideways"), ValueError,
-     "reflect_type"),
+    (
+        lambda: jnp.pad(jnp.arange(3), 1, mode="edge", constant_values=1),
+        ValueError,
+        "Unsupported keyword",
+    ),
+    (
+        lambda: jnp.pad(jnp.arange(3), 1, mode="reflect", reflect_type="sideways"),
+        ValueError,
+        "reflect_type",
+    ),
     (lambda: jnp.repeat(jnp.arange(3), np.array([1, 2])), ValueError, "do not match"),
     (lambda: jnp.repeat(jnp.arange(3), -1), ValueError, "negative"),
     (lambda: jnp.tile(jnp.arange(3), -1), ValueError, "non-negative"),
@@ -453,38 +536,61 @@ JNP_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("fn,exc,match", LAX_ERRORS + JNP_ERRORS,
-                         ids=[f"error{i}" for i in range(len(LAX_ERRORS + JNP_ERRORS))])
+@pytest.mark.parametrize(
+    "fn,exc,match",
+    LAX_ERRORS + JNP_ERRORS,
+    ids=[f"error{i}" for i in range(len(LAX_ERRORS + JNP_ERRORS))],
+)
 def test_bad_input_errors(fn, exc, match):
     with pytest.raises(exc, match=match):
         fn()
 
 
 LIST_CALLS = [
-    ("reshape", lambda a: jnp.reshape(a, (2,))), ("ravel", jnp.ravel),
-    ("transpose", jnp.transpose), ("moveaxis", lambda a: jnp.moveaxis(a, 0, 0)),
-    ("swapaxes", lambda a: jnp.swapaxes(a, 0, 0)), ("squeeze", jnp.squeeze),
-    ("expand_dims", lambda a: jnp.expand_dims(a, 0)), ("atleast_1d", jnp.atleast_1d),
-    ("atleast_2d", jnp.atleast_2d), ("atleast_3d", jnp.atleast_3d),
+    ("reshape", lambda a: jnp.reshape(a, (2,))),
+    ("ravel", jnp.ravel),
+    ("transpose", jnp.transpose),
+    ("moveaxis", lambda a: jnp.moveaxis(a, 0, 0)),
+    ("swapaxes", lambda a: jnp.swapaxes(a, 0, 0)),
+    ("squeeze", jnp.squeeze),
+    ("expand_dims", lambda a: jnp.expand_dims(a, 0)),
+    ("atleast_1d", jnp.atleast_1d),
+    ("atleast_2d", jnp.atleast_2d),
+    ("atleast_3d", jnp.atleast_3d),
     ("broadcast_to", lambda a: jnp.broadcast_to(a, (2,))),
     ("broadcast_arrays", lambda a: jnp.broadcast_arrays(a, a)),
-    ("concatenate", lambda a: jnp.concatenate([a, a])), ("stack", lambda a: jnp.stack([a])),
-    ("hstack", lambda a: jnp.hstack([a])), ("vstack", lambda a: jnp.vstack([a])),
-    ("split", lambda a: jnp.split(a, 2)), ("array_split", lambda a: jnp.array_split(a, 2)),
-    ("tile", lambda a: jnp.tile(a, 2)), ("repeat", lambda a: jnp.repeat(a, 2)),
+    ("concatenate", lambda a: jnp.concatenate([a, a])),
+    ("stack", lambda a: jnp.stack([a])),
+    ("hstack", lambda a: jnp.hstack([a])),
+    ("vstack", lambda a: jnp.vstack([a])),
+    ("split", lambda a: jnp.split(a, 2)),
+    ("array_split", lambda a: jnp.array_split(a, 2)),
+    ("tile", lambda a: jnp.tile(a, 2)),
+    ("repeat", lambda a: jnp.repeat(a, 2)),
     ("repeat", lambda a: jnp.repeat(jnp.ones(2), a)),
-    ("flip", jnp.flip), ("roll", lambda a: jnp.roll(a, 1)), ("rot90", jnp.rot90),
-    ("tril", jnp.tril), ("triu", jnp.triu), ("diag", jnp.diag), ("diagonal", jnp.diagonal),
-    ("diagflat", jnp.diagflat), ("trace", jnp.trace), ("pad", lambda a: jnp.pad(a, 1)),
-    ("resize", lambda a: jnp.resize(a, 3)), ("append", lambda a: jnp.append(a, a)),
-    ("delete", lambda a: jnp.delete(jnp.ones(2), a)), ("delete", lambda a: jnp.delete(a, 0)),
-    ("insert", lambda a: jnp.insert(a, 0, 1)), ("copy", jnp.copy),
+    ("flip", jnp.flip),
+    ("roll", lambda a: jnp.roll(a, 1)),
+    ("rot90", jnp.rot90),
+    ("tril", jnp.tril),
+    ("triu", jnp.triu),
+    ("diag", jnp.diag),
+    ("diagonal", jnp.diagonal),
+    ("diagflat", jnp.diagflat),
+    ("trace", jnp.trace),
+    ("pad", lambda a: jnp.pad(a, 1)),
+    ("resize", lambda a: jnp.resize(a, 3)),
+    ("append", lambda a: jnp.append(a, a)),
+    ("delete", lambda a: jnp.delete(jnp.ones(2), a)),
+    ("delete", lambda a: jnp.delete(a, 0)),
+    ("insert", lambda a: jnp.insert(a, 0, 1)),
+    ("copy", jnp.copy),
     ("column_stack", lambda a: jnp.column_stack([a])),
 ]
 
 
-@pytest.mark.parametrize("name,call", LIST_CALLS, ids=[f"{n}{i}" for i, (n, _) in
-                                                       enumerate(LIST_CALLS)])
+@pytest.mark.parametrize(
+    "name,call", LIST_CALLS, ids=[f"{n}{i}" for i, (n, _) in enumerate(LIST_CALLS)]
+)
 def test_lists_are_rejected(name, call):
     with pytest.raises(TypeError, match=f"{name} requires ndarray or scalar arguments"):
         call([1, 2])
@@ -509,8 +615,9 @@ def test_traced_shape_arguments_ask_for_static_values():
 
 
 def test_shape_ops_accept_numpy_and_scalars():
-    np.testing.assert_array_equal(np.asarray(jnp.reshape(np.arange(6), (2, 3))),
-                                  np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(
+        np.asarray(jnp.reshape(np.arange(6), (2, 3))), np.arange(6).reshape(2, 3)
+    )
     out = jnp.atleast_1d(3)
     assert out.shape == (1,) and out.dtype == np.int32 and out.weak_type
     out = jnp.concatenate([np.zeros(2, np.int8), jnp.atleast_1d(3)])

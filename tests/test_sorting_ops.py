@@ -1,6 +1,7 @@
 """Sorting: the lax sort (multi-operand, num_keys) and top_k primitives, and kiln.numpy's sort,
 argsort, lexsort, partition, searchsorted and unique, against NumPy (NaNs last, stable ties),
 across dtype families, 0-d and empty shapes, traced evaluation and bad input."""
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -63,6 +64,7 @@ def check_traced(fn, *args):
 
 # --- lax.sort --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", ALL, ids=lambda d: d.name)
 @pytest.mark.parametrize("shape,axis", SHAPES_AXES)
 def test_lax_sort_single_operand(shape, axis, dtype):
@@ -77,29 +79,36 @@ def test_lax_sort_single_operand(shape, axis, dtype):
 @pytest.mark.parametrize("shape,axis", SHAPES_AXES)
 def test_lax_sort_carries_operands_stably(shape, axis, dtype):
     x = data(shape, dtype, 2)
-    idx = np.broadcast_to(np.arange(shape[axis]).reshape(
-        [-1 if d == axis % len(shape) else 1 for d in range(len(shape))]), shape)
-    keys, perm = lax.sort((jnp.asarray(x), jnp.asarray(idx.astype(np.int32))),
-                          dimension=axis, num_keys=1)
+    idx = np.broadcast_to(
+        np.arange(shape[axis]).reshape(
+            [-1 if d == axis % len(shape) else 1 for d in range(len(shape))]
+        ),
+        shape,
+    )
+    keys, perm = lax.sort(
+        (jnp.asarray(x), jnp.asarray(idx.astype(np.int32))), dimension=axis, num_keys=1
+    )
     expected_perm = np.argsort(np_sortable(x), axis=axis, kind="stable")
     assert_same(np.asarray(perm), expected_perm)
-    assert_same(np.asarray(keys),
-                                  np.take_along_axis(np_sortable(x), expected_perm, axis)
-                                  .astype(dtype))
+    assert_same(
+        np.asarray(keys), np.take_along_axis(np_sortable(x), expected_perm, axis).astype(dtype)
+    )
 
 
 def test_lax_sort_num_keys_is_lexicographic():
     primary = np.array([2, 1, 2, 1, 0, 2], np.int32)
     secondary = np.array([0.5, np.nan, -1.0, 0.0, 9.0, -1.0], np.float32)
     payload = np.arange(6, dtype=np.int32)
-    outs = lax.sort((jnp.asarray(primary), jnp.asarray(secondary), jnp.asarray(payload)),
-                    num_keys=2)
+    outs = lax.sort(
+        (jnp.asarray(primary), jnp.asarray(secondary), jnp.asarray(payload)), num_keys=2
+    )
     order = np.lexsort((secondary, primary))
     for out, ref in zip(outs, (primary, secondary, payload)):
         assert_same(np.asarray(out), ref[order])
     # num_keys=1 ignores the second key: ties in the first keep their input order.
-    outs = lax.sort((jnp.asarray(primary), jnp.asarray(secondary), jnp.asarray(payload)),
-                    num_keys=1)
+    outs = lax.sort(
+        (jnp.asarray(primary), jnp.asarray(secondary), jnp.asarray(payload)), num_keys=1
+    )
     assert_same(np.asarray(outs[2]), np.argsort(primary, kind="stable"))
 
 
@@ -116,8 +125,11 @@ def test_lax_sort_nan_and_signed_zero_order():
 def test_lax_sort_weak_types_errors_and_printing():
     out = lax.sort((jnp.asarray(np.ones(3, np.float32)), jnp.asarray(np.ones(3, np.int32))))
     assert isinstance(out, tuple) and len(out) == 2
-    text = str(kiln.make_jaxpr(lambda a, b: lax.sort((a, b), num_keys=1))(
-        jnp.asarray(np.ones(2, np.float32)), jnp.asarray(np.ones(2, np.int32))))
+    text = str(
+        kiln.make_jaxpr(lambda a, b: lax.sort((a, b), num_keys=1))(
+            jnp.asarray(np.ones(2, np.float32)), jnp.asarray(np.ones(2, np.int32))
+        )
+    )
     assert "sort[dimension=0 is_stable=True num_keys=1] a b" in text
     with pytest.raises(TypeError, match="same shape"):
         lax.sort((jnp.asarray(np.ones(3)), jnp.asarray(np.ones(4))))
@@ -138,9 +150,9 @@ def test_lax_sort_keeps_weak_types_per_operand():
 
 # --- lax.top_k -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [BOOL, I8, U8, I32, F16, BF16, F32], ids=lambda d: d.name)
-@pytest.mark.parametrize("shape,k", [((6,), 3), ((6,), 6), ((6,), 0), ((3, 5), 2),
-                                     ((2, 3, 4), 4)])
+@pytest.mark.parametrize("shape,k", [((6,), 3), ((6,), 6), ((6,), 0), ((3, 5), 2), ((2, 3, 4), 4)])
 def test_top_k(shape, k, dtype):
     x = data(shape, dtype, 3)
     values, indices = lax.top_k(jnp.asarray(x), k)
@@ -149,8 +161,9 @@ def test_top_k(shape, k, dtype):
     # Reference: largest first, NaN counted largest, ties by lower index.
     key = np_sortable(x).astype(np.float64) if dtype != BOOL else x.astype(np.float64)
     key = np.where(np.isnan(key), np.inf, key)
-    rank_nan = np.isnan(np_sortable(x).astype(np.float64)) if dtype != BOOL else \
-        np.zeros(shape, bool)
+    rank_nan = (
+        np.isnan(np_sortable(x).astype(np.float64)) if dtype != BOOL else np.zeros(shape, bool)
+    )
     order = np.lexsort((-key, ~rank_nan), axis=-1)[..., :k]
     assert_same(np.asarray(indices), order)
     assert_same(np.asarray(values), np.take_along_axis(x, order, -1))
@@ -169,21 +182,23 @@ def test_top_k_extremes_and_errors():
 
 # --- kiln.numpy.sort / argsort ---------------------------------------------------------------
 
+
 def _special_data_record_check(record, shapes, dtype):
     x = data(shapes[0], dtype, 4)
     out = record.fn(jnp.asarray(x), **record.static_kwargs)
     expected = record.ref(x, **record.static_kwargs)
-    expected = np.asarray(expected).astype(record.out_dtype(dtype) if record.out_dtype
-                                           else dtype)
+    expected = np.asarray(expected).astype(record.out_dtype(dtype) if record.out_dtype else dtype)
     assert out.dtype == expected.dtype and out.shape == expected.shape
     assert_same(np.asarray(out), expected)
 
 
-@pytest.mark.parametrize("record,shapes,dtype", [(r, s, d) for r in SORT_RECORDS
-                                                 for s, d in r.cases()],
-                         ids=[i for r in SORT_RECORDS for i in r.ids()])
+@pytest.mark.parametrize(
+    "record,shapes,dtype",
+    [(r, s, d) for r in SORT_RECORDS for s, d in r.cases()],
+    ids=[i for r in SORT_RECORDS for i in r.ids()],
+)
 def test_jnp_sort_argsort(record, shapes, dtype):
-    check_record_eager(record, shapes, dtype)         # random data
+    check_record_eager(record, shapes, dtype)  # random data
     _special_data_record_check(record, shapes, dtype)  # NaNs, infs, signed zeros, ties
 
 
@@ -236,17 +251,22 @@ def test_msort_sort_complex():
 
 # --- lexsort, partition ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shape,axis", [((6,), -1), ((3, 5), 1), ((3, 5), 0), ((0,), 0)])
 def test_lexsort(shape, axis):
     rng = np.random.default_rng(8)
-    keys = [rng.integers(0, 3, shape).astype(np.int32), data(shape, F32, 9),
-            rng.integers(0, 2, shape).astype(bool)]
+    keys = [
+        rng.integers(0, 3, shape).astype(np.int32),
+        data(shape, F32, 9),
+        rng.integers(0, 2, shape).astype(bool),
+    ]
     out = jnp.lexsort([jnp.asarray(k) for k in keys], axis=axis)
     assert out.dtype == np.int32
     assert_same(np.asarray(out), np.lexsort(keys, axis=axis))
     stacked = np.stack([k.astype(np.float32) for k in keys])
-    assert_same(np.asarray(jnp.lexsort(jnp.asarray(stacked), axis=axis)),
-                                  np.lexsort(stacked, axis=axis))
+    assert_same(
+        np.asarray(jnp.lexsort(jnp.asarray(stacked), axis=axis)), np.lexsort(stacked, axis=axis)
+    )
 
 
 def test_lexsort_errors_and_scalars():
@@ -258,8 +278,9 @@ def test_lexsort_errors_and_scalars():
 
 
 @pytest.mark.parametrize("dtype", [I8, U8, F32], ids=lambda d: d.name)
-@pytest.mark.parametrize("shape,kth,axis", [((7,), 3, -1), ((7,), 0, 0), ((7,), -1, 0),
-                                            ((3, 6), 2, 1), ((4, 3), 1, 0)])
+@pytest.mark.parametrize(
+    "shape,kth,axis", [((7,), 3, -1), ((7,), 0, 0), ((7,), -1, 0), ((3, 6), 2, 1), ((4, 3), 1, 0)]
+)
 def test_partition_and_argpartition(shape, kth, axis, dtype):
     x = data(shape, dtype, 10)
     out = np.asarray(jnp.partition(jnp.asarray(x), kth, axis=axis))
@@ -279,10 +300,15 @@ def test_partition_and_argpartition(shape, kth, axis, dtype):
         after = order_key(np.take(values, range(k + 1, size), axis=axis))
         assert np.all(before <= order_key(kth_value))
         assert np.all(after >= order_key(kth_value))
-    assert_same(np.sort(idx, axis=axis),
-                                  np.broadcast_to(np.arange(size).reshape(
-                                      [-1 if d == axis % len(shape) else 1
-                                       for d in range(len(shape))]), shape))
+    assert_same(
+        np.sort(idx, axis=axis),
+        np.broadcast_to(
+            np.arange(size).reshape(
+                [-1 if d == axis % len(shape) else 1 for d in range(len(shape))]
+            ),
+            shape,
+        ),
+    )
 
 
 def test_partition_matches_jax_layout():
@@ -295,11 +321,11 @@ def test_partition_matches_jax_layout():
 
 # --- searchsorted ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("method", ["scan", "compare_all"])
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("dtype", [I8, U8, I32, F16, BF16, F32], ids=lambda d: d.name)
-@pytest.mark.parametrize("n,v_shape", [(1, (4,)), (7, (3, 5)), (16, ()), (33, (10,)),
-                                       (5, (0,))])
+@pytest.mark.parametrize("n,v_shape", [(1, (4,)), (7, (3, 5)), (16, ()), (33, (10,)), (5, (0,))])
 def test_searchsorted(n, v_shape, dtype, side, method):
     rng = np.random.default_rng(n)
     a = np.sort(np_sortable(rand((n,), dtype, rng)), kind="stable").astype(dtype)
@@ -321,14 +347,23 @@ def test_searchsorted(n, v_shape, dtype, side, method):
 def test_searchsorted_sorter_empty_traced_and_errors():
     a = np.array([3.0, 1.0, 2.0], np.float32)
     sorter = np.argsort(a)
-    out = jnp.searchsorted(jnp.asarray(a), jnp.asarray(np.float32(2.5)),
-                           sorter=jnp.asarray(sorter.astype(np.int32)))
+    out = jnp.searchsorted(
+        jnp.asarray(a), jnp.asarray(np.float32(2.5)), sorter=jnp.asarray(sorter.astype(np.int32))
+    )
     assert int(out) == np.searchsorted(a, 2.5, sorter=sorter)
     assert_same(
-        np.asarray(jnp.searchsorted(jnp.asarray(np.zeros(0, np.float32)),
-                                    jnp.asarray(np.ones(3, np.float32)))), [0, 0, 0])
-    check_traced(lambda x, y: jnp.searchsorted(x, y, side="right"),
-                 np.arange(10, dtype=np.float32), np.array([0.5, 3.0, 11.0], np.float32))
+        np.asarray(
+            jnp.searchsorted(
+                jnp.asarray(np.zeros(0, np.float32)), jnp.asarray(np.ones(3, np.float32))
+            )
+        ),
+        [0, 0, 0],
+    )
+    check_traced(
+        lambda x, y: jnp.searchsorted(x, y, side="right"),
+        np.arange(10, dtype=np.float32),
+        np.array([0.5, 3.0, 11.0], np.float32),
+    )
     # mixed dtypes promote
     out = jnp.searchsorted(jnp.asarray(np.array([1, 2, 3], np.int32)), 2.5)
     assert int(out) == 2
@@ -342,22 +377,24 @@ def test_searchsorted_sorter_empty_traced_and_errors():
 
 # --- unique ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [BOOL, I8, U32, F16, BF16, F32], ids=lambda d: d.name)
 @pytest.mark.parametrize("shape", [(), (0,), (9,), (3, 4)])
 def test_unique_concrete(shape, dtype):
     x = data(shape, dtype, 11)
-    values, index, inverse, counts = jnp.unique(jnp.asarray(x), return_index=True,
-                                                return_inverse=True, return_counts=True)
+    values, index, inverse, counts = jnp.unique(
+        jnp.asarray(x), return_index=True, return_inverse=True, return_counts=True
+    )
     e_values, e_index, e_inverse, e_counts = np.unique(
-        np_sortable(x), return_index=True, return_inverse=True, return_counts=True)
+        np_sortable(x), return_index=True, return_inverse=True, return_counts=True
+    )
     assert_same(np.asarray(values), e_values.astype(dtype))
     assert values.dtype == dtype
     for out, ref in ((index, e_index), (counts, e_counts)):
         assert out.dtype == np.int32
         assert_same(np.asarray(out), ref)
     assert_same(np.asarray(inverse).reshape(-1), e_inverse.reshape(-1))
-    assert_same(np.asarray(jnp.unique(jnp.asarray(x))), e_values
-                                  .astype(dtype))
+    assert_same(np.asarray(jnp.unique(jnp.asarray(x))), e_values.astype(dtype))
 
 
 def test_unique_nan_and_axis():
@@ -365,23 +402,24 @@ def test_unique_nan_and_axis():
     assert_same(np.asarray(jnp.unique(jnp.asarray(x))), np.unique(x))
     assert jnp.unique(jnp.asarray(x), equal_nan=False).shape == (4,)
     m = np.array([[1, 2], [0, 5], [1, 2]], np.int32)
-    assert_same(np.asarray(jnp.unique(jnp.asarray(m), axis=0)),
-                                  np.unique(m, axis=0))
+    assert_same(np.asarray(jnp.unique(jnp.asarray(m), axis=0)), np.unique(m, axis=0))
 
 
 @pytest.mark.parametrize("size", [1, 3, 4, 9])
 def test_unique_with_size_traces(size):
     x = np.array([3, 1, 1, 2, 3, 3, 0], np.int32)
-    fn = (lambda v: jnp.unique(v, size=size, fill_value=-1, return_index=True,
-                               return_inverse=True, return_counts=True))
+    fn = lambda v: jnp.unique(
+        v, size=size, fill_value=-1, return_index=True, return_inverse=True, return_counts=True
+    )
     values, index, inverse, counts = fn(jnp.asarray(x))
-    e_values, e_index, e_inverse, e_counts = np.unique(x, return_index=True,
-                                                       return_inverse=True, return_counts=True)
+    e_values, e_index, e_inverse, e_counts = np.unique(
+        x, return_index=True, return_inverse=True, return_counts=True
+    )
     n = len(e_values)
 
     def fitted(ref, fill):
         out = np.full(size, fill, np.int32)
-        out[:min(n, size)] = ref[:size]
+        out[: min(n, size)] = ref[:size]
         return out
 
     assert_same(np.asarray(values), fitted(e_values, -1))

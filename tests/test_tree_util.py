@@ -19,19 +19,29 @@ Point = collections.namedtuple("Point", ["x", "y"])
 # An independent reference: JAX's rules written out directly as recursion.
 # ---------------------------------------------------------------------------------------------
 
+
 def reference_leaves_with_paths(tree, path=""):
     """(path string, leaf) pairs by JAX's rules: dict keys sorted, None empty, fields by name."""
     if tree is None:
         return []
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        return [pair for name in tree._fields
-                for pair in reference_leaves_with_paths(getattr(tree, name), f"{path}.{name}")]
+        return [
+            pair
+            for name in tree._fields
+            for pair in reference_leaves_with_paths(getattr(tree, name), f"{path}.{name}")
+        ]
     if isinstance(tree, (list, tuple)):
-        return [pair for i, child in enumerate(tree)
-                for pair in reference_leaves_with_paths(child, f"{path}[{i}]")]
+        return [
+            pair
+            for i, child in enumerate(tree)
+            for pair in reference_leaves_with_paths(child, f"{path}[{i}]")
+        ]
     if isinstance(tree, dict):
-        return [pair for key in sorted(tree)
-                for pair in reference_leaves_with_paths(tree[key], f"{path}[{key!r}]")]
+        return [
+            pair
+            for key in sorted(tree)
+            for pair in reference_leaves_with_paths(tree[key], f"{path}[{key!r}]")
+        ]
     return [(path, tree)]
 
 
@@ -70,7 +80,8 @@ def test_flatten_round_trip_matches_reference(tree):
     assert tree_util.tree_unflatten(treedef, leaves) == tree
     assert tree_util.keystr_of_leaf_paths(tree) == [path for path, _ in reference]
     assert [tree_util.keystr(path) for path, _ in tree_util.tree_leaves_with_path(tree)] == [
-        path for path, _ in reference]
+        path for path, _ in reference
+    ]
 
 
 @settings(max_examples=100, deadline=None)
@@ -100,10 +111,14 @@ REPR_CASES = [
     ({"b": 1, "a": (2, [3])}, "PyTreeDef({'a': (*, [*]), 'b': *})"),
     ({1: None, 0: 2}, "PyTreeDef({0: *, 1: None})"),
     (Point(1, (2, 3)), "PyTreeDef(CustomNode(namedtuple[Point], [*, (*, *)]))"),
-    (collections.OrderedDict([("b", 1), ("a", 2)]),
-     "PyTreeDef(CustomNode(OrderedDict[('b', 'a')], [*, *]))"),
-    (collections.defaultdict(list, {"b": 1, "a": 2}),
-     "PyTreeDef(CustomNode(defaultdict[(<class 'list'>, ('a', 'b'))], [*, *]))"),
+    (
+        collections.OrderedDict([("b", 1), ("a", 2)]),
+        "PyTreeDef(CustomNode(OrderedDict[('b', 'a')], [*, *]))",
+    ),
+    (
+        collections.defaultdict(list, {"b": 1, "a": 2}),
+        "PyTreeDef(CustomNode(defaultdict[(<class 'list'>, ('a', 'b'))], [*, *]))",
+    ),
 ]
 
 
@@ -119,7 +134,9 @@ def test_treedef_counts_and_children():
     assert treedef.num_leaves == 4
     assert treedef.num_nodes == 7  # 4 leaves + 2 dicts + 1 list
     assert [repr(child) for child in treedef.children()] == [
-        "PyTreeDef({'W': *, 'b': *})", "PyTreeDef({'W': *, 'b': *})"]
+        "PyTreeDef({'W': *, 'b': *})",
+        "PyTreeDef({'W': *, 'b': *})",
+    ]
     assert tree_util.treedef_children(treedef) == treedef.children()
     assert tree_util.tree_structure(7).children() == []
     assert tree_util.tree_structure((1, None)).num_nodes == 3
@@ -174,6 +191,7 @@ def test_compose_and_treedef_tuple():
 # None and dict ordering
 # ---------------------------------------------------------------------------------------------
 
+
 def test_none_is_an_empty_subtree():
     assert tree_util.tree_leaves([None, 1, (None,)]) == [1]
     assert tree_util.tree_leaves(None) == []
@@ -185,8 +203,9 @@ def test_none_is_an_empty_subtree():
     assert not tree_util.treedef_is_leaf(tree_util.tree_structure([3]))
     assert tree_util.tree_map(lambda x: x + 1, (1, None, [2])) == (2, None, [3])
     # Made a leaf explicitly, None reaches the function.
-    assert tree_util.tree_map(lambda x: "none" if x is None else x, [None, 1],
-                              is_leaf=lambda x: x is None) == ["none", 1]
+    assert tree_util.tree_map(
+        lambda x: "none" if x is None else x, [None, 1], is_leaf=lambda x: x is None
+    ) == ["none", 1]
     assert not tree_util.all_leaves([1, None])
     assert tree_util.all_leaves([1, "a", 2.0])
     assert not tree_util.all_leaves([1, [2]])
@@ -195,11 +214,13 @@ def test_none_is_an_empty_subtree():
 def test_dict_keys_are_sorted():
     tree = {"b": 1, "a": 2, "c": {"z": 3, "y": 4}}
     assert tree_util.tree_leaves(tree) == [2, 1, 4, 3]
-    assert tree_util.keystr_of_leaf_paths(tree) == ["['a']", "['b']", "['c']['y']",
-                                                    "['c']['z']"]
+    assert tree_util.keystr_of_leaf_paths(tree) == ["['a']", "['b']", "['c']['y']", "['c']['z']"]
     leaves, treedef = tree_util.tree_flatten(tree)
     assert tree_util.tree_unflatten(treedef, [10, 20, 30, 40]) == {
-        "a": 10, "b": 20, "c": {"y": 30, "z": 40}}
+        "a": 10,
+        "b": 20,
+        "c": {"y": 30, "z": 40},
+    }
 
 
 def test_ordered_dict_keeps_insertion_order_and_defaultdict_sorts():
@@ -207,7 +228,9 @@ def test_ordered_dict_keeps_insertion_order_and_defaultdict_sorts():
     assert tree_util.tree_leaves(ordered) == [1, 2]
     rebuilt = tree_util.tree_map(lambda x: x * 10, ordered)
     assert type(rebuilt) is collections.OrderedDict and list(rebuilt.items()) == [
-        ("b", 10), ("a", 20)]
+        ("b", 10),
+        ("a", 20),
+    ]
     default = collections.defaultdict(list, {"b": 1, "a": 2})
     assert tree_util.tree_leaves(default) == [2, 1]
     rebuilt = tree_util.tree_map(lambda x: x, default)
@@ -217,6 +240,7 @@ def test_ordered_dict_keeps_insertion_order_and_defaultdict_sorts():
 # ---------------------------------------------------------------------------------------------
 # Registration
 # ---------------------------------------------------------------------------------------------
+
 
 def test_register_pytree_node_calls_flatten_and_unflatten():
     calls = []
@@ -246,7 +270,10 @@ def test_register_pytree_node_calls_flatten_and_unflatten():
     assert calls[-1] == ("unflatten", "t", (10, [20, 30]))
     assert (rebuilt.a, rebuilt.b, rebuilt.tag) == (10, [20, 30], "t")
     assert tree_util.keystr_of_leaf_paths(box) == [
-        "[<flat index 0>]", "[<flat index 1>][0]", "[<flat index 1>][1]"]
+        "[<flat index 0>]",
+        "[<flat index 1>][0]",
+        "[<flat index 1>][1]",
+    ]
     # Aux data is part of the structure.
     assert tree_util.tree_structure(Box(1, [2, 3], "u")) != treedef
 
@@ -277,14 +304,20 @@ def test_register_pytree_with_keys_gives_named_paths():
 
     tree_util.register_pytree_with_keys(
         Params,
-        lambda p: (((tree_util.GetAttrKey("weight"), p.weight),
-                    (tree_util.GetAttrKey("bias"), p.bias)), None),
-        lambda aux, children: Params(*children))
+        lambda p: (
+            ((tree_util.GetAttrKey("weight"), p.weight), (tree_util.GetAttrKey("bias"), p.bias)),
+            None,
+        ),
+        lambda aux, children: Params(*children),
+    )
     tree = [Params(1, (2, 3))]
     assert tree_util.keystr_of_leaf_paths(tree) == ["[0].weight", "[0].bias[0]", "[0].bias[1]"]
     paths = [path for path, _ in tree_util.tree_leaves_with_path(tree)]
-    assert paths[1] == (tree_util.SequenceKey(0), tree_util.GetAttrKey("bias"),
-                        tree_util.SequenceKey(0))
+    assert paths[1] == (
+        tree_util.SequenceKey(0),
+        tree_util.GetAttrKey("bias"),
+        tree_util.SequenceKey(0),
+    )
     rebuilt = tree_util.tree_map(lambda x: -x, tree)
     assert (rebuilt[0].weight, rebuilt[0].bias) == (-1, (-2, -3))
 
@@ -296,8 +329,9 @@ def test_register_pytree_with_keys_class():
             self.rows = rows
 
         def tree_flatten_with_keys(self):
-            return tuple((tree_util.DictKey(k), v) for k, v in sorted(self.rows.items())), \
-                tuple(sorted(self.rows))
+            return tuple((tree_util.DictKey(k), v) for k, v in sorted(self.rows.items())), tuple(
+                sorted(self.rows)
+            )
 
         @classmethod
         def tree_unflatten(cls, keys, children):
@@ -316,8 +350,10 @@ def test_register_dataclass_explicit_fields():
         b: object
         activation: str
 
-    assert tree_util.register_dataclass(Layer, data_fields=["w", "b"],
-                                        meta_fields=["activation"]) is Layer
+    assert (
+        tree_util.register_dataclass(Layer, data_fields=["w", "b"], meta_fields=["activation"])
+        is Layer
+    )
     layer = Layer(w=[1, 2], b=3, activation="relu")
     leaves, treedef = tree_util.tree_flatten(layer)
     assert leaves == [1, 2, 3]
@@ -325,7 +361,8 @@ def test_register_dataclass_explicit_fields():
     assert tree_util.tree_unflatten(treedef, [4, 5, 6]) == Layer([4, 5], 6, "relu")
     assert tree_util.keystr_of_leaf_paths(layer) == [".w[0]", ".w[1]", ".b"]
     assert tree_util.tree_structure(Layer(1, 2, "tanh")) != tree_util.tree_structure(
-        Layer(1, 2, "relu"))
+        Layer(1, 2, "relu")
+    )
 
 
 def test_register_dataclass_infers_fields_as_decorator():
@@ -340,8 +377,10 @@ def test_register_dataclass_infers_fields_as_decorator():
     assert tree_util.tree_leaves(state) == [1.5, 3]
     assert tree_util.tree_structure(state).node_data() == (State, ("s",))
     paths = [path for path, _ in tree_util.tree_leaves_with_path(state)]
-    assert paths == [(tree_util.GetAttrKey("params"), tree_util.DictKey("w")),
-                     (tree_util.GetAttrKey("step"),)]
+    assert paths == [
+        (tree_util.GetAttrKey("params"), tree_util.DictKey("w")),
+        (tree_util.GetAttrKey("step"),),
+    ]
     assert tree_util.tree_map(lambda x: x * 2, state) == State({"w": 3.0}, 6, "s")
 
     @tree_util.register_dataclass(meta_fields=["kind"])
@@ -380,13 +419,15 @@ def test_register_static():
     tree = {"x": 1, "mode": Mode("train")}
     assert tree_util.tree_leaves(tree) == [1]
     assert tree_util.tree_map(lambda x: x + 1, tree) == {"x": 2, "mode": "train"}
-    assert tree_util.tree_structure(tree) != tree_util.tree_structure({"x": 1,
-                                                                        "mode": Mode("eval")})
+    assert tree_util.tree_structure(tree) != tree_util.tree_structure(
+        {"x": 1, "mode": Mode("eval")}
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Key paths
 # ---------------------------------------------------------------------------------------------
+
 
 def test_key_reprs_strs_and_equality():
     assert repr(tree_util.SequenceKey(0)) == "SequenceKey(idx=0)"
@@ -414,8 +455,9 @@ def test_keystr_of_leaf_paths_mixed_tree():
     tree = [{"W": 1, "b": 2}, Point(x=3, y=[4, None])]
     assert tree_util.keystr_of_leaf_paths(tree) == ["[0]['W']", "[0]['b']", "[1].x", "[1].y[0]"]
     assert tree_util.keystr_of_leaf_paths(5) == [""]
-    assert tree_util.keystr_of_leaf_paths({"a": [1], "b": 2}, is_leaf=lambda x: isinstance(
-        x, list)) == ["['a']", "['b']"]
+    assert tree_util.keystr_of_leaf_paths(
+        {"a": [1], "b": 2}, is_leaf=lambda x: isinstance(x, list)
+    ) == ["['a']", "['b']"]
 
 
 def test_tree_flatten_with_path_and_map_with_path():
@@ -429,7 +471,8 @@ def test_tree_flatten_with_path_and_map_with_path():
         ((tree_util.DictKey("b"), tree_util.GetAttrKey("y")), 4),
     ]
     labelled = tree_util.tree_map_with_path(
-        lambda path, x, y: f"{tree_util.keystr(path)}={x + y}", tree, tree)
+        lambda path, x, y: f"{tree_util.keystr(path)}={x + y}", tree, tree
+    )
     assert labelled == {"a": ("['a'][0]=2", "['a'][1]=4"), "b": Point("['b'].x=6", "['b'].y=8")}
 
 
@@ -437,24 +480,35 @@ def test_tree_flatten_with_path_and_map_with_path():
 # tree_map with several trees, mismatches, flatten_up_to
 # ---------------------------------------------------------------------------------------------
 
+
 def test_tree_map_multiple_trees():
     first = [{"W": 1, "b": 2}, (3, None)]
     second = [{"b": 20, "W": 10}, (30, None)]
     third = [{"W": 100, "b": 200}, (300, None)]
     assert tree_util.tree_map(lambda x, y, z: x + y + z, first, second, third) == [
-        {"W": 111, "b": 222}, (333, None)]
+        {"W": 111, "b": 222},
+        (333, None),
+    ]
     # A leaf of the first tree matches a whole subtree of the others.
     assert tree_util.tree_map(lambda x, y: (x, y), [1, 2], [[5, 6], {"k": 7}]) == [
-        (1, [5, 6]), (2, {"k": 7})]
+        (1, [5, 6]),
+        (2, {"k": 7}),
+    ]
 
 
 def test_tree_map_mismatch_names_path():
     first = [{"W": 1, "b": 2}, (3, None)]
-    with pytest.raises(ValueError, match=r"rest\[0\].*key path \[0\]: expected \{'W': \*, "
-                                         r"'b': \*\}, got \{'W': \*\}"):
+    with pytest.raises(
+        ValueError,
+        match=r"rest\[0\].*key path \[0\]: expected \{'W': \*, "
+        r"'b': \*\}, got \{'W': \*\}",
+    ):
         tree_util.tree_map(lambda x, y: x, first, [{"W": 1}, (3, None)])
-    with pytest.raises(ValueError, match=r"rest\[1\].*key path \[1\]: expected \(\*, None\), "
-                                         r"got \[\*, None\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"rest\[1\].*key path \[1\]: expected \(\*, None\), "
+        r"got \[\*, None\]",
+    ):
         tree_util.tree_map(lambda x, y, z: x, first, first, [{"W": 1, "b": 2}, [3, None]])
     with pytest.raises(ValueError, match=r"key path \[1\]\[1\]: expected None, got \*.*is_leaf"):
         tree_util.tree_map(lambda x, y: x, first, [{"W": 1, "b": 2}, (3, 4)])
@@ -467,8 +521,11 @@ def test_tree_map_mismatch_names_path():
 def test_flatten_up_to():
     treedef = tree_util.tree_structure([1, (2, 3)])
     assert treedef.flatten_up_to([{"x": 1}, ([2], None)]) == [{"x": 1}, [2], None]
-    with pytest.raises(ValueError, match=r"key path \[1\]: expected \(\*, \*\), got \* "
-                                         r"\(value: 5\).*PyTreeDef\(\[\*, \(\*, \*\)\]\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"key path \[1\]: expected \(\*, \*\), got \* "
+        r"\(value: 5\).*PyTreeDef\(\[\*, \(\*, \*\)\]\)",
+    ):
         treedef.flatten_up_to([1, 5])
     with pytest.raises(ValueError, match="distinct classes with the same name"):
         other_point = collections.namedtuple("Point", ["x", "y"])
@@ -478,6 +535,7 @@ def test_flatten_up_to():
 # ---------------------------------------------------------------------------------------------
 # Reductions and transposition
 # ---------------------------------------------------------------------------------------------
+
 
 def test_tree_reduce_and_tree_all():
     tree = {"a": [1, 2], "b": (3, None)}
@@ -503,6 +561,7 @@ def test_tree_transpose():
 # Partial
 # ---------------------------------------------------------------------------------------------
 
+
 def test_partial_is_a_pytree():
     def affine(x, scale, *, shift):
         return x * scale + shift
@@ -516,8 +575,10 @@ def test_partial_is_a_pytree():
     assert isinstance(doubled, tree_util.Partial)
     assert doubled.func is affine and doubled.args == (4,) and doubled.keywords == {"shift": 20}
     assert doubled(3) == 3 * 4 + 20
-    assert tree_util.keystr_of_leaf_paths(bound) == ["[<flat index 0>][0]",
-                                                     "[<flat index 1>]['shift']"]
+    assert tree_util.keystr_of_leaf_paths(bound) == [
+        "[<flat index 0>][0]",
+        "[<flat index 1>]['shift']",
+    ]
     # A functools.partial given as func stays whole (static), not merged into the children.
     nested = tree_util.Partial(functools.partial(affine, shift=1), 5)
     assert tree_util.tree_leaves(nested) == [5]
@@ -552,10 +613,14 @@ def test_repr_matches_jax(tree):
 @pytest.mark.parametrize("tree", JAX_TREES, ids=[repr(tree) for tree in JAX_TREES])
 def test_key_paths_match_jax(tree):
     jax_tree_util = pytest.importorskip("jax.tree_util")
-    ours = [(tree_util.keystr(path), repr(path), leaf)
-            for path, leaf in tree_util.tree_leaves_with_path(tree)]
-    theirs = [(jax_tree_util.keystr(path), repr(path), leaf)
-              for path, leaf in jax_tree_util.tree_leaves_with_path(tree)]
+    ours = [
+        (tree_util.keystr(path), repr(path), leaf)
+        for path, leaf in tree_util.tree_leaves_with_path(tree)
+    ]
+    theirs = [
+        (jax_tree_util.keystr(path), repr(path), leaf)
+        for path, leaf in jax_tree_util.tree_leaves_with_path(tree)
+    ]
     assert ours == theirs
 
 
@@ -569,13 +634,15 @@ def test_dataclass_repr_and_paths_match_jax():
         size: int
 
     ours_cls = tree_util.register_dataclass(
-        dataclasses.make_dataclass("Cell", ["h", "c", "size"]), ["h", "c"], ["size"])
+        dataclasses.make_dataclass("Cell", ["h", "c", "size"]), ["h", "c"], ["size"]
+    )
     theirs_cls = jax_tree_util.register_dataclass(Cell, ["h", "c"], ["size"])
     ours = ours_cls(h=[1, 2], c=3, size=4)
     theirs = theirs_cls(h=[1, 2], c=3, size=4)
     assert repr(tree_util.tree_structure(ours)) == repr(jax_tree_util.tree_structure(theirs))
     assert [tree_util.keystr(p) for p, _ in tree_util.tree_leaves_with_path(ours)] == [
-        jax_tree_util.keystr(p) for p, _ in jax_tree_util.tree_leaves_with_path(theirs)]
+        jax_tree_util.keystr(p) for p, _ in jax_tree_util.tree_leaves_with_path(theirs)
+    ]
 
 
 def test_custom_node_and_partial_match_jax():
@@ -596,7 +663,8 @@ def test_custom_node_and_partial_match_jax():
     tree = {"box": Box([1, None], 2)}
     assert repr(tree_util.tree_structure(tree)) == repr(jax_tree_util.tree_structure(tree))
     assert [tree_util.keystr(p) for p, _ in tree_util.tree_leaves_with_path(tree)] == [
-        jax_tree_util.keystr(p) for p, _ in jax_tree_util.tree_leaves_with_path(tree)]
+        jax_tree_util.keystr(p) for p, _ in jax_tree_util.tree_leaves_with_path(tree)
+    ]
     ours = tree_util.Partial(max, 1, key=None)
     theirs = jax_tree_util.Partial(max, 1, key=None)
     assert repr(tree_util.tree_structure(ours)) == repr(jax_tree_util.tree_structure(theirs))

@@ -2,6 +2,7 @@
 broadcasting of loop dimensions, gufunc signatures, excluded arguments (by position and by
 name), multiple outputs, composition with jit and grad, and the errors for wrong core
 dimensions that JAX raises."""
+
 import numpy as np
 import pytest
 
@@ -24,10 +25,21 @@ def scalar_poly(x, y):
     return x * x + 2.0 * y - x * y
 
 
-@pytest.mark.parametrize("x_shape,y_shape", [
-    ((), ()), ((5,), ()), ((), (4,)), ((3, 4), (4,)), ((3, 1), (1, 4)), ((2, 1, 4), (3, 1)),
-    ((1,), (6,)), ((2, 3), (2, 3)), ((0,), ()), ((1, 1), ()),
-])
+@pytest.mark.parametrize(
+    "x_shape,y_shape",
+    [
+        ((), ()),
+        ((5,), ()),
+        ((), (4,)),
+        ((3, 4), (4,)),
+        ((3, 1), (1, 4)),
+        ((2, 1, 4), (3, 1)),
+        ((1,), (6,)),
+        ((2, 3), (2, 3)),
+        ((0,), ()),
+        ((1, 1), ()),
+    ],
+)
 def test_elementwise_broadcasting_matches_numpy(x_shape, y_shape):
     x, y = rand(*x_shape), rand(*y_shape)
     out = jnp.vectorize(scalar_poly)(x, y)
@@ -48,10 +60,16 @@ def test_the_function_sees_one_element():
     assert out.shape == (2, 3)
 
 
-@pytest.mark.parametrize("a_shape,b_shape,out_shape", [
-    ((3,), (3,), ()), ((5, 3), (3,), (5,)), ((5, 3), (5, 3), (5,)), ((2, 1, 3), (4, 3), (2, 4)),
-    ((1, 3), (4, 3), (4,)),
-])
+@pytest.mark.parametrize(
+    "a_shape,b_shape,out_shape",
+    [
+        ((3,), (3,), ()),
+        ((5, 3), (3,), (5,)),
+        ((5, 3), (5, 3), (5,)),
+        ((2, 1, 3), (4, 3), (2, 4)),
+        ((1, 3), (4, 3), (4,)),
+    ],
+)
 def test_inner_product_signature(a_shape, b_shape, out_shape):
     a, b = rand(*a_shape), rand(*b_shape)
     out = jnp.vectorize(jnp.dot, signature="(n),(n)->()")(a, b)
@@ -95,13 +113,13 @@ def test_multiple_outputs_with_expanded_loop_dimension():
 
 def test_excluded_by_position_and_name():
     def power_sum(x, p, offset=0.0):
-        return jnp.sum(x ** p) + offset
+        return jnp.sum(x**p) + offset
 
     x = rand(3, 4)
     by_position = jnp.vectorize(power_sum, excluded={1}, signature="(n)->()")
-    assert_close(by_position(x, 2), (x ** 2).sum(axis=1))
+    assert_close(by_position(x, 2), (x**2).sum(axis=1))
     by_name = jnp.vectorize(power_sum, excluded={"offset"}, signature="(n),()->()")
-    assert_close(by_name(x, 3, offset=1.5), (x ** 3).sum(axis=1) + 1.5)
+    assert_close(by_name(x, 3, offset=1.5), (x**3).sum(axis=1) + 1.5)
 
 
 def test_excluded_argument_may_be_a_python_object():
@@ -143,6 +161,7 @@ def test_wraps_the_function():
 
 # --- errors, with JAX's types and messages ---------------------------------------------------
 
+
 def test_inconsistent_core_dimension():
     dot = jnp.vectorize(jnp.dot, signature="(n),(n)->()")
     with pytest.raises(ValueError, match=r"inconsistent size for core dimension 'n': 4 vs 3"):
@@ -151,15 +170,21 @@ def test_inconsistent_core_dimension():
 
 def test_too_few_dimensions_for_core():
     dot = jnp.vectorize(jnp.dot, signature="(n),(n)->()")
-    with pytest.raises(ValueError, match=r"input with shape \(\) does not have enough "
-                                         r"dimensions for all core dimensions \('n',\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"input with shape \(\) does not have enough "
+        r"dimensions for all core dimensions \('n',\)",
+    ):
         dot(jnp.ones(()), jnp.ones(3))
 
 
 def test_output_core_dimensions_checked():
     bad = jnp.vectorize(lambda x: x.sum(), signature="(n)->(n)")
-    with pytest.raises(ValueError, match=r"output shape \(\) does not match core dimensions "
-                                         r"\('n',\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"output shape \(\) does not match core dimensions "
+        r"\('n',\)",
+    ):
         bad(jnp.ones((2, 3)))
 
 
@@ -174,8 +199,7 @@ def test_wrong_number_of_outputs():
 
 def test_wrong_number_of_arguments():
     dot = jnp.vectorize(jnp.dot, signature="(n),(n)->()")
-    with pytest.raises(TypeError, match="wrong number of positional arguments: expected 2, "
-                                        "got 1"):
+    with pytest.raises(TypeError, match="wrong number of positional arguments: expected 2, got 1"):
         dot(jnp.ones(3))
 
 

@@ -5,6 +5,7 @@ Rank-0 operands broadcast (lax lets them), so every operand is read at the outpu
 already matches (XLA integer division, saturating float->int casts, NaN-propagating max/min);
 float16/bfloat16 ops compute in float32 and round once, as the impls' via_float32 does.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,25 +28,65 @@ def _read(index, operands) -> list[Expr]:
 def _elementwise(scalar_op: ScalarOp):
     def rule(ctx, index, *operands, **params):
         return kir.op(scalar_op, *_read(index, operands))
+
     rule.__name__ = f"_{scalar_op.value}_lowering_rule"
     return rule
 
 
 _ONE_OP = {
-    ew.add_p: O.ADD, ew.add_any_p: O.ADD, ew.sub_p: O.SUB, ew.mul_p: O.MUL, ew.div_p: O.DIV, ew.rem_p: O.REM,
-    ew.neg_p: O.NEG, ew.max_p: O.MAX, ew.min_p: O.MIN, ew.abs_p: O.ABS, ew.sign_p: O.SIGN,
-    ew.floor_p: O.FLOOR, ew.ceil_p: O.CEIL, ew.is_finite_p: O.IS_FINITE,
-    ew.nextafter_p: O.NEXTAFTER, ew.eq_p: O.EQ, ew.ne_p: O.NE, ew.lt_p: O.LT, ew.le_p: O.LE,
-    ew.gt_p: O.GT, ew.ge_p: O.GE, ew.population_count_p: O.POPULATION_COUNT, ew.clz_p: O.CLZ,
-    ew.shift_left_p: O.SHIFT_LEFT, ew.shift_right_logical_p: O.SHIFT_RIGHT_LOGICAL,
+    ew.add_p: O.ADD,
+    ew.add_any_p: O.ADD,
+    ew.sub_p: O.SUB,
+    ew.mul_p: O.MUL,
+    ew.div_p: O.DIV,
+    ew.rem_p: O.REM,
+    ew.neg_p: O.NEG,
+    ew.max_p: O.MAX,
+    ew.min_p: O.MIN,
+    ew.abs_p: O.ABS,
+    ew.sign_p: O.SIGN,
+    ew.floor_p: O.FLOOR,
+    ew.ceil_p: O.CEIL,
+    ew.is_finite_p: O.IS_FINITE,
+    ew.nextafter_p: O.NEXTAFTER,
+    ew.eq_p: O.EQ,
+    ew.ne_p: O.NE,
+    ew.lt_p: O.LT,
+    ew.le_p: O.LE,
+    ew.gt_p: O.GT,
+    ew.ge_p: O.GE,
+    ew.population_count_p: O.POPULATION_COUNT,
+    ew.clz_p: O.CLZ,
+    ew.shift_left_p: O.SHIFT_LEFT,
+    ew.shift_right_logical_p: O.SHIFT_RIGHT_LOGICAL,
     ew.shift_right_arithmetic_p: O.SHIFT_RIGHT_ARITHMETIC,
-    em.exp_p: O.EXP, em.exp2_p: O.EXP2, em.log_p: O.LOG, em.log1p_p: O.LOG1P,
-    em.expm1_p: O.EXPM1, em.sqrt_p: O.SQRT, em.rsqrt_p: O.RSQRT, em.cbrt_p: O.CBRT,
-    em.sin_p: O.SIN, em.cos_p: O.COS, em.tan_p: O.TAN, em.asin_p: O.ASIN, em.acos_p: O.ACOS,
-    em.atan_p: O.ATAN, em.atan2_p: O.ATAN2, em.sinh_p: O.SINH, em.cosh_p: O.COSH,
-    em.tanh_p: O.TANH, em.asinh_p: O.ASINH, em.acosh_p: O.ACOSH, em.atanh_p: O.ATANH,
-    em.logistic_p: O.LOGISTIC, em.erf_p: O.ERF, em.erfc_p: O.ERFC, em.erf_inv_p: O.ERF_INV,
-    em.lgamma_p: O.LGAMMA, em.digamma_p: O.DIGAMMA,
+    em.exp_p: O.EXP,
+    em.exp2_p: O.EXP2,
+    em.log_p: O.LOG,
+    em.log1p_p: O.LOG1P,
+    em.expm1_p: O.EXPM1,
+    em.sqrt_p: O.SQRT,
+    em.rsqrt_p: O.RSQRT,
+    em.cbrt_p: O.CBRT,
+    em.sin_p: O.SIN,
+    em.cos_p: O.COS,
+    em.tan_p: O.TAN,
+    em.asin_p: O.ASIN,
+    em.acos_p: O.ACOS,
+    em.atan_p: O.ATAN,
+    em.atan2_p: O.ATAN2,
+    em.sinh_p: O.SINH,
+    em.cosh_p: O.COSH,
+    em.tanh_p: O.TANH,
+    em.asinh_p: O.ASINH,
+    em.acosh_p: O.ACOSH,
+    em.atanh_p: O.ATANH,
+    em.logistic_p: O.LOGISTIC,
+    em.erf_p: O.ERF,
+    em.erfc_p: O.ERFC,
+    em.erf_inv_p: O.ERF_INV,
+    em.lgamma_p: O.LGAMMA,
+    em.digamma_p: O.DIGAMMA,
 }
 for _prim, _op in _ONE_OP.items():
     register_lowering(_prim)(_elementwise(_op))
@@ -56,6 +97,7 @@ def _logical_or_bitwise(name: str):
         args = _read(index, operands)
         prefix = "LOGICAL_" if args[0].dtype == kir.BOOL else "BITWISE_"
         return kir.op(ScalarOp[prefix + name], *args)
+
     return rule
 
 
@@ -71,8 +113,11 @@ def _square_lowering_rule(ctx, index, x):
 
 @register_lowering(ew.round_p)
 def _round_lowering_rule(ctx, index, x, *, rounding_method):
-    method = (O.ROUND_HALF_EVEN if rounding_method == ew.RoundingMethod.TO_NEAREST_EVEN
-              else O.ROUND_HALF_AWAY)
+    method = (
+        O.ROUND_HALF_EVEN
+        if rounding_method == ew.RoundingMethod.TO_NEAREST_EVEN
+        else O.ROUND_HALF_AWAY
+    )
     return kir.op(method, x.read(index))
 
 

@@ -3,6 +3,7 @@ become clamped index arithmetic, so every load stays in bounds whatever the indi
 (XLA's clamping rules, as the impls apply them), and the indices themselves may be fused
 expressions (an iota, a `where` that wraps negative indices).
 """
+
 from __future__ import annotations
 
 from kiln.compiler import kir
@@ -19,8 +20,9 @@ def _clamped_start(start: Expr, dim: int, size: int) -> Expr:
 
 @register_lowering(indexing.dynamic_slice_p)
 def _dynamic_slice_lowering_rule(ctx, index, x, *starts, slice_sizes):
-    begins = [_clamped_start(s.read(()), dim, size)
-              for s, dim, size in zip(starts, x.shape, slice_sizes)]
+    begins = [
+        _clamped_start(s.read(()), dim, size) for s, dim, size in zip(starts, x.shape, slice_sizes)
+    ]
     return x.read([kir.index_add(i, b) for i, b in zip(index, begins)])
 
 
@@ -32,8 +34,11 @@ def _dynamic_update_slice_lowering_rule(ctx, index, x, update, *starts):
         begin = _clamped_start(s.read(()), dim, size)
         offset = kir.index_sub(i, begin)
         source.append(kir.clamp(offset, 0, max(size - 1, 0)))
-        within = kir.op(O.LOGICAL_AND, kir.op(O.GE, offset, kir.as_index(0)),
-                        kir.op(O.LT, offset, kir.as_index(size)))
+        within = kir.op(
+            O.LOGICAL_AND,
+            kir.op(O.GE, offset, kir.as_index(0)),
+            kir.op(O.LT, offset, kir.as_index(size)),
+        )
         inside = within if inside is None else kir.op(O.LOGICAL_AND, inside, within)
     original = x.read(index)
     if update.size == 0:
@@ -44,8 +49,19 @@ def _dynamic_update_slice_lowering_rule(ctx, index, x, update, *starts):
 
 
 @register_lowering(indexing_gather.gather_p)
-def _gather_lowering_rule(ctx, index, operand, indices, *, dimension_numbers, slice_sizes,
-                          indices_are_sorted, unique_indices, mode, fill_value):
+def _gather_lowering_rule(
+    ctx,
+    index,
+    operand,
+    indices,
+    *,
+    dimension_numbers,
+    slice_sizes,
+    indices_are_sorted,
+    unique_indices,
+    mode,
+    fill_value,
+):
     dn = dimension_numbers
     batch_index = [i for d, i in enumerate(index) if d not in dn.offset_dims]
     window_index = iter([i for d, i in enumerate(index) if d in dn.offset_dims])
@@ -57,8 +73,11 @@ def _gather_lowering_rule(ctx, index, operand, indices, *, dimension_numbers, sl
     if mode == indexing_gather.GatherScatterMode.FILL_OR_DROP:
         for operand_dim, start in starts.items():
             upper = operand.shape[operand_dim] - slice_sizes[operand_dim]
-            ok = kir.op(O.LOGICAL_AND, kir.op(O.GE, start, kir.as_index(0)),
-                        kir.op(O.LE, start, kir.as_index(upper)))
+            ok = kir.op(
+                O.LOGICAL_AND,
+                kir.op(O.GE, start, kir.as_index(0)),
+                kir.op(O.LE, start, kir.as_index(upper)),
+            )
             in_bounds = ok if in_bounds is None else kir.op(O.LOGICAL_AND, in_bounds, ok)
     for operand_dim, indices_dim in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
         starts[operand_dim] = batch_index[indices_dim]

@@ -6,6 +6,7 @@ reads the same Reduce node and the whole computation stays one loop nest.
 
 float16/bfloat16 sums and products accumulate in float32 and round once (as the impls do).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,9 +20,12 @@ _F32 = np.dtype(np.float32)
 _NARROW = frozenset({np.dtype(np.float16), kir.BFLOAT16})
 
 _KINDS = {
-    red.reduce_sum_p: ReduceKind.SUM, red.reduce_prod_p: ReduceKind.PROD,
-    red.reduce_max_p: ReduceKind.MAX, red.reduce_min_p: ReduceKind.MIN,
-    red.reduce_and_p: ReduceKind.AND, red.reduce_or_p: ReduceKind.OR,
+    red.reduce_sum_p: ReduceKind.SUM,
+    red.reduce_prod_p: ReduceKind.PROD,
+    red.reduce_max_p: ReduceKind.MAX,
+    red.reduce_min_p: ReduceKind.MIN,
+    red.reduce_and_p: ReduceKind.AND,
+    red.reduce_or_p: ReduceKind.OR,
     red.reduce_xor_p: ReduceKind.XOR,
 }
 
@@ -43,6 +47,7 @@ def _reduction(kind: ReduceKind):
         for d in reversed(axes):
             value = Reduce(kind, reduce_vars[d], 0, x.shape[d], value)
         return kir.cast(value, x.dtype)
+
     rule.__name__ = f"_{kind.value}_lowering_rule"
     return rule
 
@@ -57,6 +62,7 @@ def _arg_reduction(kind: ReduceKind):
         var = ctx.fresh("k")
         value = x.read(_operand_index(index, x.ndim, axes, {axis: var}))
         return Reduce(kind, var, 0, x.shape[axis], value, index_dtype=index_dtype)
+
     rule.__name__ = f"_{kind.value}_lowering_rule"
     return rule
 

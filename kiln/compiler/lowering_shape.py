@@ -5,6 +5,7 @@ consumers' loop nests as index arithmetic and never copy memory.
 Selects evaluate both sides, so reads on the side not taken (pad, concatenate) are clamped
 into their operand: nothing ever loads out of bounds.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,13 +31,16 @@ def _all(conditions: Sequence[Expr]) -> Expr | None:
 
 @register_lowering(shape_prims.broadcast_in_dim_p)
 def _broadcast_in_dim_lowering_rule(ctx, index, x, *, shape, broadcast_dimensions):
-    source = [0 if x.shape[src] == 1 and shape[dst] != 1 else index[dst]
-              for src, dst in enumerate(broadcast_dimensions)]
+    source = [
+        0 if x.shape[src] == 1 and shape[dst] != 1 else index[dst]
+        for src, dst in enumerate(broadcast_dimensions)
+    ]
     return x.read(source)
 
 
-def reshape_index(index: Sequence[Expr], out_shape: Sequence[int],
-                  in_shape: Sequence[int]) -> list[Expr]:
+def reshape_index(
+    index: Sequence[Expr], out_shape: Sequence[int], in_shape: Sequence[int]
+) -> list[Expr]:
     """The operand index a row-major reshape reads. Dimensions are matched in groups of equal
     product, so a reshape that splits or merges a few axes only divides within those groups,
     and size-1 axes cost nothing."""
@@ -98,8 +102,9 @@ def _transpose_lowering_rule(ctx, index, x, *, permutation):
 
 @register_lowering(shape_prims.rev_p)
 def _rev_lowering_rule(ctx, index, x, *, dimensions):
-    return x.read([kir.index_sub(x.shape[d] - 1, i) if d in dimensions else i
-                   for d, i in enumerate(index)])
+    return x.read(
+        [kir.index_sub(x.shape[d] - 1, i) if d in dimensions else i for d, i in enumerate(index)]
+    )
 
 
 @register_lowering(shape_prims.copy_p)
@@ -112,8 +117,9 @@ def _copy_lowering_rule(ctx, index, x):
 @register_lowering(shape_slice.slice_p)
 def _slice_lowering_rule(ctx, index, x, *, start_indices, limit_indices, strides):
     steps = strides or (1,) * x.ndim
-    return x.read([kir.affine([(i, step)], start)
-                   for i, start, step in zip(index, start_indices, steps)])
+    return x.read(
+        [kir.affine([(i, step)], start) for i, start, step in zip(index, start_indices, steps)]
+    )
 
 
 @register_lowering(shape_slice.pad_p)
@@ -125,8 +131,11 @@ def _pad_lowering_rule(ctx, index, x, padding_value, *, padding_config):
         if interior:
             operand_index = kir.index_div(position, step)
             on_grid = kir.op(O.EQ, kir.index_rem(position, step), kir.as_index(0))
-            inside += [kir.op(O.GE, position, kir.as_index(0)), on_grid,
-                       kir.op(O.LE, position, kir.as_index(step * (n - 1)))]
+            inside += [
+                kir.op(O.GE, position, kir.as_index(0)),
+                on_grid,
+                kir.op(O.LE, position, kir.as_index(step * (n - 1))),
+            ]
         else:
             operand_index = position
             if lo > 0:

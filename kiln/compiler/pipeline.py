@@ -7,6 +7,7 @@ and "native" (the LLVM backend) is looked up in kiln.runtime.native the first ti
 for. A backend that cannot compile a program raises NotImplementedError and the interpreter
 runs it instead.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -39,8 +40,9 @@ PASSES: list[tuple[str, Callable[[ClosedJaxpr], ClosedJaxpr]]] = [
 LARGE_CONST_BYTES = 1 << 20
 
 
-def optimize(closed: ClosedJaxpr, name: str = "fn",
-             passes: Sequence[tuple[str, Callable]] | None = None) -> ClosedJaxpr:
+def optimize(
+    closed: ClosedJaxpr, name: str = "fn", passes: Sequence[tuple[str, Callable]] | None = None
+) -> ClosedJaxpr:
     """Run the pass list over `closed` and return the optimized ClosedJaxpr."""
     dump = "jaxpr" in config.dump
     if dump:
@@ -68,8 +70,13 @@ def split_hidden_consts(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
         (large if nbytes > LARGE_CONST_BYTES else small).append((var, value))
     if not large:
         return closed, []
-    program = Jaxpr([v for v, _ in small], [v for v, _ in large] + list(jaxpr.invars),
-                    jaxpr.outvars, jaxpr.eqns, jaxpr.effects)
+    program = Jaxpr(
+        [v for v, _ in small],
+        [v for v, _ in large] + list(jaxpr.invars),
+        jaxpr.outvars,
+        jaxpr.eqns,
+        jaxpr.effects,
+    )
     return ClosedJaxpr(program, [c for _, c in small]), [c for _, c in large]
 
 
@@ -115,14 +122,18 @@ def _backend_factory(backend: str) -> BackendFactory | None:
                 try:
                     importlib.import_module(_BACKEND_MODULES[backend])
                 except Exception as err:  # a missing or broken backend must not break jit
-                    logger.debug("kiln: backend %r unavailable (%s); using the interpreter",
-                                 backend, err)
+                    logger.debug(
+                        "kiln: backend %r unavailable (%s); using the interpreter", backend, err
+                    )
         factory = _backends.get(backend)
     return factory
 
 
-def compile(closed: ClosedJaxpr, backend: str | None = None,  # noqa: A001 (the natural name)
-            name: str = "fn") -> Executable:
+def compile(
+    closed: ClosedJaxpr,
+    backend: str | None = None,  # noqa: A001 (the natural name)
+    name: str = "fn",
+) -> Executable:
     """Compile an optimized ClosedJaxpr for `backend` (default: config.backend)."""
     backend = resolve_backend(backend)
     program, hidden = split_hidden_consts(closed)
@@ -131,6 +142,7 @@ def compile(closed: ClosedJaxpr, backend: str | None = None,  # noqa: A001 (the 
         try:
             return factory(program, hidden, name)
         except NotImplementedError as err:
-            logger.debug("kiln: backend %r cannot compile %s (%s); using the interpreter",
-                         backend, name, err)
+            logger.debug(
+                "kiln: backend %r cannot compile %s (%s); using the interpreter", backend, name, err
+            )
     return InterpretedExecutable(program, hidden, name)

@@ -6,6 +6,7 @@
   argument's cotangent. Every other argument is an ordinary (known) value.
 * `float0` is the dtype of the tangent of an integer or boolean value (it has no bits).
 """
+
 from __future__ import annotations
 
 import numpy as np

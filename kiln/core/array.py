@@ -4,6 +4,7 @@ The buffer is never written after creation, so `np.asarray(x)` can hand out a re
 without copying. Array is the value every layer handles, so it lives in core/ and depends on
 core/ only; its operators and methods are attached from above by `kiln.numpy.array_methods`.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +15,8 @@ from kiln.core.avals import ShapedArray
 _IMMUTABLE_MSG = (
     "'{}' object does not support item assignment. JAX arrays are immutable. Instead of "
     "x[idx] = y, use x = x.at[idx].set(y) or another .at[] method: "
-    "https://jax.readthedocs.io/en/latest/_autosummary/jax.numpy.ndarray.at.html")
+    "https://jax.readthedocs.io/en/latest/_autosummary/jax.numpy.ndarray.at.html"
+)
 
 
 class Device:
@@ -176,16 +178,17 @@ class Array:
 
     def __index__(self) -> int:
         if not dtypes.is_integer(self._value.dtype):
-            raise TypeError(f"only integer arrays can be used as an index, not "
-                            f"{self._value.dtype}")
+            raise TypeError(f"only integer arrays can be used as an index, not {self._value.dtype}")
         return int(self._value)
 
     def __format__(self, spec: str) -> str:
         if self._value.ndim == 0:
             return format(self._value[()], spec)
         if spec:
-            raise TypeError(f"unsupported format string {spec!r} passed to Array.__format__ "
-                            f"for an array of shape {self._value.shape}")
+            raise TypeError(
+                f"unsupported format string {spec!r} passed to Array.__format__ "
+                f"for an array of shape {self._value.shape}"
+            )
         return str(self)
 
     def __str__(self) -> str:
@@ -199,8 +202,9 @@ class Array:
         if self._value.size == 0:
             body = f"[], shape={self._value.shape}"
         else:
-            body = np.array2string(self._value, prefix=prefix, suffix=",", separator=", ",
-                                   max_line_width=width)
+            body = np.array2string(
+                self._value, prefix=prefix, suffix=",", separator=", ", max_line_width=width
+            )
         last_line = len(body) - body.rfind("\n") + 1
         sep = " " * len(prefix) if last_line + len(dtype_str) + 1 > width else " "
         return f"{prefix}{body},{sep}{dtype_str}"

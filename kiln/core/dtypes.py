@@ -4,6 +4,7 @@ canonicalization (64-bit types become 32-bit unless x64 is enabled).
 A dtype is a `numpy.dtype`; bfloat16 comes from ml_dtypes. A value is *weakly typed* when it came
 from a Python scalar: it adopts the dtype of whatever strongly typed value it meets.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,15 +22,41 @@ bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float16, float32, float64 = (np.dtype(t) for t in (np.float16, np.float32, np.float64))
 complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
 
-SUPPORTED = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-             bfloat16, float16, float32, float64, complex64, complex128)
+SUPPORTED = (
+    bool_,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+    bfloat16,
+    float16,
+    float32,
+    float64,
+    complex64,
+    complex128,
+)
 _SUPPORTED_SET = frozenset(SUPPORTED)
 
 _SHORT_NAMES = {
-    bool_: "bool", int8: "i8", int16: "i16", int32: "i32", int64: "i64",
-    uint8: "u8", uint16: "u16", uint32: "u32", uint64: "u64",
-    bfloat16: "bf16", float16: "f16", float32: "f32", float64: "f64",
-    complex64: "c64", complex128: "c128",
+    bool_: "bool",
+    int8: "i8",
+    int16: "i16",
+    int32: "i32",
+    int64: "i64",
+    uint8: "u8",
+    uint16: "u16",
+    uint32: "u32",
+    uint64: "u64",
+    bfloat16: "bf16",
+    float16: "f16",
+    float32: "f32",
+    float64: "f64",
+    complex64: "c64",
+    complex128: "c128",
 }
 
 _TO_32 = {int64: int32, uint64: uint32, float64: float32, complex128: complex64}
@@ -121,8 +148,10 @@ def _to_dtype_cached(spec) -> np.dtype:
         return complex128
     dt = np.dtype(spec)
     if dt not in _SUPPORTED_SET:
-        raise TypeError(f"kiln does not support the dtype {dt}; supported dtypes are "
-                        f"{', '.join(str(d) for d in SUPPORTED)}.")
+        raise TypeError(
+            f"kiln does not support the dtype {dt}; supported dtypes are "
+            f"{', '.join(str(d) for d in SUPPORTED)}."
+        )
     return dt
 
 
@@ -150,11 +179,22 @@ _WEAK_INT, _WEAK_FLOAT, _WEAK_COMPLEX = "i*", "f*", "c*"
 _EDGES = {
     bool_: [_WEAK_INT],
     _WEAK_INT: [uint8, int8],
-    uint8: [int16, uint16], uint16: [int32, uint32], uint32: [int64, uint64], uint64: [_WEAK_FLOAT],
-    int8: [int16], int16: [int32], int32: [int64], int64: [_WEAK_FLOAT],
+    uint8: [int16, uint16],
+    uint16: [int32, uint32],
+    uint32: [int64, uint64],
+    uint64: [_WEAK_FLOAT],
+    int8: [int16],
+    int16: [int32],
+    int32: [int64],
+    int64: [_WEAK_FLOAT],
     _WEAK_FLOAT: [bfloat16, float16, _WEAK_COMPLEX],
-    bfloat16: [float32], float16: [float32], float32: [float64, complex64], float64: [complex128],
-    _WEAK_COMPLEX: [complex64], complex64: [complex128], complex128: [],
+    bfloat16: [float32],
+    float16: [float32],
+    float32: [float64, complex64],
+    float64: [complex128],
+    _WEAK_COMPLEX: [complex64],
+    complex64: [complex128],
+    complex128: [],
 }
 
 
@@ -260,7 +300,8 @@ def _int_overflow_error(value: int) -> OverflowError:
         rule, fix = "int32 while jax_enable_x64 is off", "a float, or enable jax_enable_x64,"
     return OverflowError(
         f"Python int {value} too large to convert to {default_int().name}. Python ints take "
-        f"the default integer type, {rule}; use {fix} for larger values.")
+        f"the default integer type, {rule}; use {fix} for larger values."
+    )
 
 
 def check_argument(x: Any, path: str) -> None:
@@ -273,7 +314,8 @@ def check_argument(x: Any, path: str) -> None:
             raise OverflowError(
                 f"An overflow was encountered while parsing an argument to a jitted "
                 f"computation, whose argument path is {path}. Got {type(x)} with value {x}: "
-                f"{err}") from None
+                f"{err}"
+            ) from None
 
 
 def dtype_and_weak_of(x: Any) -> tuple[np.dtype, bool]:
@@ -322,4 +364,6 @@ def iinfo(dtype):
 def issubdtype(a, b) -> bool:
     if b in (np.floating, np.inexact) and to_dtype(a) == bfloat16:
         return True
-    return np.issubdtype(to_dtype(a) if not isinstance(a, type) or a in (bool, int, float) else a, b)
+    return np.issubdtype(
+        to_dtype(a) if not isinstance(a, type) or a in (bool, int, float) else a, b
+    )

@@ -1,4 +1,5 @@
 """The errors kiln raises where JAX raises them; each names the culprit and suggests the fix."""
+
 from __future__ import annotations
 
 _DOCS = "https://jax.readthedocs.io/en/latest/errors.html"
@@ -16,7 +17,8 @@ class ConcretizationTypeError(KilnTypeError):
         super().__init__(
             f"Abstract tracer value encountered where concrete value is expected: {tracer}\n"
             f"{context}{tracer._origin_msg()}\n"
-            f"See {_DOCS}#jax.errors.ConcretizationTypeError")
+            f"See {_DOCS}#jax.errors.ConcretizationTypeError"
+        )
 
 
 class TracerBoolConversionError(ConcretizationTypeError):
@@ -28,7 +30,8 @@ class TracerBoolConversionError(ConcretizationTypeError):
             f"{tracer._origin_msg()}\n"
             "Use lax.cond or jnp.where for value-dependent branches, or mark the argument as "
             "static with static_argnums/static_argnames.\n"
-            f"See {_DOCS}#jax.errors.TracerBoolConversionError")
+            f"See {_DOCS}#jax.errors.TracerBoolConversionError",
+        )
 
 
 class TracerIntegerConversionError(KilnTypeError):
@@ -39,7 +42,8 @@ class TracerIntegerConversionError(KilnTypeError):
             f"{tracer.aval.str_short()}.\n{tracer._origin_msg()}\n"
             "Python needs a concrete integer here; mark the argument as static with "
             "static_argnums/static_argnames, or use lax.dynamic_slice for traced offsets.\n"
-            f"See {_DOCS}#jax.errors.TracerIntegerConversionError")
+            f"See {_DOCS}#jax.errors.TracerIntegerConversionError"
+        )
 
 
 class TracerArrayConversionError(KilnTypeError):
@@ -50,7 +54,8 @@ class TracerArrayConversionError(KilnTypeError):
             f"shape {tracer.aval.str_short()}.\n{tracer._origin_msg()}\n"
             "Use kiln.numpy functions instead of numpy ones inside transformed functions, or "
             "kiln.pure_callback to call host code.\n"
-            f"See {_DOCS}#jax.errors.TracerArrayConversionError")
+            f"See {_DOCS}#jax.errors.TracerArrayConversionError"
+        )
 
 
 class NonConcreteBooleanIndexError(IndexError):
@@ -59,7 +64,8 @@ class NonConcreteBooleanIndexError(IndexError):
             f"Array boolean indices must be concrete; got {aval}\n"
             "A traced boolean mask gives an array whose shape depends on its values. Use "
             "jnp.where(mask, x, y) (or x * mask) to keep shapes static.\n"
-            f"See {_DOCS}#jax.errors.NonConcreteBooleanIndexError")
+            f"See {_DOCS}#jax.errors.NonConcreteBooleanIndexError"
+        )
 
 
 class UnexpectedTracerError(Exception):
@@ -67,4 +73,5 @@ class UnexpectedTracerError(Exception):
         super().__init__(
             msg + "\nThis usually means a traced value escaped its transformation through a "
             "side effect (a global, a list, an attribute). Return it from the function instead.\n"
-            f"See {_DOCS}#jax.errors.UnexpectedTracerError")
+            f"See {_DOCS}#jax.errors.UnexpectedTracerError"
+        )

@@ -4,6 +4,7 @@
 (no trace: each primitive's NumPy impl) and re-stages or transforms it under whatever trace is
 current. Compiled execution does not come through here: see kiln.runtime.executable.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -28,8 +29,10 @@ def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any], *args: Any) -> list:
     Each equation is bound through its primitive, so this works eagerly and under any outer
     trace (staging, differentiation, batching). Returns the list of output values."""
     if len(consts) != len(jaxpr.constvars) or len(args) != len(jaxpr.invars):
-        raise TypeError(f"eval_jaxpr: the jaxpr takes {len(jaxpr.constvars)} consts and "
-                        f"{len(jaxpr.invars)} arguments, got {len(consts)} and {len(args)}")
+        raise TypeError(
+            f"eval_jaxpr: the jaxpr takes {len(jaxpr.constvars)} consts and "
+            f"{len(jaxpr.invars)} arguments, got {len(consts)} and {len(args)}"
+        )
     env: dict = {}
 
     def read(atom):
@@ -55,6 +58,7 @@ def eval_closed_jaxpr(closed: ClosedJaxpr, *args: Any) -> list:
 
 
 # --- effects ---------------------------------------------------------------------------------
+
 
 def eqn_effects(eqn: JaxprEqn) -> frozenset:
     """The side effects of one equation: those recorded on it plus what its primitive's

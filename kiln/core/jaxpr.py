@@ -3,6 +3,7 @@
 The printed form reproduces JAX's text: `{ lambda ; a:f32[]. let b:f32[] = log a in (b,) }`,
 with variables named a, b, ..., z, ba, ... in order of appearance, shared across nested jaxprs.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -62,8 +63,15 @@ class JaxprEqn:
 
     __slots__ = ("primitive", "invars", "outvars", "params", "effects", "source")
 
-    def __init__(self, primitive, invars: list, outvars: list, params: dict,
-                 effects: frozenset = frozenset(), source: str | None = None):
+    def __init__(
+        self,
+        primitive,
+        invars: list,
+        outvars: list,
+        params: dict,
+        effects: frozenset = frozenset(),
+        source: str | None = None,
+    ):
         self.primitive = primitive
         self.invars = list(invars)
         self.outvars = list(outvars)
@@ -72,8 +80,14 @@ class JaxprEqn:
         self.source = source
 
     def replace(self, **kw) -> "JaxprEqn":
-        fields = dict(primitive=self.primitive, invars=self.invars, outvars=self.outvars,
-                      params=self.params, effects=self.effects, source=self.source)
+        fields = dict(
+            primitive=self.primitive,
+            invars=self.invars,
+            outvars=self.outvars,
+            params=self.params,
+            effects=self.effects,
+            source=self.source,
+        )
         fields.update(kw)
         return JaxprEqn(**fields)
 
@@ -86,8 +100,14 @@ class Jaxpr:
 
     __slots__ = ("constvars", "invars", "outvars", "eqns", "effects")
 
-    def __init__(self, constvars: list, invars: list, outvars: list, eqns: list,
-                 effects: frozenset = frozenset()):
+    def __init__(
+        self,
+        constvars: list,
+        invars: list,
+        outvars: list,
+        eqns: list,
+        effects: frozenset = frozenset(),
+    ):
         self.constvars = list(constvars)
         self.invars = list(invars)
         self.outvars = list(outvars)
@@ -144,6 +164,7 @@ class ClosedJaxpr:
 
 # --- printing ------------------------------------------------------------------------------
 
+
 class _Names:
     """Assigns a, b, ..., z, ba, bb, ... to variables in the order they are first printed."""
 
@@ -173,19 +194,30 @@ def _pp_atom(atom, names: _Names) -> str:
 
 
 def _pp_binders(vars_: Iterable, names: _Names) -> pp.Doc:
-    return pp.nest(2, pp.group(pp.join(pp.text(" "), [
-        pp.text(f"{_pp_atom(v, names)}:{v.aval.str_short()}") for v in vars_])))
+    return pp.nest(
+        2,
+        pp.group(
+            pp.join(
+                pp.text(" "), [pp.text(f"{_pp_atom(v, names)}:{v.aval.str_short()}") for v in vars_]
+            )
+        ),
+    )
 
 
 def _pp_param_value(value: Any, names: _Names) -> pp.Doc:
     if isinstance(value, (Jaxpr, ClosedJaxpr)):
         return pp_jaxpr(value.jaxpr if isinstance(value, ClosedJaxpr) else value, names)
-    if (isinstance(value, tuple) and value
-            and all(isinstance(v, (Jaxpr, ClosedJaxpr)) for v in value)):
+    if (
+        isinstance(value, tuple)
+        and value
+        and all(isinstance(v, (Jaxpr, ClosedJaxpr)) for v in value)
+    ):
         inner = [_pp_param_value(v, names) for v in value]
-        return pp.group(pp.nest(2, pp.concat([pp.text("("), pp.brk(""),
-                                              pp.join(pp.brk(), inner)]))
-                        + pp.brk("") + pp.text(")"))
+        return pp.group(
+            pp.nest(2, pp.concat([pp.text("("), pp.brk(""), pp.join(pp.brk(), inner)]))
+            + pp.brk("")
+            + pp.text(")")
+        )
     if isinstance(value, np.dtype):
         return pp.text(value.name)
     return pp.text(str(value))
@@ -198,9 +230,13 @@ def pp_eqn(eqn: JaxprEqn, names: _Names) -> pp.Doc:
         parts[:0] = [_pp_binders(eqn.outvars, names), pp.text(" = ")]
     if params:
         pairs = [pp.text(f"{k}=") + _pp_param_value(v, names) for k, v in sorted(params.items())]
-        parts.append(pp.group(pp.nest(2, pp.concat([pp.text("["), pp.brk(""),
-                                                    pp.join(pp.brk(), pairs)]))
-                              + pp.brk("") + pp.text("]")))
+        parts.append(
+            pp.group(
+                pp.nest(2, pp.concat([pp.text("["), pp.brk(""), pp.join(pp.brk(), pairs)]))
+                + pp.brk("")
+                + pp.text("]")
+            )
+        )
     args = pp.join(pp.text(" "), [pp.text(_pp_atom(a, names)) for a in eqn.invars])
     parts.append(pp.text(" ") + pp.nest(2, pp.group(args)))
     return pp.concat(parts)
@@ -212,13 +248,24 @@ def pp_jaxpr(jaxpr: Jaxpr, names: _Names) -> pp.Doc:
     eqns = pp.join(pp.brk(), [pp_eqn(e, names) for e in jaxpr.eqns])
     outs = ", ".join(_pp_atom(v, names) for v in jaxpr.outvars)
     outs = f"({outs},)" if len(jaxpr.outvars) == 1 else f"({outs})"
-    body = pp.concat([pp.text("{ lambda "), constvars, pp.text("; "), invars,
-                      pp.text(". let"), pp.nest(2, pp.brk() + eqns), pp.brk(),
-                      pp.text("in "), pp.text(outs)])
+    body = pp.concat(
+        [
+            pp.text("{ lambda "),
+            constvars,
+            pp.text("; "),
+            invars,
+            pp.text(". let"),
+            pp.nest(2, pp.brk() + eqns),
+            pp.brk(),
+            pp.text("in "),
+            pp.text(outs),
+        ]
+    )
     return pp.group(pp.nest(2, body)) + pp.text(" }")
 
 
 # --- typechecking ----------------------------------------------------------------------------
+
 
 class JaxprTypeError(TypeError):
     pass
@@ -260,13 +307,15 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> None:
             out = rule(*[a.aval for a in eqn.invars], **eqn.params)
             out = out if eqn.primitive.multiple_results else [out]
             if len(out) != len(eqn.outvars):
-                raise JaxprTypeError(f"{eqn.primitive} produces {len(out)} values, "
-                                     f"equation binds {len(eqn.outvars)}")
+                raise JaxprTypeError(
+                    f"{eqn.primitive} produces {len(out)} values, equation binds {len(eqn.outvars)}"
+                )
             for expect, var in zip(out, eqn.outvars):
                 if not _same_type(expect, var.aval):
                     raise JaxprTypeError(
                         f"{eqn.primitive}: output typed {var.aval.str_short()} but the "
-                        f"primitive produces {expect.str_short()}")
+                        f"primitive produces {expect.str_short()}"
+                    )
         for v in eqn.outvars:
             bind(v)
     for a in jaxpr.outvars:

@@ -11,6 +11,7 @@ It returns which of the equation's inputs are still read (one flag per input of 
 equation) and the rewritten equation (None to delete it); every input of the rewritten equation
 is live. The rule, not this function, is then responsible for keeping effects.
 """
+
 from __future__ import annotations
 
 from kiln.core import rules
@@ -18,13 +19,17 @@ from kiln.core.interpreter import is_effectful
 from kiln.core.jaxpr import DropVar, Jaxpr, Literal
 
 
-def dce_jaxpr(jaxpr: Jaxpr, used_outputs: list[bool] | None = None,
-              prune_invars: bool = False) -> tuple[Jaxpr, list[bool]]:
+def dce_jaxpr(
+    jaxpr: Jaxpr, used_outputs: list[bool] | None = None, prune_invars: bool = False
+) -> tuple[Jaxpr, list[bool]]:
     """Dead-code-eliminate `jaxpr`, keeping the outputs marked in `used_outputs` (all by
     default). Returns the new jaxpr and which invars it still reads; with `prune_invars` the
     unread invars are removed from the result (constvars are never removed here)."""
-    outvars = jaxpr.outvars if used_outputs is None else \
-        [v for v, used in zip(jaxpr.outvars, used_outputs) if used]
+    outvars = (
+        jaxpr.outvars
+        if used_outputs is None
+        else [v for v, used in zip(jaxpr.outvars, used_outputs) if used]
+    )
     live = {v for v in outvars if type(v) is not Literal}
     kept = []
     for eqn in reversed(jaxpr.eqns):
@@ -42,13 +47,13 @@ def dce_jaxpr(jaxpr: Jaxpr, used_outputs: list[bool] | None = None,
         if not any(used) and not is_effectful(eqn):
             continue
         if not all(used):
-            eqn = eqn.replace(outvars=[v if u else DropVar(v.aval)
-                                       for v, u in zip(eqn.outvars, used)])
+            eqn = eqn.replace(
+                outvars=[v if u else DropVar(v.aval) for v, u in zip(eqn.outvars, used)]
+            )
         live.update(a for a in eqn.invars if type(a) is not Literal)
         kept.append(eqn)
     kept.reverse()
     used_invars = [v in live for v in jaxpr.invars]
-    invars = [v for v, u in zip(jaxpr.invars, used_invars) if u] if prune_invars \
-        else jaxpr.invars
+    invars = [v for v, u in zip(jaxpr.invars, used_invars) if u] if prune_invars else jaxpr.invars
     new = Jaxpr(jaxpr.constvars, invars, outvars, kept, jaxpr.effects)
     return new, used_invars

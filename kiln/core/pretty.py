@@ -3,6 +3,7 @@
 A group is printed flat when its contents fit in the remaining width, otherwise its breaks become
 newlines indented to the enclosing nest level. The jaxpr printer builds documents with these.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Primitive: a named operation with rules; `bind` sends it to the current trace."""
+
 from __future__ import annotations
 
 from typing import Callable

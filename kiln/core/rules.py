@@ -2,6 +2,7 @@
 `def_<kind>` methods (core/primitive.py); the compiler keeps its own tables of the same type for
 lowering and simplification. Interpreters (eager evaluation, tracing, jvp, transpose, batching,
 lowering) only read them."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -17,24 +18,26 @@ class RuleTable(dict):
 
     def register(self, *prims) -> Callable[[Callable], Callable]:
         """Decorator: `@table.register(a_p, b_p)` stores the function as the rule of each."""
+
         def decorate(rule: Callable) -> Callable:
             for prim in prims:
                 self[prim] = rule
             return rule
+
         return decorate
 
     def __repr__(self) -> str:
         return f"RuleTable({self.kind!r}, {len(self)} rules)"
 
 
-impl_rules = RuleTable("impl")                 # f(*numpy_values, **params) -> value | list
+impl_rules = RuleTable("impl")  # f(*numpy_values, **params) -> value | list
 abstract_eval_rules = RuleTable("abstract_eval")  # f(*avals, **params) -> aval | list[aval]
-jvp_rules = RuleTable("jvp")          # f(primals, tangents, **params) -> (out, out_tangent);
+jvp_rules = RuleTable("jvp")  # f(primals, tangents, **params) -> (out, out_tangent);
 #                                       a tangent of None is a symbolic zero
 transpose_rules = RuleTable("transpose")  # f(cotangent, *args, **params) -> list (one per arg;
 #                                           None for an argument that is not linear)
 batching_rules = RuleTable("batching")  # f(args, batch_dims, **params) -> (outs, out_dims)
-effects_rules = RuleTable("effects")    # f(**params) -> frozenset of effect names; an equation
+effects_rules = RuleTable("effects")  # f(**params) -> frozenset of effect names; an equation
 #                                         with effects is never removed, merged, folded or
 #                                         reordered
 partial_eval_rules = RuleTable("partial_eval")  # f(trace, args, **params) -> out | list:
@@ -44,6 +47,16 @@ dce_rules = RuleTable("dce")  # f(used_outputs, eqn) -> (used_inputs, new_eqn | 
 #                               of primitives with sub-jaxprs
 
 #: Every kind a primitive registers through `Primitive.def_<kind>`.
-PRIMITIVE_RULE_TABLES = {table.kind: table for table in (
-    impl_rules, abstract_eval_rules, jvp_rules, transpose_rules, batching_rules, effects_rules,
-    dce_rules, partial_eval_rules)}
+PRIMITIVE_RULE_TABLES = {
+    table.kind: table
+    for table in (
+        impl_rules,
+        abstract_eval_rules,
+        jvp_rules,
+        transpose_rules,
+        batching_rules,
+        effects_rules,
+        dce_rules,
+        partial_eval_rules,
+    )
+}

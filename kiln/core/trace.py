@@ -4,6 +4,7 @@ With no transformation active, `bind` evaluates a primitive's NumPy `impl` (eage
 transformation installs its Trace as the current one; each Trace knows its parent, and a Trace
 handles a value that is not one of its own tracers as a constant of its computation.
 """
+
 from __future__ import annotations
 
 import threading
@@ -115,29 +116,34 @@ class Tracer:
         value = self.to_concrete_value()
         if value is None:
             raise errors.ConcretizationTypeError(
-                self, "The problem arose with the `int` function. ")
+                self, "The problem arose with the `int` function. "
+            )
         return int(value)
 
     def __float__(self) -> float:
         value = self.to_concrete_value()
         if value is None:
             raise errors.ConcretizationTypeError(
-                self, "The problem arose with the `float` function. ")
+                self, "The problem arose with the `float` function. "
+            )
         return float(value)
 
     def __complex__(self) -> complex:
         value = self.to_concrete_value()
         if value is None:
             raise errors.ConcretizationTypeError(
-                self, "The problem arose with the `complex` function. ")
+                self, "The problem arose with the `complex` function. "
+            )
         return complex(value)
 
     def __array__(self, dtype=None, copy=None):
         raise errors.TracerArrayConversionError(self)
 
     def __hash__(self):
-        raise TypeError(f"unhashable type: {type(self).__name__}. Static arguments must be "
-                        "hashable Python values, not traced arrays.")
+        raise TypeError(
+            f"unhashable type: {type(self).__name__}. Static arguments must be "
+            "hashable Python values, not traced arrays."
+        )
 
     def __setitem__(self, index, value):
         raise TypeError(_IMMUTABLE_MSG.format(type(self).__name__))
@@ -154,7 +160,8 @@ class Tracer:
 _IMMUTABLE_MSG = (
     "'{}' object does not support item assignment. JAX arrays are immutable. Instead of "
     "x[idx] = y, use x = x.at[idx].set(y) or another .at[] method: "
-    "https://jax.readthedocs.io/en/latest/_autosummary/jax.numpy.ndarray.at.html")
+    "https://jax.readthedocs.io/en/latest/_autosummary/jax.numpy.ndarray.at.html"
+)
 
 
 def leaked_tracer_error(tracer: Tracer) -> errors.UnexpectedTracerError:
@@ -162,10 +169,12 @@ def leaked_tracer_error(tracer: Tracer) -> errors.UnexpectedTracerError:
         f"Encountered an unexpected tracer. A function transformed by kiln had a side effect, "
         f"allowing for a reference to an intermediate value with type "
         f"{tracer.aval.str_short()} wrapped in a {type(tracer).__name__} to escape the scope "
-        f"of the transformation.")
+        f"of the transformation."
+    )
 
 
 # --- eager evaluation ------------------------------------------------------------------------
+
 
 def to_numpy_and_weak(x: Any) -> tuple[np.ndarray, bool]:
     """Unwrap an eager operand: kiln.Array, NumPy value or Python scalar."""
@@ -188,8 +197,11 @@ _EAGER_AVALS_LIMIT = 8192
 
 def _eager_out_avals(primitive, values, weak, params):
     try:
-        key = (primitive, tuple((v.shape, v.dtype, w) for v, w in zip(values, weak)),
-               tuple(params.items()))
+        key = (
+            primitive,
+            tuple((v.shape, v.dtype, w) for v, w in zip(values, weak)),
+            tuple(params.items()),
+        )
         return _eager_avals[key]
     except KeyError:
         pass

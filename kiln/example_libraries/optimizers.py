@@ -14,6 +14,7 @@ written for a single array and lifted to pytrees by the `optimizer` decorator.
 A `step_size` argument is either a number or a schedule, a function from the step index
 (possibly traced) to a number.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,20 +29,41 @@ from kiln import tree_util
 from kiln.tree_util import PyTreeDef
 
 __all__ = [
-    "OptimizerState", "Optimizer", "optimizer", "make_schedule",
-    "sgd", "momentum", "nesterov", "adagrad", "rmsprop", "rmsprop_momentum", "adam", "adamw",
-    "adamax", "sm3",
-    "constant", "exponential_decay", "inverse_time_decay", "polynomial_decay",
-    "piecewise_constant", "cosine_decay", "warmup_cosine_decay",
-    "l2_norm", "clip_grads", "JoinPoint", "unpack_optimizer_state", "pack_optimizer_state",
+    "OptimizerState",
+    "Optimizer",
+    "optimizer",
+    "make_schedule",
+    "sgd",
+    "momentum",
+    "nesterov",
+    "adagrad",
+    "rmsprop",
+    "rmsprop_momentum",
+    "adam",
+    "adamw",
+    "adamax",
+    "sm3",
+    "constant",
+    "exponential_decay",
+    "inverse_time_decay",
+    "polynomial_decay",
+    "piecewise_constant",
+    "cosine_decay",
+    "warmup_cosine_decay",
+    "l2_norm",
+    "clip_grads",
+    "JoinPoint",
+    "unpack_optimizer_state",
+    "pack_optimizer_state",
 ]
 
-Step = Any       # a Python int or a (possibly traced) integer scalar
+Step = Any  # a Python int or a (possibly traced) integer scalar
 Schedule = Callable[[Step], Any]
-Params = Any     # a pytree of arrays
+Params = Any  # a pytree of arrays
 
 
 # --- the optimizer state and the lifting to pytrees ------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class OptimizerState:
@@ -53,6 +75,7 @@ class OptimizerState:
     `tree_def` the structure of the parameters. Only `packed_state` holds arrays; the two
     treedefs are static, so a jitted step is traced once per parameter structure.
     """
+
     packed_state: list
     tree_def: PyTreeDef
     subtree_defs: tuple
@@ -65,18 +88,21 @@ class OptimizerState:
 tree_util.register_pytree_node(
     OptimizerState,
     lambda state: ((state.packed_state,), (state.tree_def, state.subtree_defs)),
-    lambda static, children: OptimizerState(children[0], static[0], static[1]))
+    lambda static, children: OptimizerState(children[0], static[0], static[1]),
+)
 
 
 class Optimizer(NamedTuple):
     """An `(init_fun, update_fun, get_params)` triple that works on pytrees."""
+
     init_fn: Callable[[Params], OptimizerState]
     update_fn: Callable[[Step, Params, OptimizerState], OptimizerState]
     params_fn: Callable[[OptimizerState], Params]
 
 
-def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]
-              ) -> Callable[..., Optimizer]:
+def optimizer(
+    opt_maker: Callable[..., tuple[Callable, Callable, Callable]],
+) -> Callable[..., Optimizer]:
     """Decorator: lift an optimizer written for one array to one that works on pytrees.
 
     Args:
@@ -108,7 +134,8 @@ def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]
                     "optimizer update_fun was given gradients whose tree structure differs "
                     f"from the parameters it was initialized with: parameters {tree_def}, "
                     f"gradients {grad_def}. Pass gradients of the same pytree as the "
-                    "parameters, e.g. kiln.grad(loss)(get_params(opt_state)).")
+                    "parameters, e.g. kiln.grad(loss)(get_params(opt_state))."
+                )
             new_packed = []
             for grad, state_leaves, state_def in zip(grad_leaves, packed, subtree_defs):
                 state = tree_util.tree_unflatten(state_def, state_leaves)
@@ -116,14 +143,17 @@ def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]
                 if new_def != state_def:
                     raise TypeError(
                         "optimizer update produced a state whose structure differs from its "
-                        f"input: input {state_def}, output {new_def}.")
+                        f"input: input {state_def}, output {new_def}."
+                    )
                 new_packed.append(new_leaves)
             return OptimizerState(new_packed, tree_def, subtree_defs)
 
         def tree_get_params(opt_state: OptimizerState) -> Params:
             packed, tree_def, subtree_defs = opt_state
-            params = [get_params(tree_util.tree_unflatten(state_def, state_leaves))
-                      for state_leaves, state_def in zip(packed, subtree_defs)]
+            params = [
+                get_params(tree_util.tree_unflatten(state_def, state_leaves))
+                for state_leaves, state_def in zip(packed, subtree_defs)
+            ]
             return tree_util.tree_unflatten(tree_def, params)
 
         functools.update_wrapper(tree_init, init)
@@ -135,6 +165,7 @@ def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]
 
 
 # --- optimizers ------------------------------------------------------------------------------
+
 
 @optimizer
 def sgd(step_size: float | Schedule):
@@ -281,8 +312,9 @@ def rmsprop(step_size: float | Schedule, gamma: float = 0.9, eps: float = 1e-8):
 
 
 @optimizer
-def rmsprop_momentum(step_size: float | Schedule, gamma: float = 0.9, eps: float = 1e-8,
-                     momentum: float = 0.9):
+def rmsprop_momentum(
+    step_size: float | Schedule, gamma: float = 0.9, eps: float = 1e-8, momentum: float = 0.9
+):
     """RMSProp with momentum: a <- gamma * a + (1 - gamma) * g^2;
     m <- momentum * m + step_size * g / sqrt(a + eps); x <- x - m.
 
@@ -355,8 +387,13 @@ def adam(step_size: float | Schedule, b1: float = 0.9, b2: float = 0.999, eps: f
 
 
 @optimizer
-def adamw(step_size: float | Schedule, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          weight_decay: float = 1e-4):
+def adamw(
+    step_size: float | Schedule,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 1e-4,
+):
     """Adam with decoupled weight decay (Loshchilov and Hutter, 2019), defined as optax's
     `adamw` defines it: x <- x - step_size * (m_hat / (sqrt(v_hat) + eps) + weight_decay * x).
 
@@ -462,8 +499,9 @@ def sm3(step_size: float | Schedule, momentum: float = 0.9):
         direction = jnp.reshape(g_nd * _inverse_sqrt_or_zero(accum), jnp.shape(g))
         m = (1.0 - momentum) * direction + momentum * m
         x = x - step_size(i) * m
-        accumulators = [jnp.max(accum, axis=tuple(a for a in range(ndim) if a != axis))
-                        for axis in range(ndim)]
+        accumulators = [
+            jnp.max(accum, axis=tuple(a for a in range(ndim) if a != axis)) for axis in range(ndim)
+        ]
         return x, m, accumulators
 
     def get_params(state):
@@ -476,40 +514,51 @@ def sm3(step_size: float | Schedule, momentum: float = 0.9):
 # Each schedule is a function of the step index that also accepts a traced integer, so it can
 # run inside a jitted update.
 
+
 def constant(step_size: float) -> Schedule:
     """The schedule that is `step_size` at every step."""
+
     def schedule(i):
         return step_size
+
     return schedule
 
 
 def exponential_decay(step_size: float, decay_steps: float, decay_rate: float) -> Schedule:
     """step_size * decay_rate ** (i / decay_steps): multiplied by `decay_rate` every
     `decay_steps` steps, smoothly in between."""
+
     def schedule(i):
         return step_size * decay_rate ** (i / decay_steps)
+
     return schedule
 
 
-def inverse_time_decay(step_size: float, decay_steps: float, decay_rate: float,
-                       staircase: bool = False) -> Schedule:
+def inverse_time_decay(
+    step_size: float, decay_steps: float, decay_rate: float, staircase: bool = False
+) -> Schedule:
     """step_size / (1 + decay_rate * i / decay_steps); with `staircase`, the ratio
     i / decay_steps is rounded down, so the step size changes every `decay_steps` steps."""
+
     def schedule(i):
         elapsed = i / decay_steps
         if staircase:
             elapsed = jnp.floor(elapsed)
         return step_size / (1 + decay_rate * elapsed)
+
     return schedule
 
 
-def polynomial_decay(step_size: float, decay_steps: int, final_step_size: float,
-                     power: float = 1.0) -> Schedule:
+def polynomial_decay(
+    step_size: float, decay_steps: int, final_step_size: float, power: float = 1.0
+) -> Schedule:
     """From `step_size` at step 0 to `final_step_size` at step `decay_steps` along
     (1 - i / decay_steps) ** power, then constant."""
+
     def schedule(i):
         fraction_left = 1 - jnp.minimum(i, decay_steps) / decay_steps
-        return fraction_left ** power * (step_size - final_step_size) + final_step_size
+        return fraction_left**power * (step_size - final_step_size) + final_step_size
+
     return schedule
 
 
@@ -522,21 +571,27 @@ def piecewise_constant(boundaries: Sequence[float], values: Sequence[float]) -> 
     """
     boundaries_np, values_np = np.asarray(boundaries), np.asarray(values)
     if boundaries_np.ndim != 1 or values_np.ndim != 1:
-        raise ValueError("piecewise_constant: boundaries and values must be 1-D sequences; "
-                         f"got shapes {boundaries_np.shape} and {values_np.shape}.")
+        raise ValueError(
+            "piecewise_constant: boundaries and values must be 1-D sequences; "
+            f"got shapes {boundaries_np.shape} and {values_np.shape}."
+        )
     if values_np.shape[0] != boundaries_np.shape[0] + 1:
-        raise ValueError("piecewise_constant: values must be one longer than boundaries; got "
-                         f"{values_np.shape[0]} values for {boundaries_np.shape[0]} "
-                         "boundaries.")
+        raise ValueError(
+            "piecewise_constant: values must be one longer than boundaries; got "
+            f"{values_np.shape[0]} values for {boundaries_np.shape[0]} "
+            "boundaries."
+        )
     boundaries_array, values_array = jnp.asarray(boundaries_np), jnp.asarray(values_np)
 
     def schedule(i):
         return values_array[jnp.sum(i > boundaries_array)]
+
     return schedule
 
 
-def cosine_decay(init_value: float, decay_steps: int, alpha: float = 0.0,
-                 exponent: float = 1.0) -> Schedule:
+def cosine_decay(
+    init_value: float, decay_steps: int, alpha: float = 0.0, exponent: float = 1.0
+) -> Schedule:
     """Cosine decay as optax's `cosine_decay_schedule` defines it:
     init_value * ((1 - alpha) * c ** exponent + alpha) with
     c = (1 + cos(pi * min(i, decay_steps) / decay_steps)) / 2, so it falls from `init_value`
@@ -551,13 +606,19 @@ def cosine_decay(init_value: float, decay_steps: int, alpha: float = 0.0,
     def schedule(i):
         progress = jnp.minimum(i, decay_steps) / decay_steps
         cosine = 0.5 * (1 + jnp.cos(jnp.pi * progress))
-        return init_value * ((1 - alpha) * cosine ** exponent + alpha)
+        return init_value * ((1 - alpha) * cosine**exponent + alpha)
+
     return schedule
 
 
-def warmup_cosine_decay(init_value: float, peak_value: float, warmup_steps: int,
-                        decay_steps: int, end_value: float = 0.0,
-                        exponent: float = 1.0) -> Schedule:
+def warmup_cosine_decay(
+    init_value: float,
+    peak_value: float,
+    warmup_steps: int,
+    decay_steps: int,
+    end_value: float = 0.0,
+    exponent: float = 1.0,
+) -> Schedule:
     """Linear warm-up then cosine decay, as optax's `warmup_cosine_decay_schedule` defines
     it: from `init_value` to `peak_value` linearly over `warmup_steps` steps, then a cosine
     from `peak_value` to `end_value` reached at step `decay_steps` (which counts the warm-up).
@@ -566,9 +627,11 @@ def warmup_cosine_decay(init_value: float, peak_value: float, warmup_steps: int,
       ValueError: if `decay_steps` is not larger than `warmup_steps`.
     """
     if decay_steps <= warmup_steps:
-        raise ValueError("warmup_cosine_decay: decay_steps counts the warm-up and must exceed "
-                         f"warmup_steps; got decay_steps={decay_steps}, "
-                         f"warmup_steps={warmup_steps}.")
+        raise ValueError(
+            "warmup_cosine_decay: decay_steps counts the warm-up and must exceed "
+            f"warmup_steps; got decay_steps={decay_steps}, "
+            f"warmup_steps={warmup_steps}."
+        )
     cosine_steps = decay_steps - warmup_steps
 
     def schedule(i):
@@ -576,8 +639,9 @@ def warmup_cosine_decay(init_value: float, peak_value: float, warmup_steps: int,
         warmup = init_value + (peak_value - init_value) * i / max(warmup_steps, 1)
         progress = jnp.clip(i - warmup_steps, 0, cosine_steps) / cosine_steps
         cosine = 0.5 * (1 + jnp.cos(jnp.pi * progress))
-        decayed = end_value + (peak_value - end_value) * cosine ** exponent
+        decayed = end_value + (peak_value - end_value) * cosine**exponent
         return jnp.where(i < warmup_steps, warmup, decayed)
+
     return schedule
 
 
@@ -592,12 +656,15 @@ def make_schedule(scalar_or_schedule: float | Schedule) -> Schedule:
         return scalar_or_schedule
     if jnp.ndim(scalar_or_schedule) == 0:
         return constant(scalar_or_schedule)
-    raise TypeError("step_size must be a scalar or a schedule (a function of the step index); "
-                    f"got {type(scalar_or_schedule).__name__} of shape "
-                    f"{jnp.shape(scalar_or_schedule)}.")
+    raise TypeError(
+        "step_size must be a scalar or a schedule (a function of the step index); "
+        f"got {type(scalar_or_schedule).__name__} of shape "
+        f"{jnp.shape(scalar_or_schedule)}."
+    )
 
 
 # --- utilities -------------------------------------------------------------------------------
+
 
 def l2_norm(tree: Any):
     """The l2 norm of all the leaves of `tree` taken together, as one flat vector."""
@@ -616,6 +683,7 @@ def clip_grads(grad_tree: Any, max_norm: float) -> Any:
 
 # --- serialization ---------------------------------------------------------------------------
 
+
 class JoinPoint:
     """A leaf of an unpacked optimizer state: it holds the state pytree of one parameter, so
     the two levels of the state (parameters, then each parameter's state) stay apart."""
@@ -631,8 +699,10 @@ def unpack_optimizer_state(opt_state: OptimizerState) -> Any:
     """Convert an `OptimizerState` to a pytree shaped like the parameters whose leaves are
     `JoinPoint`s holding each parameter's state; useful for saving a state to disk."""
     packed, tree_def, subtree_defs = opt_state
-    subtrees = [tree_util.tree_unflatten(state_def, state_leaves)
-                for state_leaves, state_def in zip(packed, subtree_defs)]
+    subtrees = [
+        tree_util.tree_unflatten(state_def, state_leaves)
+        for state_leaves, state_def in zip(packed, subtree_defs)
+    ]
     return tree_util.tree_unflatten(tree_def, [JoinPoint(subtree) for subtree in subtrees])
 
 
@@ -645,9 +715,11 @@ def pack_optimizer_state(marked_pytree: Any) -> OptimizerState:
     join_points, tree_def = tree_util.tree_flatten(marked_pytree)
     for join_point in join_points:
         if not isinstance(join_point, JoinPoint):
-            raise TypeError("pack_optimizer_state expects the output of "
-                            "unpack_optimizer_state, whose leaves are JoinPoints; got a leaf "
-                            f"of type {type(join_point).__name__}.")
+            raise TypeError(
+                "pack_optimizer_state expects the output of "
+                "unpack_optimizer_state, whose leaves are JoinPoints; got a leaf "
+                f"of type {type(join_point).__name__}."
+            )
     flat_states = [tree_util.tree_flatten(join_point.subtree) for join_point in join_points]
     packed = [state_leaves for state_leaves, _ in flat_states]
     subtree_defs = tuple(state_def for _, state_def in flat_states)

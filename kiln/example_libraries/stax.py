@@ -12,6 +12,7 @@ is seen; `apply_fun` is a pure function of the parameters and inputs. Combinator
 Convolution and pooling layers (Conv, MaxPool, AvgPool, ...) are not here yet: Conv arrives
 with lax.conv_general_dilated, and pooling with lax.reduce_window.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,17 +23,47 @@ import kiln.numpy as jnp
 from kiln import nn, random
 
 __all__ = [
-    "variance_scaling", "glorot_normal", "glorot_uniform", "he_normal", "he_uniform",
-    "lecun_normal", "normal", "uniform", "zeros", "ones", "glorot", "randn",
-    "Dense", "BatchNorm", "elementwise", "Tanh", "Relu", "Exp", "LogSoftmax", "logsoftmax",
-    "Softmax", "Softplus", "Sigmoid", "Elu", "LeakyRelu", "Selu", "Gelu", "Flatten",
-    "Identity", "FanOut", "FanInSum", "FanInConcat", "Dropout", "serial", "parallel",
+    "variance_scaling",
+    "glorot_normal",
+    "glorot_uniform",
+    "he_normal",
+    "he_uniform",
+    "lecun_normal",
+    "normal",
+    "uniform",
+    "zeros",
+    "ones",
+    "glorot",
+    "randn",
+    "Dense",
+    "BatchNorm",
+    "elementwise",
+    "Tanh",
+    "Relu",
+    "Exp",
+    "LogSoftmax",
+    "logsoftmax",
+    "Softmax",
+    "Softplus",
+    "Sigmoid",
+    "Elu",
+    "LeakyRelu",
+    "Selu",
+    "Gelu",
+    "Flatten",
+    "Identity",
+    "FanOut",
+    "FanInSum",
+    "FanInConcat",
+    "Dropout",
+    "serial",
+    "parallel",
     "shape_dependent",
 ]
 
 Shape = tuple
-Initializer = Callable[..., Any]   # (key, shape, dtype=None) -> array
-Layer = tuple                      # (init_fun, apply_fun)
+Initializer = Callable[..., Any]  # (key, shape, dtype=None) -> array
+Layer = tuple  # (init_fun, apply_fun)
 
 
 # --- initializers ----------------------------------------------------------------------------
@@ -54,9 +85,11 @@ def _fans(shape: Sequence[int], in_axis, out_axis, batch_axis) -> tuple[float, f
     """(fan_in, fan_out): the input and output sizes times the receptive field (the product
     of the axes that are neither input, output nor batch)."""
     if isinstance(in_axis, int) and in_axis == -2 and len(shape) < 2:
-        raise ValueError(f"cannot tell the input and output sizes of a {len(shape)}-D weight "
-                         f"of shape {tuple(shape)} with the default in_axis=-2; pass in_axis "
-                         "and out_axis explicitly.")
+        raise ValueError(
+            f"cannot tell the input and output sizes of a {len(shape)}-D weight "
+            f"of shape {tuple(shape)} with the default in_axis=-2; pass in_axis "
+            "and out_axis explicitly."
+        )
     in_size = _axis_size(shape, in_axis)
     out_size = _axis_size(shape, out_axis)
     batch_size = _axis_size(shape, batch_axis)
@@ -64,9 +97,15 @@ def _fans(shape: Sequence[int], in_axis, out_axis, batch_axis) -> tuple[float, f
     return in_size * receptive_field, out_size * receptive_field
 
 
-def variance_scaling(scale: float, mode: str, distribution: str,
-                     in_axis: int | Sequence[int] = -2, out_axis: int | Sequence[int] = -1,
-                     batch_axis: int | Sequence[int] = (), dtype=None) -> Initializer:
+def variance_scaling(
+    scale: float,
+    mode: str,
+    distribution: str,
+    in_axis: int | Sequence[int] = -2,
+    out_axis: int | Sequence[int] = -1,
+    batch_axis: int | Sequence[int] = (),
+    dtype=None,
+) -> Initializer:
     """An initializer drawing from a distribution of variance `scale / n`, where n is
     fan_in, fan_out, their mean ("fan_avg") or their geometric mean ("fan_geo_avg").
 
@@ -82,18 +121,26 @@ def variance_scaling(scale: float, mode: str, distribution: str,
       ValueError: for an unknown `mode` or `distribution`.
     """
     if mode not in ("fan_in", "fan_out", "fan_avg", "fan_geo_avg"):
-        raise ValueError(f"variance_scaling: unknown mode {mode!r}; use 'fan_in', 'fan_out', "
-                         "'fan_avg' or 'fan_geo_avg'.")
+        raise ValueError(
+            f"variance_scaling: unknown mode {mode!r}; use 'fan_in', 'fan_out', "
+            "'fan_avg' or 'fan_geo_avg'."
+        )
     if distribution not in ("truncated_normal", "normal", "uniform"):
-        raise ValueError(f"variance_scaling: unknown distribution {distribution!r}; use "
-                         "'truncated_normal', 'normal' or 'uniform'.")
+        raise ValueError(
+            f"variance_scaling: unknown distribution {distribution!r}; use "
+            "'truncated_normal', 'normal' or 'uniform'."
+        )
     default_dtype = dtype
 
     def init(key, shape: Sequence[int], dtype=default_dtype):
         shape = tuple(shape)
         fan_in, fan_out = _fans(shape, in_axis, out_axis, batch_axis)
-        denominator = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2,
-                       "fan_geo_avg": math.sqrt(fan_in * fan_out)}[mode]
+        denominator = {
+            "fan_in": fan_in,
+            "fan_out": fan_out,
+            "fan_avg": (fan_in + fan_out) / 2,
+            "fan_geo_avg": math.sqrt(fan_in * fan_out),
+        }[mode]
         variance = scale / denominator
         if distribution == "truncated_normal":
             stddev = math.sqrt(variance) / _TRUNCATED_NORMAL_STDDEV
@@ -101,13 +148,15 @@ def variance_scaling(scale: float, mode: str, distribution: str,
         if distribution == "normal":
             return random.normal(key, shape, dtype) * math.sqrt(variance)
         return random.uniform(key, shape, dtype, -1) * math.sqrt(3 * variance)
+
     return init
 
 
 def glorot_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None) -> Initializer:
     """Glorot (Xavier) normal: truncated normal of variance 2 / (fan_in + fan_out)."""
-    return variance_scaling(1.0, "fan_avg", "truncated_normal", in_axis, out_axis, batch_axis,
-                            dtype)
+    return variance_scaling(
+        1.0, "fan_avg", "truncated_normal", in_axis, out_axis, batch_axis, dtype
+    )
 
 
 def glorot_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None) -> Initializer:
@@ -117,8 +166,7 @@ def glorot_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None) -> Initia
 
 def he_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None) -> Initializer:
     """He (Kaiming) normal: truncated normal of variance 2 / fan_in, suited to ReLU nets."""
-    return variance_scaling(2.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis,
-                            dtype)
+    return variance_scaling(2.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
 
 
 def he_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None) -> Initializer:
@@ -128,8 +176,7 @@ def he_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None) -> Initialize
 
 def lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=None) -> Initializer:
     """LeCun normal: truncated normal of variance 1 / fan_in."""
-    return variance_scaling(1.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis,
-                            dtype)
+    return variance_scaling(1.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
 
 
 def normal(stddev: float = 1e-2, dtype=None) -> Initializer:
@@ -138,6 +185,7 @@ def normal(stddev: float = 1e-2, dtype=None) -> Initializer:
 
     def init(key, shape: Sequence[int], dtype=default_dtype):
         return random.normal(key, tuple(shape), dtype) * stddev
+
     return init
 
 
@@ -147,6 +195,7 @@ def uniform(scale: float = 1e-2, dtype=None) -> Initializer:
 
     def init(key, shape: Sequence[int], dtype=default_dtype):
         return random.uniform(key, tuple(shape), dtype) * scale
+
     return init
 
 
@@ -166,25 +215,33 @@ randn = normal
 
 # --- layers with parameters ------------------------------------------------------------------
 
-def Dense(out_dim: int, W_init: Initializer = glorot_normal(),
-          b_init: Initializer = normal()) -> Layer:
+
+def Dense(
+    out_dim: int, W_init: Initializer = glorot_normal(), b_init: Initializer = normal()
+) -> Layer:
     """A fully connected layer: inputs @ W + b, with W of shape (in_dim, out_dim) acting on
     the last axis of the inputs."""
+
     def init_fun(rng, input_shape: Shape):
         output_shape = tuple(input_shape[:-1]) + (out_dim,)
         w_key, b_key = random.split(rng)
-        return output_shape, (W_init(w_key, (input_shape[-1], out_dim)),
-                              b_init(b_key, (out_dim,)))
+        return output_shape, (W_init(w_key, (input_shape[-1], out_dim)), b_init(b_key, (out_dim,)))
 
     def apply_fun(params, inputs, **kwargs):
         W, b = params
         return jnp.dot(inputs, W) + b
+
     return init_fun, apply_fun
 
 
-def BatchNorm(axis: int | Sequence[int] = (0, 1, 2), epsilon: float = 1e-5,
-              center: bool = True, scale: bool = True, beta_init: Initializer = zeros,
-              gamma_init: Initializer = ones) -> Layer:
+def BatchNorm(
+    axis: int | Sequence[int] = (0, 1, 2),
+    epsilon: float = 1e-5,
+    center: bool = True,
+    scale: bool = True,
+    beta_init: Initializer = zeros,
+    gamma_init: Initializer = ones,
+) -> Layer:
     """Batch normalization: standardize over `axis` (the batch statistics of the inputs),
     then scale by gamma and shift by beta, both shaped like the axes not normalized.
 
@@ -209,18 +266,22 @@ def BatchNorm(axis: int | Sequence[int] = (0, 1, 2), epsilon: float = 1e-5,
         if center:
             z = z + jnp.reshape(beta, broadcast_shape)
         return z
+
     return init_fun, apply_fun
 
 
 # --- elementwise and shape layers ------------------------------------------------------------
 
+
 def elementwise(fun: Callable, **fun_kwargs) -> Layer:
     """A parameterless layer applying `fun(inputs, **fun_kwargs)`; the shape is unchanged."""
+
     def init_fun(rng, input_shape: Shape):
         return input_shape, ()
 
     def apply_fun(params, inputs, **kwargs):
         return fun(inputs, **fun_kwargs)
+
     return init_fun, apply_fun
 
 
@@ -254,11 +315,13 @@ Identity = elementwise(lambda inputs: inputs)
 
 def FanOut(num: int) -> Layer:
     """A layer that passes its input on as a list of `num` copies, for `parallel`."""
+
     def init_fun(rng, input_shape: Shape):
         return [input_shape] * num, ()
 
     def apply_fun(params, inputs, **kwargs):
         return [inputs] * num
+
     return init_fun, apply_fun
 
 
@@ -279,14 +342,16 @@ FanInSum = (_fan_in_sum_init, _fan_in_sum_apply)
 
 def FanInConcat(axis: int = -1) -> Layer:
     """A layer that concatenates a list of inputs along `axis`."""
+
     def init_fun(rng, input_shapes: Sequence[Shape]):
         first = tuple(input_shapes[0])
         concat_axis = axis % len(first)
         concat_size = sum(shape[concat_axis] for shape in input_shapes)
-        return first[:concat_axis] + (concat_size,) + first[concat_axis + 1:], ()
+        return first[:concat_axis] + (concat_size,) + first[concat_axis + 1 :], ()
 
     def apply_fun(params, inputs, **kwargs):
         return jnp.concatenate(inputs, axis)
+
     return init_fun, apply_fun
 
 
@@ -300,8 +365,10 @@ def Dropout(rate: float, mode: str = "train") -> Layer:
       ValueError: if `rate` is outside [0, 1] or `mode` is neither "train" nor "test".
     """
     if not 0.0 <= rate <= 1.0:
-        raise ValueError(f"Dropout: rate is the probability of keeping an entry (JAX's stax "
-                         f"convention) and must lie in [0, 1]; got {rate}.")
+        raise ValueError(
+            f"Dropout: rate is the probability of keeping an entry (JAX's stax "
+            f"convention) and must lie in [0, 1]; got {rate}."
+        )
     if mode not in ("train", "test"):
         raise ValueError(f"Dropout: mode must be 'train' or 'test'; got {mode!r}.")
     keep_rate = rate
@@ -314,17 +381,21 @@ def Dropout(rate: float, mode: str = "train") -> Layer:
             return inputs
         rng = kwargs.get("rng")
         if rng is None:
-            raise ValueError("Dropout in 'train' mode needs a PRNG key: call "
-                             "apply_fun(params, inputs, rng=key) with a key from "
-                             "kiln.random.PRNGKey, or build the layer with mode='test'.")
+            raise ValueError(
+                "Dropout in 'train' mode needs a PRNG key: call "
+                "apply_fun(params, inputs, rng=key) with a key from "
+                "kiln.random.PRNGKey, or build the layer with mode='test'."
+            )
         if keep_rate == 0.0:
             return jnp.zeros_like(inputs)
         keep = random.bernoulli(rng, keep_rate, jnp.shape(inputs))
         return jnp.where(keep, inputs / keep_rate, 0)
+
     return init_fun, apply_fun
 
 
 # --- combinators -----------------------------------------------------------------------------
+
 
 def _layer_keys(rng, count: int) -> list:
     """One key per sub-layer from `rng`, or None for each when no key was given."""
@@ -355,6 +426,7 @@ def serial(*layers: Layer) -> Layer:
         for layer_apply, layer_params, key in zip(apply_funs, params, keys):
             inputs = layer_apply(layer_params, inputs, rng=key, **kwargs)
         return inputs
+
     return init_fun, apply_fun
 
 
@@ -366,22 +438,28 @@ def parallel(*layers: Layer) -> Layer:
 
     def init_fun(rng, input_shapes: Sequence[Shape]):
         keys = random.split(rng, len(init_funs))
-        results = [layer_init(key, shape)
-                   for layer_init, key, shape in zip(init_funs, keys, input_shapes)]
+        results = [
+            layer_init(key, shape) for layer_init, key, shape in zip(init_funs, keys, input_shapes)
+        ]
         return [shape for shape, _ in results], [params for _, params in results]
 
     def apply_fun(params, inputs, **kwargs):
         keys = _layer_keys(kwargs.pop("rng", None), len(apply_funs))
-        return [layer_apply(layer_params, x, rng=key, **kwargs)
-                for layer_apply, layer_params, x, key in zip(apply_funs, params, inputs, keys)]
+        return [
+            layer_apply(layer_params, x, rng=key, **kwargs)
+            for layer_apply, layer_params, x, key in zip(apply_funs, params, inputs, keys)
+        ]
+
     return init_fun, apply_fun
 
 
 def shape_dependent(make_layer: Callable[[Shape], Layer]) -> Layer:
     """A layer built by `make_layer(input_shape)` once the input shape is known."""
+
     def init_fun(rng, input_shape: Shape):
         return make_layer(input_shape)[0](rng, input_shape)
 
     def apply_fun(params, inputs, **kwargs):
         return make_layer(jnp.shape(inputs))[1](params, inputs, **kwargs)
+
     return init_fun, apply_fun

@@ -1,4 +1,5 @@
 """List the runnable examples with the first line of each one's docstring."""
+
 from __future__ import annotations
 
 import ast

@@ -8,6 +8,7 @@ and times an eager step against the jitted one.
 
     python -m kiln.examples.digits_mlp [--epochs N] [--out DIR] [--seed S]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,6 +35,7 @@ PLOT_NAME = "digits_mlp.png"
 @dataclass
 class DigitsSplit:
     """Normalized images (float32, one row of 64 pixels each) and int32 labels."""
+
     train_images: np.ndarray
     train_labels: np.ndarray
     test_images: np.ndarray
@@ -43,6 +45,7 @@ class DigitsSplit:
 @dataclass
 class TrainResult:
     """What a training run produced: per-epoch history and the final parameters."""
+
     params: Any
     epoch_losses: list[float] = field(default_factory=list)
     test_accuracies: list[float] = field(default_factory=list)
@@ -61,8 +64,9 @@ def load_digits(path: pathlib.Path = DATA_PATH) -> tuple[np.ndarray, np.ndarray]
         return data["images"], data["labels"]
 
 
-def split_digits(images: np.ndarray, labels: np.ndarray, key: kiln.Array,
-                 test_size: int = TEST_SIZE) -> DigitsSplit:
+def split_digits(
+    images: np.ndarray, labels: np.ndarray, key: kiln.Array, test_size: int = TEST_SIZE
+) -> DigitsSplit:
     """Shuffle with `key`, hold out `test_size` images, and normalize with training statistics.
 
     Pixels are scaled to [0, 1], centered by the per-pixel training mean and divided by one
@@ -76,8 +80,9 @@ def split_digits(images: np.ndarray, labels: np.ndarray, key: kiln.Array,
     scale = (flat[train_rows] - mean).std()
     normalized = ((flat - mean) / scale).astype(np.float32)
     labels = labels.astype(np.int32)
-    return DigitsSplit(normalized[train_rows], labels[train_rows],
-                       normalized[test_rows], labels[test_rows])
+    return DigitsSplit(
+        normalized[train_rows], labels[train_rows], normalized[test_rows], labels[test_rows]
+    )
 
 
 def init_mlp(key: kiln.Array, sizes: Sequence[int] = LAYER_SIZES) -> list[tuple[Any, Any]]:
@@ -112,9 +117,11 @@ def accuracy(params: list[tuple[Any, Any]], images: Any, labels: Any) -> kiln.Ar
 
 def make_train_step(opt_update: Callable, get_params: Callable) -> Callable:
     """One Adam step on a minibatch: (step, opt_state, images, labels) -> (opt_state, loss)."""
+
     def train_step(step, opt_state, images, labels):
         loss, grads = kiln.value_and_grad(cross_entropy)(get_params(opt_state), images, labels)
         return opt_update(step, grads, opt_state), loss
+
     return train_step
 
 
@@ -126,11 +133,17 @@ def epoch_batches(key: kiln.Array, num_examples: int, batch_size: int) -> np.nda
     """
     order = np.asarray(random.permutation(key, num_examples))
     num_batches = num_examples // batch_size
-    return order[:num_batches * batch_size].reshape(num_batches, batch_size)
+    return order[: num_batches * batch_size].reshape(num_batches, batch_size)
 
 
-def train(split: DigitsSplit, key: kiln.Array, epochs: int, batch_size: int = 64,
-          learning_rate: float = 1e-3, progress: bool = True) -> TrainResult:
+def train(
+    split: DigitsSplit,
+    key: kiln.Array,
+    epochs: int,
+    batch_size: int = 64,
+    learning_rate: float = 1e-3,
+    progress: bool = True,
+) -> TrainResult:
     """Train the MLP for `epochs` passes over the training images.
 
     Args:
@@ -159,29 +172,43 @@ def train(split: DigitsSplit, key: kiln.Array, epochs: int, batch_size: int = 64
     for epoch in range(epochs):
         batches = epoch_batches(random.fold_in(shuffle_key, epoch), num_train, batch_size)
         losses = []
-        bar = tqdm(total=len(batches), desc=f"epoch {epoch + 1:>2}/{epochs}", unit="step",
-                   disable=not progress, file=sys.stderr)
+        bar = tqdm(
+            total=len(batches),
+            desc=f"epoch {epoch + 1:>2}/{epochs}",
+            unit="step",
+            disable=not progress,
+            file=sys.stderr,
+        )
         for rows in batches:
-            opt_state, loss = train_step(result.steps, opt_state, split.train_images[rows],
-                                         split.train_labels[rows])
+            opt_state, loss = train_step(
+                result.steps, opt_state, split.train_images[rows], split.train_labels[rows]
+            )
             result.steps += 1
             losses.append(float(loss))
             # tqdm redraws at its own pace; refreshing on every step would flood a log.
             bar.set_postfix(loss=f"{np.mean(losses):.4f}", refresh=False)
             bar.update()
         result.epoch_losses.append(float(np.mean(losses)))
-        result.test_accuracies.append(float(test_accuracy(
-            get_params(opt_state), split.test_images, split.test_labels)))
-        bar.set_postfix(loss=f"{result.epoch_losses[-1]:.4f}",
-                        test_acc=f"{100 * result.test_accuracies[-1]:.1f}%")
+        result.test_accuracies.append(
+            float(test_accuracy(get_params(opt_state), split.test_images, split.test_labels))
+        )
+        bar.set_postfix(
+            loss=f"{result.epoch_losses[-1]:.4f}",
+            test_acc=f"{100 * result.test_accuracies[-1]:.1f}%",
+        )
         bar.close()
     result.seconds = time.perf_counter() - start
     result.params = get_params(opt_state)
     return result
 
 
-def time_steps(split: DigitsSplit, key: kiln.Array, batch_size: int = 64,
-               learning_rate: float = 1e-3, repeats: int = 20) -> tuple[float, float]:
+def time_steps(
+    split: DigitsSplit,
+    key: kiln.Array,
+    batch_size: int = 64,
+    learning_rate: float = 1e-3,
+    repeats: int = 20,
+) -> tuple[float, float]:
     """Median milliseconds per training step, eager and jitted, after one warm-up step each.
 
     The median of single steps rather than the mean of a run, so that a burst of load on a
@@ -207,6 +234,7 @@ def time_steps(split: DigitsSplit, key: kiln.Array, batch_size: int = 64,
 def plot_history(result: TrainResult, path: pathlib.Path) -> pathlib.Path:
     """Write a two-panel PNG: mean training loss and test accuracy against the epoch."""
     import matplotlib
+
     matplotlib.use("Agg")  # files only: no display is needed or wanted
     import matplotlib.pyplot as plt
 
@@ -217,8 +245,9 @@ def plot_history(result: TrainResult, path: pathlib.Path) -> pathlib.Path:
     loss_axes.set_title("Training loss")
     loss_axes.set_xlabel("epoch")
     loss_axes.set_ylabel("mean softmax cross-entropy (log scale)")
-    accuracy_axes.plot(epochs, [100 * a for a in result.test_accuracies], marker="o",
-                       color="tab:green")
+    accuracy_axes.plot(
+        epochs, [100 * a for a in result.test_accuracies], marker="o", color="tab:green"
+    )
     accuracy_axes.set_title(f"Test accuracy (final {100 * result.final_accuracy:.1f}%)")
     accuracy_axes.set_xlabel("epoch")
     accuracy_axes.set_ylabel("accuracy on the held-out images (%)")
@@ -238,15 +267,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line's options; `argv` None reads sys.argv."""
     parser = argparse.ArgumentParser(
         prog="python -m kiln.examples.digits_mlp",
-        description="Train a 64-128-128-10 MLP on the 8x8 handwritten digits with kiln.")
+        description="Train a 64-128-128-10 MLP on the 8x8 handwritten digits with kiln.",
+    )
     parser.add_argument("--epochs", type=int, default=20, help="passes over the training set")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out"),
-                        help="folder for the plot (default: ./out)")
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=pathlib.Path("out"),
+        help="folder for the plot (default: ./out)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seeds the split, weights, batches")
     parser.add_argument("--batch-size", type=int, default=64, help="images per Adam step")
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adam's step size")
-    parser.add_argument("--timing-steps", type=int, default=20,
-                        help="steps timed eagerly and jitted (0 skips the comparison)")
+    parser.add_argument(
+        "--timing-steps",
+        type=int,
+        default=20,
+        help="steps timed eagerly and jitted (0 skips the comparison)",
+    )
     return parser.parse_args(argv)
 
 
@@ -256,18 +294,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     split_key, train_key = random.split(random.PRNGKey(args.seed))
     images, labels = load_digits()
     split = split_digits(images, labels, split_key)
-    print(f"digits: {len(split.train_labels)} training and {len(split.test_labels)} test "
-          f"images of 8x8 pixels, {NUM_CLASSES} classes")
+    print(
+        f"digits: {len(split.train_labels)} training and {len(split.test_labels)} test "
+        f"images of 8x8 pixels, {NUM_CLASSES} classes"
+    )
     result = train(split, train_key, args.epochs, args.batch_size, args.learning_rate)
-    print(f"trained {result.steps} steps in {result.seconds:.1f} s; training loss "
-          f"{result.epoch_losses[0]:.4f} -> {result.epoch_losses[-1]:.4f}")
-    print(f"test accuracy: {100 * result.final_accuracy:.2f}% "
-          f"({round(result.final_accuracy * len(split.test_labels))}/{len(split.test_labels)})")
+    print(
+        f"trained {result.steps} steps in {result.seconds:.1f} s; training loss "
+        f"{result.epoch_losses[0]:.4f} -> {result.epoch_losses[-1]:.4f}"
+    )
+    print(
+        f"test accuracy: {100 * result.final_accuracy:.2f}% "
+        f"({round(result.final_accuracy * len(split.test_labels))}/{len(split.test_labels)})"
+    )
     plot_path = plot_history(result, args.out / PLOT_NAME)
     print(f"plot: {plot_path.resolve()}")
     if args.timing_steps > 0:
-        eager_ms, jit_ms = time_steps(split, train_key, args.batch_size, args.learning_rate,
-                                      args.timing_steps)
+        eager_ms, jit_ms = time_steps(
+            split, train_key, args.batch_size, args.learning_rate, args.timing_steps
+        )
         print(f"\nstep time, batch of {args.batch_size} (median of {args.timing_steps} steps)")
         print(f"  {'mode':<8}{'ms/step':>10}")
         print(f"  {'eager':<8}{eager_ms:>10.2f}")

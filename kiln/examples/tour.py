@@ -6,6 +6,7 @@ for the vmap example the document only describes) shows, and fail when kiln prin
 else. Sections that need a capability kiln does not have say so and are skipped.
 Run with `make tour` or `python -m kiln.examples.tour`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,9 +27,11 @@ SECTIONS = []
 
 def section(title: str, needs: tuple[str, ...] = (), expected: str | None = None):
     """Register a tour section; `expected` is the exact text it must print, where known."""
+
     def register(fn):
         SECTIONS.append((title, needs, expected, fn))
         return fn
+
     return register
 
 
@@ -53,6 +56,7 @@ def show_error(fn):
 
 # --- Part 1: How JAX transformations work ------------------------------------------------------
 
+
 @section("make_jaxpr of log2 (the side effect is not in the jaxpr)")
 def _():
     global_list = []
@@ -74,7 +78,7 @@ def _():
         ln_2 = jnp.log(2.0)
         return ln_x / ln_2
 
-    print(jax.make_jaxpr(log2_with_print)(3.))
+    print(jax.make_jaxpr(log2_with_print)(3.0))
 
 
 @section("a Python conditional on a static attribute")
@@ -170,10 +174,10 @@ def _():
 
     f_jit_correct = jax.jit(f, static_argnums=0)
     print(f_jit_correct(10))
-    g_jit_correct = jax.jit(g, static_argnames=['n'])
+    g_jit_correct = jax.jit(g, static_argnames=["n"])
     print(g_jit_correct(10, 20))
 
-    @partial(jax.jit, static_argnames=['n'])
+    @partial(jax.jit, static_argnames=["n"])
     def g_jit_decorated(x, n):
         i = 0
         while i < n:
@@ -216,6 +220,7 @@ def _():
 
 # --- Part 2: On learning JAX --------------------------------------------------------------------
 
+
 @section("arrays like NumPy")
 def _():
     L = [0, 1, 2, 3]
@@ -249,6 +254,7 @@ def _():
 
     def assign():
         x1[0] = 5
+
     show_error(assign)
     x1_p999 = x1.at[0].add(999)
     print((x1, x1_p999))
@@ -309,7 +315,7 @@ def _():
     show_error(lambda: jit_create_filled(2, 5))
     jit_create_filled = jax.jit(create_filled, static_argnums=(1,))
     print(jit_create_filled(2, 5))
-    print(jit_create_filled(1., 10))
+    print(jit_create_filled(1.0, 10))
     print(jax.make_jaxpr(create_filled, static_argnums=(1,))(2, 5))
     print(jax.make_jaxpr(create_filled, static_argnums=(1,))(1.6, 10))
 
@@ -317,7 +323,7 @@ def _():
 @section("boolean masks must be concrete under jit", needs=("jit",))
 def _():
     def mask_tensor(x, mask):
-        x = x.at[mask].set(-100.)
+        x = x.at[mask].set(-100.0)
         return x
 
     x = jnp.array(np.linspace(-2, 2, 16, dtype=np.float32).reshape(4, 4))
@@ -328,7 +334,7 @@ def _():
     show_error(lambda: jax.jit(mask_tensor)(x, mask))
 
     def mask_tensor2(x, mask):
-        x = ~mask * x - mask * 100.
+        x = ~mask * x - mask * 100.0
         return x
 
     print("calling eager function")
@@ -340,10 +346,9 @@ def _():
 @section("impure functions: a global read at trace time", needs=("jit",))
 def _():
     import warnings
+
     ns = {"jnp": jnp, "jax": jax}
-    exec("shift = -1.0\n"
-         "def fn(x):\n"
-         "    return x + shift\n", ns)
+    exec("shift = -1.0\ndef fn(x):\n    return x + shift\n", ns)
     x1 = jnp.array([0, 1, 2])
     x2 = jnp.array([0, -1, 0])
     x3 = jnp.array([0, 1, 2, 3])
@@ -382,9 +387,7 @@ def _():
 @section("a global array becomes an implicit argument", needs=("jit",))
 def _():
     ns = {"jnp": jnp}
-    exec("b = jnp.array([1,2,3])\n"
-         "def fn(x):\n"
-         "    return x + b\n", ns)
+    exec("b = jnp.array([1,2,3])\ndef fn(x):\n    return x + b\n", ns)
     jit_fn = jax.jit(ns["fn"], on_stale_capture="ignore")
     x = jnp.array([1, 2, 3])
     print(jit_fn(x))
@@ -399,7 +402,7 @@ def _():
     @jax.jit
     def fn(W, x):
         y = x @ W
-        if config['relu']:
+        if config["relu"]:
             y = jax.nn.relu(y)
         return y
 
@@ -407,8 +410,10 @@ def _():
     print(jax.make_jaxpr(fn)(W, x))
 
 
-@section("loops as primitives: fori_loop becomes scan, and dead loops compile away",
-         needs=("jit", "lax.fori_loop"))
+@section(
+    "loops as primitives: fori_loop becomes scan, and dead loops compile away",
+    needs=("jit", "lax.fori_loop"),
+)
 def _():
     def less_stupid_fn(x):
         y = jnp.copy(x)
@@ -424,7 +429,7 @@ def _():
         x = jax.lax.while_loop(
             cond_fun=lambda ix: ix[0] < 1000,
             body_fun=lambda ix: (ix[0] + 1, ix[1] * ix[1]),
-            init_val=(0, x)
+            init_val=(0, x),
         )
         return y
 
@@ -445,8 +450,9 @@ def _():
 
     @jax.jit
     def is_even_fast(x):
-        return jax.lax.switch(x, [(lambda: True) if i % 2 == 0 else (lambda: False)
-                                  for i in range(1001)])
+        return jax.lax.switch(
+            x, [(lambda: True) if i % 2 == 0 else (lambda: False) for i in range(1001)]
+        )
 
     print(repr(is_even_fast(123512)))
 
@@ -456,7 +462,7 @@ def _mlp_params(key):
     dims = [784, 64, 10]
     key, *subkeys = jax.random.split(key, len(dims))
     params = [
-        {'W': jax.random.normal(w_key, (out_dim, in_dim)), 'b': jnp.zeros((out_dim,))}
+        {"W": jax.random.normal(w_key, (out_dim, in_dim)), "b": jnp.zeros((out_dim,))}
         for w_key, in_dim, out_dim in zip(subkeys, dims[:-1], dims[1:])
     ]
     return key, dims, params
@@ -465,36 +471,46 @@ def _mlp_params(key):
 @jax.jit
 def feed_forward(params, x):
     for p in params:
-        x = jax.nn.tanh(p['W'] @ x + p['b'])
+        x = jax.nn.tanh(p["W"] @ x + p["b"])
     return x
 
 
 @section("pytrees: an MLP's parameters as a list of dicts", needs=("random", "jit"))
 def _():
     key, dims, params = _mlp_params(jax.random.PRNGKey(0))
-    print((jax.tree_util.tree_structure(params),
-           jax.tree_util.tree_map(lambda l: str(l.shape), params)))
+    print(
+        (
+            jax.tree_util.tree_structure(params),
+            jax.tree_util.tree_map(lambda l: str(l.shape), params),
+        )
+    )
     key, x_key = jax.random.split(key)
     print(repr(feed_forward(params, jax.random.normal(x_key, (dims[0],)))))
 
 
-@section("grad and value_and_grad", needs=("grad", "value_and_grad"), expected="""\
+@section(
+    "grad and value_and_grad",
+    needs=("grad", "value_and_grad"),
+    expected="""\
 10.0
 2.0
 (Array(10., dtype=float32, weak_type=True), Array(2., dtype=float32, weak_type=True))
-""")
+""",
+)
 def _():
     def fn(x):
-        return 2*x  # derivative is 2 everywhere
+        return 2 * x  # derivative is 2 everywhere
 
-    print(fn(5.))
-    print(jax.grad(fn)(5.))
-    print(jax.value_and_grad(fn)(5.))
+    print(fn(5.0))
+    print(jax.grad(fn)(5.0))
+    print(jax.value_and_grad(fn)(5.0))
 
 
-@section("grad of a loss with respect to a pytree of parameters",
-         needs=("random", "jit", "grad"),
-         expected="PyTreeDef([{'W': *, 'b': *}, {'W': *, 'b': *}])\n")
+@section(
+    "grad of a loss with respect to a pytree of parameters",
+    needs=("random", "jit", "grad"),
+    expected="PyTreeDef([{'W': *, 'b': *}, {'W': *, 'b': *}])\n",
+)
 def _():
     _, dims, params = _mlp_params(jax.random.PRNGKey(0))
 
@@ -507,8 +523,9 @@ def _():
     print(jax.tree_util.tree_structure(grads))
 
 
-@section("second derivative: grad of grad", needs=("grad",),
-         expected="d0x: 2.0, d1x: 6.0, d2x: 12.0\n")
+@section(
+    "second derivative: grad of grad", needs=("grad",), expected="d0x: 2.0, d1x: 6.0, d2x: 12.0\n"
+)
 def _():
     def fn(x):
         return 2 * x**3
@@ -519,12 +536,15 @@ def _():
     print(f"d0x: {fn(x)}, d1x: {grad_fn(x)}, d2x: {grad_grad_fn(x)}")
 
 
-@section("value_and_grad with has_aux", needs=("random", "jit", "value_and_grad"),
-         expected="""\
+@section(
+    "value_and_grad with has_aux",
+    needs=("random", "jit", "value_and_grad"),
+    expected="""\
 ((Array(0., dtype=float32),
   Array([0., 0., 0., 0., 0., 0., 0., 0., 0., 0.], dtype=float32)),
  PyTreeDef([{'W': *, 'b': *}, {'W': *, 'b': *}]))
-""")
+""",
+)
 def _():
     _, dims, params = _mlp_params(jax.random.PRNGKey(0))
 
@@ -551,14 +571,17 @@ same as one at a time: True
 """
 
 
-@section("vmap: a per-example function made batched", needs=("random", "jit", "vmap"),
-         expected=VMAP_EXPECTED)
+@section(
+    "vmap: a per-example function made batched",
+    needs=("random", "jit", "vmap"),
+    expected=VMAP_EXPECTED,
+)
 def _():
     def squared_distance(x, y):
         return jnp.sum((x - y) ** 2)  # written for one pair of vectors
 
-    xs = jnp.arange(6.).reshape(3, 2)
-    origin = jnp.array([1., 1.])
+    xs = jnp.arange(6.0).reshape(3, 2)
+    origin = jnp.array([1.0, 1.0])
     print(jax.vmap(squared_distance, in_axes=(0, None))(xs, origin))
     # Per-example gradients: vmap of grad.
     print(jax.vmap(jax.grad(squared_distance), in_axes=(0, None))(xs, origin))
@@ -607,8 +630,10 @@ def main() -> int:
         if not run_section(fn, expected):
             failures += 1
     checked = sum(1 for _, _, expected, _ in SECTIONS if expected is not None)
-    print(f"\n{len(SECTIONS)} sections ({checked} checked against the document's output), "
-          f"{failures} failed, {skipped} skipped")
+    print(
+        f"\n{len(SECTIONS)} sections ({checked} checked against the document's output), "
+        f"{failures} failed, {skipped} skipped"
+    )
     return 1 if failures or skipped else 0
 
 

@@ -1,4 +1,5 @@
 """kiln.numpy: NumPy's API over immutable kiln arrays, built from kiln.lax."""
+
 import numpy as _np
 
 from kiln.core import dtypes as _dtypes
@@ -16,6 +17,7 @@ from kiln.numpy.vectorize import vectorize  # noqa: F401
 from kiln.core.array import Array as ndarray  # noqa: F401
 
 from kiln.numpy.scalar_types import *  # noqa: F401,F403 (dtype names, dtype queries)
+
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 promote_types = _dtypes.promote_types
 result_type = _dtypes.result_type

@@ -1,6 +1,7 @@
 """Operators and methods shared by kiln.Array and tracers, defined once in terms of
 kiln.numpy. kiln.Array also gets a fast path for same-shape, same-dtype arithmetic in eager mode,
 which skips promotion and tracing machinery entirely (it is what `x * y` costs)."""
+
 from __future__ import annotations
 
 import functools
@@ -23,17 +24,21 @@ def _jnp():
     global _jnp_module
     if _jnp_module is None:
         import kiln.numpy as jnp
+
         _jnp_module = jnp
     return _jnp_module
 
 
 def _forward(name: str, reverse: bool = False):
     if reverse:
+
         def op(self, other):
             return getattr(_jnp(), name)(other, self)
     else:
+
         def op(self, other):
             return getattr(_jnp(), name)(self, other)
+
     op.__name__ = name
     return op
 
@@ -51,8 +56,9 @@ def _fast_binop(ufunc, name: str, reverse: bool = False):
             kind = type(other)
             if kind is Array:
                 b = other._value
-                if not (a.dtype is b.dtype and a.shape == b.shape and a.shape
-                        and a.dtype.kind in "fiu"):
+                if not (
+                    a.dtype is b.dtype and a.shape == b.shape and a.shape and a.dtype.kind in "fiu"
+                ):
                     return slow(self, other)
                 weak = self.weak_type and other.weak_type
             elif kind is float and a.dtype.kind == "f" and a.shape:
@@ -68,29 +74,71 @@ def _fast_binop(ufunc, name: str, reverse: bool = False):
             result._readonly = None
             return result
         return slow(self, other)
+
     op.__name__ = name
     return op
 
 
 _BINARY = {
-    "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "true_divide",
-    "floordiv": "floor_divide", "mod": "remainder", "pow": "power", "matmul": "matmul",
-    "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
-    "lshift": "left_shift", "rshift": "right_shift", "divmod": "divmod",
+    "add": "add",
+    "sub": "subtract",
+    "mul": "multiply",
+    "truediv": "true_divide",
+    "floordiv": "floor_divide",
+    "mod": "remainder",
+    "pow": "power",
+    "matmul": "matmul",
+    "and": "bitwise_and",
+    "or": "bitwise_or",
+    "xor": "bitwise_xor",
+    "lshift": "left_shift",
+    "rshift": "right_shift",
+    "divmod": "divmod",
 }
-_COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
-            "gt": "greater", "ge": "greater_equal"}
+_COMPARE = {
+    "eq": "equal",
+    "ne": "not_equal",
+    "lt": "less",
+    "le": "less_equal",
+    "gt": "greater",
+    "ge": "greater_equal",
+}
 _UNARY = {"neg": "negative", "pos": "positive", "abs": "abs", "invert": "invert"}
 
 # method name -> kiln.numpy function name (the array is the first argument)
 _METHODS = {
-    "all": "all", "any": "any", "argmax": "argmax", "argmin": "argmin", "argsort": "argsort",
-    "astype": "_astype", "clip": "clip", "conj": "conjugate", "conjugate": "conjugate",
-    "cumprod": "cumprod", "cumsum": "cumsum", "diagonal": "diagonal", "dot": "dot",
-    "flatten": "ravel", "max": "max", "mean": "mean", "min": "min", "nonzero": "nonzero",
-    "prod": "prod", "ptp": "ptp", "ravel": "ravel", "repeat": "repeat", "round": "round",
-    "searchsorted": "searchsorted", "sort": "sort", "squeeze": "squeeze", "std": "std",
-    "sum": "sum", "swapaxes": "swapaxes", "take": "take", "trace": "trace", "var": "var",
+    "all": "all",
+    "any": "any",
+    "argmax": "argmax",
+    "argmin": "argmin",
+    "argsort": "argsort",
+    "astype": "_astype",
+    "clip": "clip",
+    "conj": "conjugate",
+    "conjugate": "conjugate",
+    "cumprod": "cumprod",
+    "cumsum": "cumsum",
+    "diagonal": "diagonal",
+    "dot": "dot",
+    "flatten": "ravel",
+    "max": "max",
+    "mean": "mean",
+    "min": "min",
+    "nonzero": "nonzero",
+    "prod": "prod",
+    "ptp": "ptp",
+    "ravel": "ravel",
+    "repeat": "repeat",
+    "round": "round",
+    "searchsorted": "searchsorted",
+    "sort": "sort",
+    "squeeze": "squeeze",
+    "std": "std",
+    "sum": "sum",
+    "swapaxes": "swapaxes",
+    "take": "take",
+    "trace": "trace",
+    "var": "var",
     "copy": "copy",
 }
 
@@ -110,6 +158,7 @@ def _transpose(self, *axes):
 def _method(name: str):
     def method(self, *args, **kwargs):
         return getattr(_jnp(), name)(self, *args, **kwargs)
+
     method.__name__ = name
     return method
 

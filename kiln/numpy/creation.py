@@ -6,6 +6,7 @@ identity, tri).
 Under tracing, filled arrays stage as a `broadcast_in_dim` of a literal and ranges as an `iota`,
 as in JAX; sizes must be static (Python values), so traced sizes raise an error that says so.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,9 +25,29 @@ from kiln.core.trace import Tracer
 from kiln.numpy.util import check_arraylike, to_kiln
 
 __all__ = [
-    "array", "asarray", "copy", "zeros", "ones", "full", "empty", "zeros_like", "ones_like",
-    "full_like", "empty_like", "arange", "linspace", "logspace", "geomspace", "eye",
-    "identity", "tri", "meshgrid", "indices", "mgrid", "ogrid", "fromfunction",
+    "array",
+    "asarray",
+    "copy",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "empty_like",
+    "arange",
+    "linspace",
+    "logspace",
+    "geomspace",
+    "eye",
+    "identity",
+    "tri",
+    "meshgrid",
+    "indices",
+    "mgrid",
+    "ogrid",
+    "fromfunction",
 ]
 
 
@@ -40,8 +61,10 @@ def _host_value(obj: Any, dtype) -> tuple[np.ndarray, bool]:
         else:
             value = np.asarray(obj)
             if value.dtype.kind not in "biufc" and value.dtype != dtypes.bfloat16:
-                raise TypeError(f"Cannot make a kiln array from {type(obj).__name__} holding "
-                                f"{value.dtype} data; kiln arrays hold numbers and booleans.")
+                raise TypeError(
+                    f"Cannot make a kiln array from {type(obj).__name__} holding "
+                    f"{value.dtype} data; kiln arrays hold numbers and booleans."
+                )
             dtype = value.dtype
     dtype = dtypes.canonicalize(dtype)
     with np.errstate(all="ignore"):
@@ -60,31 +83,40 @@ def array(object: Any, dtype=None, copy: bool = True, ndmin: int = 0) -> Any:
         out = lax.copy(object) if copy else object
         if dtype is not None:
             out = lax.convert_element_type(out, dtype)
-    elif isinstance(object, (list, tuple)) and any(isinstance(x, Tracer) or (
-            isinstance(x, (list, tuple)) and _contains_tracer(x)) for x in object):
+    elif isinstance(object, (list, tuple)) and any(
+        isinstance(x, Tracer) or (isinstance(x, (list, tuple)) and _contains_tracer(x))
+        for x in object
+    ):
         from kiln.numpy.manipulation import stack
+
         out = stack([array(x, dtype=dtype, copy=False) for x in object])
         if out.weak_type:  # an array built from a list is strongly typed
             out = lax.convert_element_type(out, out.dtype, False)
     else:
-        if isinstance(object, (list, tuple)) and object and all(isinstance(x, Array)
-                                                                for x in object):
+        if (
+            isinstance(object, (list, tuple))
+            and object
+            and all(isinstance(x, Array) for x in object)
+        ):
             object = [np.asarray(x) for x in object]
         value, weak = _host_value(object, dtype)
         out = Array._wrap(value, weak)
     if ndmin > out.ndim:
-        out = lax.broadcast_in_dim(out, (1,) * (ndmin - out.ndim) + out.shape,
-                                   tuple(range(ndmin - out.ndim, ndmin)))
+        out = lax.broadcast_in_dim(
+            out, (1,) * (ndmin - out.ndim) + out.shape, tuple(range(ndmin - out.ndim, ndmin))
+        )
     return out
 
 
 def _contains_tracer(xs) -> bool:
-    return any(isinstance(x, Tracer) or (isinstance(x, (list, tuple)) and _contains_tracer(x))
-               for x in xs)
+    return any(
+        isinstance(x, Tracer) or (isinstance(x, (list, tuple)) and _contains_tracer(x)) for x in xs
+    )
 
 
-def asarray(a: Any, dtype=None, order: str | None = None, *, copy: bool | None = None,
-            device=None) -> Any:
+def asarray(
+    a: Any, dtype=None, order: str | None = None, *, copy: bool | None = None, device=None
+) -> Any:
     """Like `array`, without copying when `a` already is a kiln array of that dtype."""
     return array(a, dtype=dtype, copy=bool(copy))
 
@@ -97,11 +129,14 @@ def copy(a: Any, order: str | None = None) -> Any:
 
 # --- filled arrays ---------------------------------------------------------------------------
 
+
 def _creation_shape(shape: Any, name: str) -> tuple[int, ...]:
     if isinstance(shape, (list, tuple)) or hasattr(shape, "__index__") or hasattr(shape, "ndim"):
         return canonicalize_shape(shape)
-    raise TypeError(f"jnp.{name}: expected a sequence of integers or a single integer as the "
-                    f"shape, got {type(shape).__name__}.")
+    raise TypeError(
+        f"jnp.{name}: expected a sequence of integers or a single integer as the "
+        f"shape, got {type(shape).__name__}."
+    )
 
 
 def _float_or(dtype) -> np.dtype:
@@ -130,6 +165,7 @@ def full(shape, fill_value, dtype=None, *, device=None) -> Any:
     shape = _creation_shape(shape, "full")
     if np.ndim(fill_value) if not hasattr(fill_value, "ndim") else fill_value.ndim:
         from kiln.numpy.manipulation import broadcast_to
+
         return broadcast_to(asarray(fill_value, dtype=dtype), shape)
     return lax.full(shape, fill_value, dtype)
 
@@ -171,13 +207,14 @@ def full_like(a, fill_value, dtype=None, shape=None, *, device=None) -> Any:
     if not (np.ndim(fill_value) if not hasattr(fill_value, "ndim") else fill_value.ndim):
         return lax.full_like(a, fill_value, dtype, shape)
     from kiln.numpy.manipulation import broadcast_to
-    shape = tuple(np.shape(a) if not hasattr(a, "shape") else a.shape) if shape is None \
-        else shape
+
+    shape = tuple(np.shape(a) if not hasattr(a, "shape") else a.shape) if shape is None else shape
     dtype = dtypes.result_type(a) if dtype is None else dtype
     return broadcast_to(asarray(fill_value, dtype=dtype), shape)
 
 
 # --- ranges ----------------------------------------------------------------------------------
+
 
 def _static_scalar(fun: str, arg: str, value: Any) -> Any:
     """The concrete Python number behind a range argument; traced values are an error."""
@@ -185,16 +222,18 @@ def _static_scalar(fun: str, arg: str, value: Any) -> Any:
         concrete = value.to_concrete_value()
         if concrete is None:
             raise errors.ConcretizationTypeError(
-                value, f"It arose in the jnp.{fun} argument '{arg}'. jnp.{fun} needs static "
-                       f"(concrete) values here because they decide the output shape: pass "
-                       f"Python numbers, or mark the argument static with static_argnums.\n")
+                value,
+                f"It arose in the jnp.{fun} argument '{arg}'. jnp.{fun} needs static "
+                f"(concrete) values here because they decide the output shape: pass "
+                f"Python numbers, or mark the argument static with static_argnums.\n",
+            )
         value = concrete
     check_arraylike(fun, value)
     if np.ndim(value) if not hasattr(value, "ndim") else value.ndim:
-        raise ValueError(f"jnp.{fun} argument '{arg}' must be a scalar, got shape "
-                         f"{np.shape(value)}.")
-    return np.asarray(value).item() if not isinstance(value, (bool, int, float, complex)) \
-        else value
+        raise ValueError(
+            f"jnp.{fun} argument '{arg}' must be a scalar, got shape {np.shape(value)}."
+        )
+    return np.asarray(value).item() if not isinstance(value, (bool, int, float, complex)) else value
 
 
 def arange(start, stop=None, step=None, dtype=None, *, device=None) -> Any:
@@ -253,6 +292,7 @@ def _static_num(fun: str, num: Any) -> int:
 
 def _bcast(x, shape: tuple):
     from kiln.numpy.manipulation import broadcast_to
+
     return broadcast_to(x, shape)
 
 
@@ -268,14 +308,24 @@ def _floor(x):
     return lax.select(lax.lt(rem, zero), lax.sub(trunc, lax.full_like(trunc, 1)), trunc)
 
 
-def linspace(start, stop, num: int = 50, endpoint: bool = True, retstep: bool = False,
-             dtype=None, axis: int = 0, *, device=None):
+def linspace(
+    start,
+    stop,
+    num: int = 50,
+    endpoint: bool = True,
+    retstep: bool = False,
+    dtype=None,
+    axis: int = 0,
+    *,
+    device=None,
+):
     """`num` evenly spaced samples from start to stop (stop included unless endpoint=False).
     start and stop may be arrays: the samples run along `axis` of the result.
 
     Computed as start * (1 - t) + stop * t with t = i / div, as JAX does, so both ends are
     exact in float32. Integer dtypes round down."""
     from kiln.numpy.manipulation import broadcast_shapes, expand_dims
+
     num = _static_num("linspace", num)
     check_arraylike("linspace", start, stop)
     if dtype is None:
@@ -289,14 +339,18 @@ def linspace(start, stop, num: int = 50, endpoint: bool = True, retstep: bool = 
     axis = operator.index(axis)
     axis = axis + len(bounds) + 1 if axis < 0 else axis
     if not 0 <= axis <= len(bounds):
-        raise ValueError(f"axis {axis} is out of bounds for the result of dimension "
-                         f"{len(bounds) + 1}")
+        raise ValueError(
+            f"axis {axis} is out of bounds for the result of dimension {len(bounds) + 1}"
+        )
     div = num - 1 if endpoint else num
     if num > 1:
         out_shape = bounds[:axis] + (div,) + bounds[axis:]
         around = tuple(i for i in range(len(out_shape)) if i != axis)
-        real = np.dtype(np.float64) if comp == np.complex128 else (
-            np.dtype(np.float32) if comp == np.complex64 else comp)
+        real = (
+            np.dtype(np.float64)
+            if comp == np.complex128
+            else (np.dtype(np.float32) if comp == np.complex64 else comp)
+        )
         t = lax.div(lax.iota(real, div), lax.convert_element_type(div, real))
         t = lax.broadcast_in_dim(lax.convert_element_type(t, comp), out_shape, (axis,))
         lo = lax.broadcast_in_dim(start, out_shape, around)
@@ -321,24 +375,35 @@ def linspace(start, stop, num: int = 50, endpoint: bool = True, retstep: bool = 
     return (out, delta) if retstep else out
 
 
-def logspace(start, stop, num: int = 50, endpoint: bool = True, base=10.0, dtype=None,
-             axis: int = 0):
+def logspace(
+    start, stop, num: int = 50, endpoint: bool = True, base=10.0, dtype=None, axis: int = 0
+):
     """`num` samples base ** t for t evenly spaced from start to stop."""
     check_arraylike("logspace", start, stop, base)
     if dtype is None:
         dtype = _to_inexact(dtypes.result_type(start, stop))
     dtype = dtypes.canonicalize(dtype)
     comp = _to_inexact(dtype)
-    exponents = linspace(to_kiln(start, comp, False), to_kiln(stop, comp, False), num,
-                         endpoint=endpoint, dtype=comp, axis=axis)
+    exponents = linspace(
+        to_kiln(start, comp, False),
+        to_kiln(stop, comp, False),
+        num,
+        endpoint=endpoint,
+        dtype=comp,
+        axis=axis,
+    )
     base = to_kiln(base, comp, False)
-    powers = lax.pow(_bcast(base, exponents.shape), exponents) if base.ndim == 0 else \
-        _pow_broadcast(base, exponents, axis)
+    powers = (
+        lax.pow(_bcast(base, exponents.shape), exponents)
+        if base.ndim == 0
+        else _pow_broadcast(base, exponents, axis)
+    )
     return lax.convert_element_type(powers, dtype)
 
 
 def _pow_broadcast(base, exponents, axis: int):
     from kiln.numpy.manipulation import broadcast_shapes, expand_dims
+
     base = expand_dims(base, axis if axis >= 0 else axis + exponents.ndim)
     shape = broadcast_shapes(base.shape, exponents.shape)
     return lax.pow(_bcast(base, shape), _bcast(exponents, shape))
@@ -358,22 +423,32 @@ def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axi
         if isinstance(value, Array) and np.any(np.asarray(value) == 0):
             raise ValueError("Geometric sequence cannot include zero")
     from kiln.numpy.manipulation import broadcast_shapes
+
     bounds = broadcast_shapes(start.shape, stop.shape)
     start, stop = _bcast(start, bounds), _bcast(stop, bounds)
     # sign(start) * exp(linspace(log|start|, log|stop|)); the sign comes from a select so that
     # only ops every float dtype has are needed.
-    sign = lax.select(lax.lt(start, lax.full_like(start, 0)), lax.full_like(start, -1),
-                      lax.full_like(start, 1))
-    exponents = linspace(lax.log(lax.mul(start, sign)), lax.log(lax.mul(stop, sign)), num,
-                         endpoint=endpoint, dtype=comp, axis=axis)
+    sign = lax.select(
+        lax.lt(start, lax.full_like(start, 0)), lax.full_like(start, -1), lax.full_like(start, 1)
+    )
+    exponents = linspace(
+        lax.log(lax.mul(start, sign)),
+        lax.log(lax.mul(stop, sign)),
+        num,
+        endpoint=endpoint,
+        dtype=comp,
+        axis=axis,
+    )
     axis = operator.index(axis)
     axis = axis + exponents.ndim if axis < 0 else axis
-    sign = lax.broadcast_in_dim(sign, exponents.shape,
-                                tuple(i for i in range(exponents.ndim) if i != axis))
+    sign = lax.broadcast_in_dim(
+        sign, exponents.shape, tuple(i for i in range(exponents.ndim) if i != axis)
+    )
     return lax.convert_element_type(lax.mul(sign, lax.exp(exponents)), dtype)
 
 
 # --- special matrices ------------------------------------------------------------------------
+
 
 def _static_dim(fun: str, arg: str, value: Any) -> int:
     if isinstance(value, Tracer):
@@ -402,6 +477,7 @@ def identity(n: int, dtype=None) -> Any:
 def tri(N: int, M: int | None = None, k: int = 0, dtype=None) -> Any:
     """An N x M matrix with ones on and below diagonal k (float32 unless `dtype` is given)."""
     from kiln.numpy.manipulation_matrix import tri_mask
+
     n = _static_dim("tri", "N", N)
     m = n if M is None else _static_dim("tri", "M", M)
     if n < 0 or m < 0:
@@ -413,6 +489,7 @@ def tri(N: int, M: int | None = None, k: int = 0, dtype=None) -> Any:
 
 # --- grids -----------------------------------------------------------------------------------
 
+
 def meshgrid(*xi, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> list:
     """Coordinate matrices from 1-D coordinate vectors ('xy': Cartesian, the first two
     outputs vary along columns then rows; 'ij': matrix indexing)."""
@@ -423,15 +500,17 @@ def meshgrid(*xi, copy: bool = True, sparse: bool = False, indexing: str = "xy")
         raise ValueError(f"Valid values for indexing are 'xy' and 'ij', got {indexing}")
     args = [to_kiln(x) for x in xi]
     if any(a.ndim != 1 for a in args):
-        raise ValueError("Arguments to jax.numpy.meshgrid must be 1D, got shapes "
-                         f"{[a.shape for a in args]}")
+        raise ValueError(
+            f"Arguments to jax.numpy.meshgrid must be 1D, got shapes {[a.shape for a in args]}"
+        )
     if indexing == "xy" and len(args) >= 2:
         args[0], args[1] = args[1], args[0]
     full_shape = tuple(a.shape[0] for a in args)
     out = []
     for i, a in enumerate(args):
-        shape = tuple(a.shape[0] if j == i else 1 for j in range(len(args))) if sparse \
-            else full_shape
+        shape = (
+            tuple(a.shape[0] if j == i else 1 for j in range(len(args))) if sparse else full_shape
+        )
         out.append(lax.broadcast_in_dim(a, shape, (i,)))
     if indexing == "xy" and len(args) >= 2:
         out[0], out[1] = out[1], out[0]
@@ -441,6 +520,7 @@ def meshgrid(*xi, copy: bool = True, sparse: bool = False, indexing: str = "xy")
 def indices(dimensions, dtype=None, sparse: bool = False):
     """An array (or, with sparse=True, a tuple of arrays) of index grids for `dimensions`."""
     from kiln.numpy.manipulation import stack
+
     dims = canonicalize_shape(dimensions)
     dtype = dtypes.default_int() if dtype is None else dtypes.canonicalize(dtype)
     out = []
@@ -458,6 +538,7 @@ def fromfunction(function: Callable, shape, *, dtype=float, **kwargs):
     shape = canonicalize_shape(shape)
     grids = indices(shape, dtype=dtype, sparse=True)
     from kiln.numpy.manipulation import broadcast_to
+
     return function(*(broadcast_to(g, shape) for g in grids), **kwargs)
 
 
@@ -481,10 +562,12 @@ class _IndexGrid:
         if isinstance(key, slice):
             return self._axis(key)
         if not isinstance(key, tuple) or not all(isinstance(k, slice) for k in key):
-            raise TypeError(f"jnp.{self.name} takes slices, e.g. jnp.{self.name}[0:3, 0:4], "
-                            f"got {key!r}")
+            raise TypeError(
+                f"jnp.{self.name} takes slices, e.g. jnp.{self.name}[0:3, 0:4], got {key!r}"
+            )
         from kiln.numpy.util import promote_dtypes
         from kiln.numpy.manipulation import stack
+
         axes = promote_dtypes(*(self._axis(k) for k in key)) if key else []
         grids = meshgrid(*axes, indexing="ij", sparse=self.sparse)
         if self.sparse:

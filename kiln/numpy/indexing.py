@@ -7,6 +7,7 @@ is exact: static ints and slices become slice/rev/squeeze, scalar tracers a dyna
 only integer-array (advanced) indices need a gather. Updates always lower to a scatter, which
 drops out-of-bounds writes. Reads clamp out-of-bounds indices, as JAX does.
 """
+
 from __future__ import annotations
 
 import operator
@@ -21,13 +22,16 @@ from kiln.core.array import Array
 from kiln.core.trace import Tracer, current_trace_state
 from kiln.numpy.indexing_functions import *  # noqa: F401,F403
 from kiln.numpy.indexing_functions import __all__ as _functions_all
-from kiln.numpy.indexing_functions import (concrete_value, index_dtype_for,
-                                           normalize_index_host, normalize_index_traced)
+from kiln.numpy.indexing_functions import (
+    concrete_value,
+    index_dtype_for,
+    normalize_index_host,
+    normalize_index_traced,
+)
 from kiln.primitives.indexing_gather import GatherScatterMode
 from kiln.primitives.shape import result_from_view
 
-__all__ = ["_getitem", "_rewriting_take", "_IndexUpdateHelper", "_IndexUpdateRef",
-           *_functions_all]
+__all__ = ["_getitem", "_rewriting_take", "_IndexUpdateHelper", "_IndexUpdateRef", *_functions_all]
 
 _ADVANCED = ("int", "dynint", "array")
 
@@ -51,7 +55,7 @@ class _Entry:
 @dataclass
 class _ParsedIndex:
     entries: list
-    shape: tuple          # the operand shape the entries refer to
+    shape: tuple  # the operand shape the entries refer to
     bool_scalar_dims: tuple  # operand dims inserted for scalar-boolean indices
 
     @property
@@ -61,6 +65,7 @@ class _ParsedIndex:
 
 # --- parsing ---------------------------------------------------------------------------------
 
+
 def _index_error_type(item: Any, pos: int) -> TypeError:
     if isinstance(item, str):
         return TypeError(f"kiln does not support string indexing; got idx={item!r}")
@@ -68,8 +73,10 @@ def _index_error_type(item: Any, pos: int) -> TypeError:
     type_name = np.dtype(dtype).name if dtype is not None else type(item).__name__
     if isinstance(item, float):
         type_name = "float64"
-    return TypeError(f"Indexer must have integer or boolean type, got indexer with type "
-                     f"{type_name} at position {pos}, indexer value {item!r}")
+    return TypeError(
+        f"Indexer must have integer or boolean type, got indexer with type "
+        f"{type_name} at position {pos}, indexer value {item!r}"
+    )
 
 
 def _static_bound(value: Any, item: slice, pos: int) -> int | None:
@@ -81,13 +88,15 @@ def _static_bound(value: Any, item: slice, pos: int) -> int | None:
             raise IndexError(
                 f"Slice entries must be static integers. Got {item} at position {pos}. To "
                 "index a statically sized window at a traced position use "
-                "lax.dynamic_slice / lax.dynamic_update_slice.")
+                "lax.dynamic_slice / lax.dynamic_update_slice."
+            )
         value = concrete
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"slice indices must be integers or None, got {item} at position "
-                        f"{pos}") from None
+        raise TypeError(
+            f"slice indices must be integers or None, got {item} at position {pos}"
+        ) from None
 
 
 def _as_index_item(item: Any, pos: int) -> Any:
@@ -100,8 +109,9 @@ def _as_index_item(item: Any, pos: int) -> Any:
         if arr.size == 0:
             arr = arr.astype(np.int64)
         if arr.dtype.kind not in "iub":
-            raise TypeError(f"Indexer lists must hold integers or booleans, got {item!r} at "
-                            f"position {pos}.")
+            raise TypeError(
+                f"Indexer lists must hold integers or booleans, got {item!r} at position {pos}."
+            )
         return arr
     return item
 
@@ -137,14 +147,16 @@ def _parse_index(shape: tuple, index: Any) -> _ParsedIndex:
             items[pos] = np.arange(1 if bool(value) else 0, dtype=np.int64)
             dim += 1
         elif item is Ellipsis:
-            dim += len(shape) - dim - sum(_dims_consumed(i) for i in items[pos + 1:])
+            dim += len(shape) - dim - sum(_dims_consumed(i) for i in items[pos + 1 :])
         else:
             dim += _dims_consumed(item)
     ndim = len(shape)
     consumed = sum(_dims_consumed(item) for item in items)
     if consumed > ndim:
-        raise IndexError(f"Too many indices: array is {ndim - len(bool_dims)}-dimensional, "
-                         f"but {consumed - len(bool_dims)} were indexed")
+        raise IndexError(
+            f"Too many indices: array is {ndim - len(bool_dims)}-dimensional, "
+            f"but {consumed - len(bool_dims)} were indexed"
+        )
 
     entries: list[_Entry] = []
     dim = 0
@@ -173,8 +185,11 @@ def _is_bool_scalar(item: Any) -> bool:
     if isinstance(item, (bool, np.bool_)):
         return True
     dtype = getattr(item, "dtype", None)
-    return (dtype is not None and np.dtype(dtype) == np.bool_
-            and tuple(getattr(item, "shape", ())) == ())
+    return (
+        dtype is not None
+        and np.dtype(dtype) == np.bool_
+        and tuple(getattr(item, "shape", ())) == ()
+    )
 
 
 def _full_slice(dim: int, size: int) -> _Entry:
@@ -218,14 +233,17 @@ def _mask_entries(item: Any, dim: int, shape: list, pos: int) -> list[_Entry]:
     value = concrete_value(item)
     if value is None:
         raise errors.NonConcreteBooleanIndexError(item.aval)
-    expected = tuple(shape[dim:dim + value.ndim])
+    expected = tuple(shape[dim : dim + value.ndim])
     if value.shape != expected:
-        raise IndexError(f"boolean index did not match shape of indexed array in index {pos}: "
-                         f"got {value.shape}, expected {expected}")
+        raise IndexError(
+            f"boolean index did not match shape of indexed array in index {pos}: "
+            f"got {value.shape}, expected {expected}"
+        )
     return [_Entry("array", dim + k, coords) for k, coords in enumerate(np.nonzero(value))]
 
 
 # --- index arrays ----------------------------------------------------------------------------
+
 
 def _normalized_column(entry: _Entry, size: int, dtype: np.dtype) -> Any:
     if entry.kind == "int":
@@ -246,7 +264,8 @@ def _stack_columns(columns: list, batch_shape: tuple, dtype: np.dtype) -> Any:
     # When tracing, a lone scalar index stays a literal (broadcast_in_dim of it), as JAX
     # writes it; everything else static is stacked on the host.
     if all(isinstance(v, np.ndarray) for v, _ in columns) and (
-            batch_shape or k > 1 or current_trace_state.trace is None):
+        batch_shape or k > 1 or current_trace_state.trace is None
+    ):
         out = np.empty(batch_shape + (k,), dtype=dtype)
         for j, (value, dims) in enumerate(columns):
             expanded = [1] * len(batch_shape)
@@ -254,8 +273,9 @@ def _stack_columns(columns: list, batch_shape: tuple, dtype: np.dtype) -> Any:
                 expanded[dst] = value.shape[src]
             out[..., j] = np.broadcast_to(value.reshape(expanded), batch_shape)
         return out
-    parts = [lax.broadcast_in_dim(value, batch_shape + (1,), tuple(dims))
-             for value, dims in columns]
+    parts = [
+        lax.broadcast_in_dim(value, batch_shape + (1,), tuple(dims)) for value, dims in columns
+    ]
     return parts[0] if k == 1 else lax.concatenate(parts, len(batch_shape))
 
 
@@ -263,9 +283,10 @@ def _broadcast_shapes(shapes: list) -> tuple:
     try:
         return tuple(np.broadcast_shapes(*shapes)) if shapes else ()
     except ValueError:
-        raise ValueError("Incompatible shapes for broadcasting: index arrays could not be "
-                         f"broadcast together with shapes {', '.join(map(str, shapes))}") \
-            from None
+        raise ValueError(
+            "Incompatible shapes for broadcasting: index arrays could not be "
+            f"broadcast together with shapes {', '.join(map(str, shapes))}"
+        ) from None
 
 
 def _advanced_group(entries: list, kinds: tuple) -> tuple[list[int], bool]:
@@ -282,6 +303,7 @@ def _right_aligned(ndim: int, group_start: int, group_ndim: int) -> tuple:
 
 
 # --- reads -----------------------------------------------------------------------------------
+
 
 def _getitem(x: Any, index: Any) -> Any:
     """`x[index]` with NumPy semantics; out-of-bounds indices clamp (reads never fail)."""
@@ -324,8 +346,10 @@ def _eager_getitem(x: Array, index: Any) -> Array | None:
             item = item + size if item < 0 else item
             out.append(0 if item < 0 else size - 1 if item >= size else item)
         elif kind is slice:
-            if not all(type(b) is int or b is None for b in (item.start, item.stop, item.step)) \
-                    or item.step == 0:
+            if (
+                not all(type(b) is int or b is None for b in (item.start, item.stop, item.step))
+                or item.step == 0
+            ):
                 return None
             out.append(item)
         elif item is None:
@@ -336,8 +360,9 @@ def _eager_getitem(x: Array, index: Any) -> Array | None:
                 return None
             seen_ellipsis = True
             out.append(Ellipsis)
-            dim = len(shape) - sum(1 for i in items[pos + 1:] if i is not None
-                                   and i is not Ellipsis)
+            dim = len(shape) - sum(
+                1 for i in items[pos + 1 :] if i is not None and i is not Ellipsis
+            )
             continue
         elif kind is np.ndarray or kind is Array:
             size = shape[dim]
@@ -364,8 +389,10 @@ def _eager_getitem(x: Array, index: Any) -> Array | None:
 
 def _check_nonempty_axis(entry: _Entry, size: int) -> None:
     if size == 0:
-        raise IndexError(f"index {entry.value if entry.kind == 'int' else '(traced)'} is out "
-                         f"of bounds for axis {entry.dim} with size 0")
+        raise IndexError(
+            f"index {entry.value if entry.kind == 'int' else '(traced)'} is out "
+            f"of bounds for axis {entry.dim} with size 0"
+        )
 
 
 def _static_slice(x: Any, entries: list, shape: tuple, ints_too: bool) -> Any:
@@ -425,8 +452,15 @@ def _output_layout(entries: list, kinds: tuple, group_ndim: int) -> list:
     return layout
 
 
-def _rewriting_take(x: Any, index: Any, *, mode=None, fill_value=None,
-                    indices_are_sorted: bool = False, unique_indices: bool = False) -> Any:
+def _rewriting_take(
+    x: Any,
+    index: Any,
+    *,
+    mode=None,
+    fill_value=None,
+    indices_are_sorted: bool = False,
+    unique_indices: bool = False,
+) -> Any:
     """Read `x[index]`. With mode None (or 'promise_in_bounds') static parts lower to
     slice/rev/squeeze and scalar tracers to dynamic_slice; otherwise, and for index arrays, a
     gather with that mode."""
@@ -462,9 +496,14 @@ def _rewriting_take(x: Any, index: Any, *, mode=None, fill_value=None,
     arrays = [e for e in advanced if e.kind == "array"]
     group_shape = _broadcast_shapes([tuple(e.value.shape) for e in arrays])
     layout = _output_layout(entries, _ADVANCED, len(group_shape))
-    out_shape = tuple(1 if item == "newaxis" else
-                      group_shape[item[1]] if item[0] == "group" else sliced_shape[item[1].dim]
-                      for item in layout)
+    out_shape = tuple(
+        1
+        if item == "newaxis"
+        else group_shape[item[1]]
+        if item[0] == "group"
+        else sliced_shape[item[1].dim]
+        for item in layout
+    )
     collapsed = tuple(e.dim for e in advanced)
     for e in advanced:
         if sliced_shape[e.dim] == 0:
@@ -472,22 +511,31 @@ def _rewriting_take(x: Any, index: Any, *, mode=None, fill_value=None,
                 return lax.full(out_shape, 0, x.dtype)  # empty result: nothing to read
             raise IndexError(f"index is out of bounds for axis {e.dim} with size 0")
     dtype = index_dtype_for(shape)
-    columns = [(_normalized_column(e, sliced_shape[e.dim], dtype),
-                _right_aligned(np.ndim(e.value) if e.kind == "array" else 0, 0,
-                               len(group_shape)))
-               for e in advanced]
+    columns = [
+        (
+            _normalized_column(e, sliced_shape[e.dim], dtype),
+            _right_aligned(np.ndim(e.value) if e.kind == "array" else 0, 0, len(group_shape)),
+        )
+        for e in advanced
+    ]
     indices = _stack_columns(columns, group_shape, dtype)
     kept = [item for item in layout if item != "newaxis"]
     offset_dims = tuple(i for i, item in enumerate(kept) if item[0] == "entry")
     slice_sizes = tuple(1 if d in collapsed else n for d, n in enumerate(sliced_shape))
     static_only = not arrays
-    dnums = lax.GatherDimensionNumbers(offset_dims=offset_dims, collapsed_slice_dims=collapsed,
-                                       start_index_map=collapsed)
-    out = lax.gather(x, indices, dnums, slice_sizes,
-                     indices_are_sorted=indices_are_sorted or static_only,
-                     unique_indices=unique_indices or static_only,
-                     mode=parsed_mode or GatherScatterMode.PROMISE_IN_BOUNDS,
-                     fill_value=fill_value)
+    dnums = lax.GatherDimensionNumbers(
+        offset_dims=offset_dims, collapsed_slice_dims=collapsed, start_index_map=collapsed
+    )
+    out = lax.gather(
+        x,
+        indices,
+        dnums,
+        slice_sizes,
+        indices_are_sorted=indices_are_sorted or static_only,
+        unique_indices=unique_indices or static_only,
+        mode=parsed_mode or GatherScatterMode.PROMISE_IN_BOUNDS,
+        fill_value=fill_value,
+    )
     return _insert_newaxes(out, layout)
 
 
@@ -498,8 +546,11 @@ def _shape_of(x: Any) -> tuple:
 # --- updates ---------------------------------------------------------------------------------
 
 _SCATTERS = {
-    "set": lax.scatter, "add": lax.scatter_add, "mul": lax.scatter_mul,
-    "min": lax.scatter_min, "max": lax.scatter_max,
+    "set": lax.scatter,
+    "add": lax.scatter_add,
+    "mul": lax.scatter_mul,
+    "min": lax.scatter_min,
+    "max": lax.scatter_max,
 }
 
 
@@ -509,11 +560,14 @@ def _values_like(values: Any, x: Any) -> Any:
     dtype, weak = x.dtype, x.aval.weak_type
     if isinstance(values, (list, tuple)):
         from kiln.numpy.creation import asarray
+
         values = asarray(values)
     elif type(values) is int:
         dtypes.python_int_dtype(values)  # a weak int: it must fit the default integer type
     if isinstance(values, (Array, Tracer)) and (values.dtype, values.aval.weak_type) == (
-            dtype, weak):
+        dtype,
+        weak,
+    ):
         return values
     return lax.convert_element_type(values, dtype, weak)
 
@@ -522,16 +576,25 @@ def _broadcast_values(values: Any, target: tuple) -> Any:
     shape = _shape_of(values)
     if shape == target:
         return values
-    if len(shape) > len(target) or any(s not in (1, t) for s, t in
-                                       zip(shape[::-1], target[::-1])):
-        raise ValueError(f"Incompatible shapes for broadcasting: cannot broadcast update values "
-                         f"of shape {shape} to the indexed shape {target}.")
+    if len(shape) > len(target) or any(s not in (1, t) for s, t in zip(shape[::-1], target[::-1])):
+        raise ValueError(
+            f"Incompatible shapes for broadcasting: cannot broadcast update values "
+            f"of shape {shape} to the indexed shape {target}."
+        )
     lead = len(target) - len(shape)
     return lax.broadcast_in_dim(values, target, tuple(range(lead, len(target))))
 
 
-def _scatter_update(x: Any, index: Any, values: Any, kind: str, *, mode=None,
-                    indices_are_sorted: bool = False, unique_indices: bool = False) -> Any:
+def _scatter_update(
+    x: Any,
+    index: Any,
+    values: Any,
+    kind: str,
+    *,
+    mode=None,
+    indices_are_sorted: bool = False,
+    unique_indices: bool = False,
+) -> Any:
     """The functional form of `x[index] (op)= values`: a single scatter."""
     original_shape = tuple(x.shape)
     parsed = _parse_index(original_shape, index)
@@ -554,11 +617,13 @@ def _scatter_update(x: Any, index: Any, values: Any, kind: str, *, mode=None,
 
     kept = [item for item in layout if item != "newaxis"]
     batch_items = [item for item in kept if item[0] == "group" or not is_window(item[1])]
-    batch_shape = tuple(group_shape[item[1]] if item[0] == "group" else item[1].length
-                        for item in batch_items)
+    batch_shape = tuple(
+        group_shape[item[1]] if item[0] == "group" else item[1].length for item in batch_items
+    )
     group_start = next((i for i, item in enumerate(batch_items) if item[0] == "group"), 0)
-    update_window_dims = tuple(i for i, item in enumerate(kept)
-                               if item[0] == "entry" and is_window(item[1]))
+    update_window_dims = tuple(
+        i for i, item in enumerate(kept) if item[0] == "entry" and is_window(item[1])
+    )
 
     columns, index_map, inserted = [], [], []
     sorted_ok = True
@@ -570,39 +635,50 @@ def _scatter_update(x: Any, index: Any, values: Any, kind: str, *, mode=None,
                 start = e.start if e.length else 0
                 columns.append((np.asarray(start, dtype=dtype), ()))
             else:
-                position = next(i for i, item in enumerate(batch_items)
-                                if item[0] == "entry" and item[1] is e)
+                position = next(
+                    i for i, item in enumerate(batch_items) if item[0] == "entry" and item[1] is e
+                )
                 coords = e.start + e.step * np.arange(e.length, dtype=np.int64)
                 columns.append((coords.astype(dtype), (position,)))
                 inserted.append(e.dim)
                 sorted_ok = sorted_ok and e.step > 0
         elif e.kind in _ADVANCED:
             value_ndim = np.ndim(e.value) if e.kind == "array" else 0
-            dims = _right_aligned(value_ndim, group_start, len(group_shape)) if has_arrays \
-                else ()
+            dims = _right_aligned(value_ndim, group_start, len(group_shape)) if has_arrays else ()
             columns.append((_normalized_column(e, shape[e.dim], dtype), dims))
             inserted.append(e.dim)
         else:
             continue
         index_map.append(e.dim)
-    indices = _stack_columns(columns, batch_shape, dtype) if columns else \
-        np.zeros(batch_shape + (0,), dtype=dtype)
+    indices = (
+        _stack_columns(columns, batch_shape, dtype)
+        if columns
+        else np.zeros(batch_shape + (0,), dtype=dtype)
+    )
 
     values = _values_like(values, x)
-    indexed_shape = tuple(1 if item == "newaxis" else
-                          group_shape[item[1]] if item[0] == "group" else item[1].length
-                          for item in layout)
+    indexed_shape = tuple(
+        1 if item == "newaxis" else group_shape[item[1]] if item[0] == "group" else item[1].length
+        for item in layout
+    )
     values = _broadcast_values(values, indexed_shape)
     update_shape = tuple(n for n, item in zip(indexed_shape, layout) if item != "newaxis")
     if update_shape != indexed_shape:
         values = lax.reshape(values, update_shape)
-    dnums = lax.ScatterDimensionNumbers(update_window_dims=update_window_dims,
-                                        inserted_window_dims=tuple(sorted(inserted)),
-                                        scatter_dims_to_operand_dims=tuple(index_map))
-    out = _SCATTERS[kind](x, indices, values, dnums,
-                          indices_are_sorted=indices_are_sorted or (not has_arrays
-                                                                    and sorted_ok),
-                          unique_indices=unique_indices or not has_arrays, mode=mode)
+    dnums = lax.ScatterDimensionNumbers(
+        update_window_dims=update_window_dims,
+        inserted_window_dims=tuple(sorted(inserted)),
+        scatter_dims_to_operand_dims=tuple(index_map),
+    )
+    out = _SCATTERS[kind](
+        x,
+        indices,
+        values,
+        dnums,
+        indices_are_sorted=indices_are_sorted or (not has_arrays and sorted_ok),
+        unique_indices=unique_indices or not has_arrays,
+        mode=mode,
+    )
     if parsed.bool_scalar_dims:
         out = lax.reshape(out, original_shape)
     return out
@@ -639,74 +715,148 @@ class _IndexUpdateRef:
     def __repr__(self) -> str:
         return f"_IndexUpdateRef({self.array!r}, {self.index!r})"
 
-    def get(self, *, indices_are_sorted: bool = False, unique_indices: bool = False,
-            mode=None, fill_value=None) -> Any:
+    def get(
+        self,
+        *,
+        indices_are_sorted: bool = False,
+        unique_indices: bool = False,
+        mode=None,
+        fill_value=None,
+    ) -> Any:
         """`x[index]`, with a choice of out-of-bounds `mode` ('clip', 'fill' with
         `fill_value`, or None to clamp as plain indexing does)."""
-        return _rewriting_take(self.array, self.index, mode=mode, fill_value=fill_value,
-                               indices_are_sorted=indices_are_sorted,
-                               unique_indices=unique_indices)
+        return _rewriting_take(
+            self.array,
+            self.index,
+            mode=mode,
+            fill_value=fill_value,
+            indices_are_sorted=indices_are_sorted,
+            unique_indices=unique_indices,
+        )
 
-    def _update(self, kind: str, values: Any, indices_are_sorted: bool,
-                unique_indices: bool, mode) -> Any:
-        return _scatter_update(self.array, self.index, values, kind, mode=mode,
-                               indices_are_sorted=indices_are_sorted,
-                               unique_indices=unique_indices)
+    def _update(
+        self, kind: str, values: Any, indices_are_sorted: bool, unique_indices: bool, mode
+    ) -> Any:
+        return _scatter_update(
+            self.array,
+            self.index,
+            values,
+            kind,
+            mode=mode,
+            indices_are_sorted=indices_are_sorted,
+            unique_indices=unique_indices,
+        )
 
-    def set(self, values: Any, *, indices_are_sorted: bool = False,
-            unique_indices: bool = False, mode=None) -> Any:
+    def set(
+        self,
+        values: Any,
+        *,
+        indices_are_sorted: bool = False,
+        unique_indices: bool = False,
+        mode=None,
+    ) -> Any:
         """`x[index] = values` (for repeated indices one of the values wins)."""
         return self._update("set", values, indices_are_sorted, unique_indices, mode)
 
-    def add(self, values: Any, *, indices_are_sorted: bool = False,
-            unique_indices: bool = False, mode=None) -> Any:
+    def add(
+        self,
+        values: Any,
+        *,
+        indices_are_sorted: bool = False,
+        unique_indices: bool = False,
+        mode=None,
+    ) -> Any:
         """`x[index] += values`; repeated indices accumulate."""
         return self._update("add", values, indices_are_sorted, unique_indices, mode)
 
-    def multiply(self, values: Any, *, indices_are_sorted: bool = False,
-                 unique_indices: bool = False, mode=None) -> Any:
+    def multiply(
+        self,
+        values: Any,
+        *,
+        indices_are_sorted: bool = False,
+        unique_indices: bool = False,
+        mode=None,
+    ) -> Any:
         """`x[index] *= values`; repeated indices accumulate."""
         return self._update("mul", values, indices_are_sorted, unique_indices, mode)
 
     mul = multiply
 
-    def min(self, values: Any, *, indices_are_sorted: bool = False,
-            unique_indices: bool = False, mode=None) -> Any:
+    def min(
+        self,
+        values: Any,
+        *,
+        indices_are_sorted: bool = False,
+        unique_indices: bool = False,
+        mode=None,
+    ) -> Any:
         """`x[index] = minimum(x[index], values)`."""
         return self._update("min", values, indices_are_sorted, unique_indices, mode)
 
-    def max(self, values: Any, *, indices_are_sorted: bool = False,
-            unique_indices: bool = False, mode=None) -> Any:
+    def max(
+        self,
+        values: Any,
+        *,
+        indices_are_sorted: bool = False,
+        unique_indices: bool = False,
+        mode=None,
+    ) -> Any:
         """`x[index] = maximum(x[index], values)`."""
         return self._update("max", values, indices_are_sorted, unique_indices, mode)
 
-    def _ones_times(self, values: Any, indices_are_sorted: bool, unique_indices: bool,
-                    mode) -> Any:
+    def _ones_times(self, values: Any, indices_are_sorted: bool, unique_indices: bool, mode) -> Any:
         ones = lax.full_like(self.array, 1)
-        return _scatter_update(ones, self.index, values, "mul", mode=mode,
-                               indices_are_sorted=indices_are_sorted,
-                               unique_indices=unique_indices)
+        return _scatter_update(
+            ones,
+            self.index,
+            values,
+            "mul",
+            mode=mode,
+            indices_are_sorted=indices_are_sorted,
+            unique_indices=unique_indices,
+        )
 
-    def divide(self, values: Any, *, indices_are_sorted: bool = False,
-               unique_indices: bool = False, mode=None) -> Any:
+    def divide(
+        self,
+        values: Any,
+        *,
+        indices_are_sorted: bool = False,
+        unique_indices: bool = False,
+        mode=None,
+    ) -> Any:
         """`x[index] /= values` (true division, as kiln.numpy.divide: integer x gives a
         float result)."""
         import kiln.numpy as jnp
-        return jnp.divide(self.array, self._ones_times(values, indices_are_sorted,
-                                                       unique_indices, mode))
 
-    def power(self, values: Any, *, indices_are_sorted: bool = False,
-              unique_indices: bool = False, mode=None) -> Any:
+        return jnp.divide(
+            self.array, self._ones_times(values, indices_are_sorted, unique_indices, mode)
+        )
+
+    def power(
+        self,
+        values: Any,
+        *,
+        indices_are_sorted: bool = False,
+        unique_indices: bool = False,
+        mode=None,
+    ) -> Any:
         """`x[index] **= values`."""
         import kiln.numpy as jnp
-        return jnp.power(self.array, self._ones_times(values, indices_are_sorted,
-                                                      unique_indices, mode))
 
-    def apply(self, func, *, indices_are_sorted: bool = False, unique_indices: bool = False,
-              mode=None) -> Any:
+        return jnp.power(
+            self.array, self._ones_times(values, indices_are_sorted, unique_indices, mode)
+        )
+
+    def apply(
+        self, func, *, indices_are_sorted: bool = False, unique_indices: bool = False, mode=None
+    ) -> Any:
         """`x[index] = func(x[index])`. `func` is applied once per selected element, also
         where an index repeats."""
-        current = _rewriting_take(self.array, self.index, mode="clip",
-                                  indices_are_sorted=indices_are_sorted,
-                                  unique_indices=unique_indices)
+        current = _rewriting_take(
+            self.array,
+            self.index,
+            mode="clip",
+            indices_are_sorted=indices_are_sorted,
+            unique_indices=unique_indices,
+        )
         return self._update("set", func(current), indices_are_sorted, unique_indices, mode)

@@ -5,6 +5,7 @@ unravel_index / ravel_multi_index and the index constructors (diag, tril, triu, 
 Functions whose result shape depends on values (nonzero & co) need concrete inputs, unless a
 static `size=` is given: then they are built from cumsum and scatter and trace fine.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,18 +19,34 @@ from kiln.core import dtypes, errors
 from kiln.core.array import Array
 from kiln.core.shapes import canonicalize_shape
 from kiln.core.trace import Tracer
-from kiln.numpy.util import (check_arraylike, normalize_axis, promote_dtypes, to_kiln)
+from kiln.numpy.util import check_arraylike, normalize_axis, promote_dtypes, to_kiln
 from kiln.primitives.indexing_gather import GatherScatterMode
 
 __all__ = [
-    "take", "take_along_axis", "put", "nonzero", "argwhere", "flatnonzero", "compress",
-    "extract", "choose", "where", "unravel_index", "ravel_multi_index", "diag_indices",
-    "diag_indices_from", "tril_indices", "triu_indices", "tril_indices_from",
-    "triu_indices_from", "ix_",
+    "take",
+    "take_along_axis",
+    "put",
+    "nonzero",
+    "argwhere",
+    "flatnonzero",
+    "compress",
+    "extract",
+    "choose",
+    "where",
+    "unravel_index",
+    "ravel_multi_index",
+    "diag_indices",
+    "diag_indices_from",
+    "tril_indices",
+    "triu_indices",
+    "tril_indices_from",
+    "triu_indices_from",
+    "ix_",
 ]
 
 
 # --- helpers shared with indexing.py -----------------------------------------------------------
+
 
 def concrete_value(x: Any) -> np.ndarray | None:
     """The NumPy value of `x` if it is known now (not a traced value), else None."""
@@ -43,7 +60,7 @@ def concrete_value(x: Any) -> np.ndarray | None:
 
 def index_dtype_for(shape: Sequence[int]) -> np.dtype:
     """int32 unless a dimension needs 64-bit indices (and x64 is on)."""
-    big = any(d >= 2 ** 31 - 1 for d in shape)
+    big = any(d >= 2**31 - 1 for d in shape)
     return dtypes.int64 if big and dtypes.default_int() == dtypes.int64 else dtypes.int32
 
 
@@ -53,7 +70,7 @@ def normalize_index_host(value: Any, size: int, dtype: np.dtype, wrap: bool = Tr
     fill) while making it representable in `dtype`."""
     value = np.asarray(value)
     if value.dtype == np.uint64:
-        value = np.minimum(value, np.uint64(2 ** 62))
+        value = np.minimum(value, np.uint64(2**62))
     value = value.astype(np.int64)
     if wrap:
         value = np.where(value < 0, value + size, value)
@@ -112,27 +129,42 @@ def _concretization_error(x: Any, message: str) -> Exception:
     return ValueError(message)
 
 
-def _gather_along_axis(a: Any, indices: Any, axis: int, mode: GatherScatterMode,
-                       fill_value: Any, unique_indices: bool,
-                       indices_are_sorted: bool) -> Any:
+def _gather_along_axis(
+    a: Any,
+    indices: Any,
+    axis: int,
+    mode: GatherScatterMode,
+    fill_value: Any,
+    unique_indices: bool,
+    indices_are_sorted: bool,
+) -> Any:
     """a[..., indices, ...] along `axis` with a gather; indices already normalized."""
-    index_shape = tuple(np.shape(indices)) if isinstance(indices, np.ndarray) else \
-        tuple(indices.shape)
+    index_shape = (
+        tuple(np.shape(indices)) if isinstance(indices, np.ndarray) else tuple(indices.shape)
+    )
     if isinstance(indices, np.ndarray):
         indices = indices.reshape(index_shape + (1,))
     else:
         indices = lax.expand_dims(indices, (len(index_shape),))
     n_index = len(index_shape)
     offset_dims = tuple(range(axis)) + tuple(range(axis + n_index, a.ndim - 1 + n_index))
-    dnums = lax.GatherDimensionNumbers(offset_dims=offset_dims, collapsed_slice_dims=(axis,),
-                                       start_index_map=(axis,))
+    dnums = lax.GatherDimensionNumbers(
+        offset_dims=offset_dims, collapsed_slice_dims=(axis,), start_index_map=(axis,)
+    )
     slice_sizes = tuple(1 if d == axis else n for d, n in enumerate(a.shape))
-    return lax.gather(a, indices, dnums, slice_sizes, mode=mode, fill_value=fill_value,
-                      unique_indices=unique_indices, indices_are_sorted=indices_are_sorted)
+    return lax.gather(
+        a,
+        indices,
+        dnums,
+        slice_sizes,
+        mode=mode,
+        fill_value=fill_value,
+        unique_indices=unique_indices,
+        indices_are_sorted=indices_are_sorted,
+    )
 
 
-def _empty_axis_result(name: str, out_shape: tuple, dtype: np.dtype,
-                       index_shape: tuple) -> Any:
+def _empty_axis_result(name: str, out_shape: tuple, dtype: np.dtype, index_shape: tuple) -> Any:
     """The result of taking from an empty axis: empty when there are no indices; any index at
     all is out of bounds (whatever the other axes), which JAX reports even in 'fill' mode."""
     if math.prod(index_shape) == 0:
@@ -142,9 +174,17 @@ def _empty_axis_result(name: str, out_shape: tuple, dtype: np.dtype,
 
 # --- take / take_along_axis / put ---------------------------------------------------------------
 
-def take(a: Any, indices: Any, axis: int | None = None, out: None = None, mode: str | None = None,
-         unique_indices: bool = False, indices_are_sorted: bool = False,
-         fill_value: Any = None) -> Any:
+
+def take(
+    a: Any,
+    indices: Any,
+    axis: int | None = None,
+    out: None = None,
+    mode: str | None = None,
+    unique_indices: bool = False,
+    indices_are_sorted: bool = False,
+    fill_value: Any = None,
+) -> Any:
     """Elements of `a` at `indices` along `axis` (of the flattened array when axis is None).
 
     mode None/'fill': negative indices count from the end and out-of-bounds ones give
@@ -160,8 +200,9 @@ def take(a: Any, indices: Any, axis: int | None = None, out: None = None, mode: 
     else:
         axis = normalize_axis(axis, a.ndim)
     size = a.shape[axis]
-    index_shape = tuple(np.shape(indices)) if not hasattr(indices, "shape") else \
-        tuple(indices.shape)
+    index_shape = (
+        tuple(np.shape(indices)) if not hasattr(indices, "shape") else tuple(indices.shape)
+    )
     dtype = index_dtype_for(a.shape)
     if mode is None or mode == "fill":
         gather_mode = GatherScatterMode.FILL_OR_DROP
@@ -173,15 +214,17 @@ def take(a: Any, indices: Any, axis: int | None = None, out: None = None, mode: 
         gather_mode = GatherScatterMode.CLIP
         indices = normalize_index(_floor_mod(indices, max(size, 1)), size, dtype, wrap=False)
     elif mode == "raise":
-        raise NotImplementedError("The 'raise' mode to take is not supported; use 'fill', "
-                                  "'clip' or 'wrap'.")
+        raise NotImplementedError(
+            "The 'raise' mode to take is not supported; use 'fill', 'clip' or 'wrap'."
+        )
     else:
         raise ValueError(f"Invalid mode {mode!r} for take; use 'fill', 'clip' or 'wrap'.")
     if size == 0:
-        out_shape = a.shape[:axis] + index_shape + a.shape[axis + 1:]
+        out_shape = a.shape[:axis] + index_shape + a.shape[axis + 1 :]
         return _empty_axis_result("take", out_shape, a.dtype, index_shape)
-    return _gather_along_axis(a, indices, axis, gather_mode, fill_value, unique_indices,
-                              indices_are_sorted)
+    return _gather_along_axis(
+        a, indices, axis, gather_mode, fill_value, unique_indices, indices_are_sorted
+    )
 
 
 def _broadcast_full(x: Any, shape: tuple) -> Any:
@@ -193,9 +236,13 @@ def _broadcast_full(x: Any, shape: tuple) -> Any:
     return lax.broadcast_in_dim(x, shape, tuple(range(len(shape))))
 
 
-def take_along_axis(arr: Any, indices: Any, axis: int | None = -1,
-                    mode: "str | GatherScatterMode | None" = None,
-                    fill_value: Any = None) -> Any:
+def take_along_axis(
+    arr: Any,
+    indices: Any,
+    axis: int | None = -1,
+    mode: "str | GatherScatterMode | None" = None,
+    fill_value: Any = None,
+) -> Any:
     """`arr` indexed by `indices` along `axis`, matching the other dims position by position
     (NumPy's take_along_axis, with broadcasting of the other dims). Out-of-bounds indices
     give `fill_value` unless mode='clip'; negative indices count from the end."""
@@ -206,12 +253,15 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None = -1,
     index_shape = tuple(indices.shape) if hasattr(indices, "shape") else np.shape(indices)
     if axis is None:
         if len(index_shape) != 1:
-            raise ValueError(f"take_along_axis indices must be 1D if axis=None, got shape "
-                             f"{index_shape}")
+            raise ValueError(
+                f"take_along_axis indices must be 1D if axis=None, got shape {index_shape}"
+            )
         arr, axis = _ravel(arr), 0
     if len(index_shape) != arr.ndim:
-        raise ValueError(f"indices and arr must have the same number of dimensions; "
-                         f"{len(index_shape)} vs. {arr.ndim}")
+        raise ValueError(
+            f"indices and arr must have the same number of dimensions; "
+            f"{len(index_shape)} vs. {arr.ndim}"
+        )
     axis = normalize_axis(axis, arr.ndim)
     out_shape = []
     for d in range(arr.ndim):
@@ -221,11 +271,16 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None = -1,
         try:
             out_shape.append(np.broadcast_shapes((arr.shape[d],), (index_shape[d],))[0])
         except ValueError:
-            raise ValueError(f"take_along_axis: arr shape {arr.shape} and indices shape "
-                             f"{index_shape} do not broadcast outside axis {axis}.") from None
+            raise ValueError(
+                f"take_along_axis: arr shape {arr.shape} and indices shape "
+                f"{index_shape} do not broadcast outside axis {axis}."
+            ) from None
     out_shape = tuple(out_shape)
-    parsed = GatherScatterMode.FILL_OR_DROP if mode is None or mode == "fill" else \
-        GatherScatterMode.from_any(mode)
+    parsed = (
+        GatherScatterMode.FILL_OR_DROP
+        if mode is None or mode == "fill"
+        else GatherScatterMode.from_any(mode)
+    )
     size = arr.shape[axis]
     if math.prod(out_shape) == 0:
         return lax.full(out_shape, 0, arr.dtype)
@@ -234,14 +289,21 @@ def take_along_axis(arr: Any, indices: Any, axis: int | None = -1,
     dtype = index_dtype_for(arr.shape)
     indices = normalize_index(host if host is not None else indices, size, dtype)
     indices = _broadcast_full(indices, out_shape)
-    arr = _broadcast_full(arr, out_shape[:axis] + (size,) + out_shape[axis + 1:])
-    indices = indices.reshape(out_shape + (1,)) if isinstance(indices, np.ndarray) else \
-        lax.expand_dims(indices, (len(out_shape),))
+    arr = _broadcast_full(arr, out_shape[:axis] + (size,) + out_shape[axis + 1 :])
+    indices = (
+        indices.reshape(out_shape + (1,))
+        if isinstance(indices, np.ndarray)
+        else lax.expand_dims(indices, (len(out_shape),))
+    )
     # The other dims are batch dims of both operand and indices: window b reads slab b.
     batch = tuple(d for d in range(arr.ndim) if d != axis)
-    dnums = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(axis,),
-                                       start_index_map=(axis,), operand_batching_dims=batch,
-                                       start_indices_batching_dims=batch)
+    dnums = lax.GatherDimensionNumbers(
+        offset_dims=(),
+        collapsed_slice_dims=(axis,),
+        start_index_map=(axis,),
+        operand_batching_dims=batch,
+        start_indices_batching_dims=batch,
+    )
     return lax.gather(arr, indices, dnums, (1,) * arr.ndim, mode=parsed, fill_value=fill_value)
 
 
@@ -251,9 +313,11 @@ def put(a: Any, ind: Any, v: Any, mode: str | None = None, *, inplace: bool = Tr
     kiln arrays are immutable, so `inplace=False` is required. mode None/'clip' clamps
     out-of-bounds indices, 'wrap' wraps them, 'fill'/'drop' drops them."""
     if inplace:
-        raise ValueError("kiln.numpy.put cannot modify arrays in-place, because kiln arrays "
-                         "are immutable. Pass inplace=False to instead return an updated "
-                         "array.")
+        raise ValueError(
+            "kiln.numpy.put cannot modify arrays in-place, because kiln arrays "
+            "are immutable. Pass inplace=False to instead return an updated "
+            "array."
+        )
     check_arraylike("put", a, ind, v)
     _check_integer("put", ind)
     a = to_kiln(a)
@@ -274,8 +338,9 @@ def put(a: Any, ind: Any, v: Any, mode: str | None = None, *, inplace: bool = Tr
     elif mode in ("fill", "drop"):
         scatter_mode = "drop"
     elif mode == "raise":
-        raise NotImplementedError("The 'raise' mode to put is not supported; use 'clip', "
-                                  "'wrap' or 'fill'.")
+        raise NotImplementedError(
+            "The 'raise' mode to put is not supported; use 'clip', 'wrap' or 'fill'."
+        )
     else:
         raise ValueError(f"Invalid mode {mode!r} for put; use 'clip', 'wrap' or 'fill'.")
     if scatter_mode == "clip":
@@ -287,19 +352,21 @@ def put(a: Any, ind: Any, v: Any, mode: str | None = None, *, inplace: bool = Tr
 
 # --- nonzero and relatives -----------------------------------------------------------------
 
+
 def _fill_values(fill_value: Any, ndim: int, name: str) -> list:
     if fill_value is None:
         return [0] * ndim
     if isinstance(fill_value, (tuple, list)):
         if len(fill_value) != ndim:
-            raise ValueError(f"{name} fill_value must be a scalar or a tuple of length "
-                             f"{ndim}; got {fill_value!r}")
+            raise ValueError(
+                f"{name} fill_value must be a scalar or a tuple of length "
+                f"{ndim}; got {fill_value!r}"
+            )
         return list(fill_value)
     return [fill_value] * ndim
 
 
-def nonzero(a: Any, *, size: int | None = None,
-            fill_value: Any = None) -> tuple:
+def nonzero(a: Any, *, size: int | None = None, fill_value: Any = None) -> tuple:
     """The indices of the nonzero elements of `a`, one int array per dimension.
 
     Needs a concrete `a` unless `size` is given; with `size` the result is truncated or
@@ -307,8 +374,10 @@ def nonzero(a: Any, *, size: int | None = None,
     check_arraylike("nonzero", a)
     shape = tuple(np.shape(a)) if not hasattr(a, "shape") else tuple(a.shape)
     if not shape:
-        raise ValueError("Calling nonzero on 0d arrays is not allowed. Use "
-                         "kiln.numpy.atleast_1d(scalar).nonzero() instead.")
+        raise ValueError(
+            "Calling nonzero on 0d arrays is not allowed. Use "
+            "kiln.numpy.atleast_1d(scalar).nonzero() instead."
+        )
     host = None if isinstance(a, Tracer) else concrete_value(a)
     fills = _fill_values(fill_value, len(shape), "nonzero")
     if size is not None:
@@ -317,14 +386,17 @@ def nonzero(a: Any, *, size: int | None = None,
     if host is not None and all(f is not None for f in host_fills):
         coords = np.nonzero(host)
         if size is not None:
-            coords = [np.concatenate([c[:size], np.full(max(size - len(c), 0),
-                                                        np.asarray(f).item())])
-                      for c, f in zip(coords, host_fills)]
+            coords = [
+                np.concatenate([c[:size], np.full(max(size - len(c), 0), np.asarray(f).item())])
+                for c, f in zip(coords, host_fills)
+            ]
         return tuple(_int_array(c) for c in coords)
     if size is None:
         raise _concretization_error(
-            a, "The size argument of kiln.numpy.nonzero must be statically specified to use "
-               "it within transformations.")
+            a,
+            "The size argument of kiln.numpy.nonzero must be statically specified to use "
+            "it within transformations.",
+        )
     return _nonzero_with_size(to_kiln(a), shape, size, fills)
 
 
@@ -334,19 +406,25 @@ def _nonzero_with_size(a: Any, shape: tuple, size: int, fills: list) -> tuple:
     dtype = dtypes.default_int()
     total = math.prod(shape)
     mask = lax.ne(_ravel(a), lax.full((), 0, a.dtype))
-    counts = lax.cumsum(lax.convert_element_type(mask, dtype), axis=0) if total else \
-        lax.full((0,), 0, dtype)
+    counts = (
+        lax.cumsum(lax.convert_element_type(mask, dtype), axis=0)
+        if total
+        else lax.full((0,), 0, dtype)
+    )
     slots = lax.select_n(mask, lax.full((total,), size, dtype), lax.sub(counts, 1))
     slots = lax.expand_dims(slots, (1,))
-    dnums = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
-                                        scatter_dims_to_operand_dims=(0,))
+    dnums = lax.ScatterDimensionNumbers(
+        update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
+    )
     coords = np.unravel_index(np.arange(total), shape)
     out = []
     for coord, fill in zip(coords, fills):
-        base = lax.full((size,), lax.convert_element_type(fill, dtype)
-                        if isinstance(fill, (Array, Tracer)) else fill, dtype)
-        out.append(lax.scatter(base, slots, np.asarray(coord, dtype=dtype), dnums,
-                               mode="drop"))
+        base = lax.full(
+            (size,),
+            lax.convert_element_type(fill, dtype) if isinstance(fill, (Array, Tracer)) else fill,
+            dtype,
+        )
+        out.append(lax.scatter(base, slots, np.asarray(coord, dtype=dtype), dnums, mode="drop"))
     return tuple(out)
 
 
@@ -368,15 +446,23 @@ def argwhere(a: Any, *, size: int | None = None, fill_value: Any = None) -> Any:
     return columns[0] if len(columns) == 1 else lax.concatenate(columns, 1)
 
 
-def compress(condition: Any, a: Any, axis: int | None = None, *, size: int | None = None,
-             fill_value: Any = 0, out: None = None) -> Any:
+def compress(
+    condition: Any,
+    a: Any,
+    axis: int | None = None,
+    *,
+    size: int | None = None,
+    fill_value: Any = 0,
+    out: None = None,
+) -> Any:
     """The slices of `a` along `axis` where `condition` (1-D) is true; with `size` the result
     is truncated or padded with `fill_value`."""
     check_arraylike("compress", condition, a)
     if out is not None:
         raise NotImplementedError("The 'out' argument to compress is not supported.")
-    cond_shape = tuple(np.shape(condition)) if not hasattr(condition, "shape") else \
-        tuple(condition.shape)
+    cond_shape = (
+        tuple(np.shape(condition)) if not hasattr(condition, "shape") else tuple(condition.shape)
+    )
     if len(cond_shape) != 1:
         raise ValueError(f"condition must be a 1D array, got shape {cond_shape}")
     a = to_kiln(a)
@@ -395,13 +481,16 @@ def compress(condition: Any, a: Any, axis: int | None = None, *, size: int | Non
         positions = np.nonzero(mask)[0]
         if size is not None:
             size = _size_argument(size, "compress")
-            positions = np.concatenate([positions[:size],
-                                        np.full(max(size - len(positions), 0), length)])
+            positions = np.concatenate(
+                [positions[:size], np.full(max(size - len(positions), 0), length)]
+            )
     else:
         if size is None:
             raise _concretization_error(
-                condition, "The size argument of kiln.numpy.compress must be statically "
-                           "specified to use it within transformations.")
+                condition,
+                "The size argument of kiln.numpy.compress must be statically "
+                "specified to use it within transformations.",
+            )
         if cond_shape[0] > length:
             condition = lax.slice(condition, (0,), (length,))
         (positions,) = nonzero(condition, size=size, fill_value=length)
@@ -411,19 +500,22 @@ def compress(condition: Any, a: Any, axis: int | None = None, *, size: int | Non
 def extract(condition: Any, arr: Any, *, size: int | None = None, fill_value: Any = 0) -> Any:
     """The elements of the flattened `arr` where the flattened `condition` is true."""
     check_arraylike("extract", condition, arr)
-    return compress(_ravel(to_kiln(condition)), _ravel(to_kiln(arr)), size=size,
-                    fill_value=fill_value)
+    return compress(
+        _ravel(to_kiln(condition)), _ravel(to_kiln(arr)), size=size, fill_value=fill_value
+    )
 
 
 # --- where / choose ----------------------------------------------------------------------------
+
 
 def _broadcast_all(*args: Any) -> list:
     shapes = [tuple(a.shape) for a in args]
     try:
         target = tuple(np.broadcast_shapes(*shapes))
     except ValueError:
-        raise ValueError(f"Incompatible shapes for broadcasting: "
-                         f"{', '.join(map(str, shapes))}") from None
+        raise ValueError(
+            f"Incompatible shapes for broadcasting: {', '.join(map(str, shapes))}"
+        ) from None
     out = []
     for a, s in zip(args, shapes):
         if s == target:
@@ -434,15 +526,24 @@ def _broadcast_all(*args: Any) -> list:
     return out
 
 
-def where(condition: Any, x: Any = None, y: Any = None, /, *, size: int | None = None,
-          fill_value: Any = None) -> Any:
+def where(
+    condition: Any,
+    x: Any = None,
+    y: Any = None,
+    /,
+    *,
+    size: int | None = None,
+    fill_value: Any = None,
+) -> Any:
     """`x` where `condition` else `y` (broadcast, promoted); with one argument, the same as
     nonzero(condition, size=size, fill_value=fill_value)."""
     if x is None and y is None:
         return nonzero(condition, size=size, fill_value=fill_value)
     if x is None or y is None:
-        raise ValueError("Either both or neither of the x and y arguments should be provided "
-                         "to kiln.numpy.where.")
+        raise ValueError(
+            "Either both or neither of the x and y arguments should be provided "
+            "to kiln.numpy.where."
+        )
     if size is not None or fill_value is not None:
         raise ValueError("size and fill_value are only valid for the one-argument where.")
     check_arraylike("where", condition, x, y)
@@ -472,7 +573,8 @@ def choose(a: Any, choices: Any, out: None = None, mode: str = "raise") -> Any:
         host = None if isinstance(a, Tracer) else concrete_value(a)
         if host is None:
             raise _concretization_error(
-                a, "choose was traced with mode='raise'; use mode='wrap' or mode='clip'.")
+                a, "choose was traced with mode='raise'; use mode='wrap' or mode='clip'."
+            )
         if np.any((host < 0) | (host >= n)):
             raise ValueError("invalid entry in choice array")
     elif mode == "wrap":
@@ -487,6 +589,7 @@ def choose(a: Any, choices: Any, out: None = None, mode: str = "raise") -> Any:
 
 
 # --- flat and multi-dimensional indices ----------------------------------------------------------
+
 
 def unravel_index(indices: Any, shape: Any) -> tuple:
     """The coordinates in an array of `shape` of each flat index (row-major). Negative
@@ -510,12 +613,15 @@ def unravel_index(indices: Any, shape: Any) -> tuple:
     for dim in reversed(shape):
         coords.append(lax.rem(flat, dim))
         flat = lax.div(flat, dim)
-    return tuple(c if c.dtype == dtype else lax.convert_element_type(c, dtype, weak)
-                 for c in reversed(coords))
+    return tuple(
+        c if c.dtype == dtype else lax.convert_element_type(c, dtype, weak)
+        for c in reversed(coords)
+    )
 
 
-def ravel_multi_index(multi_index: Sequence[Any], dims: Sequence[int], mode: str = "raise",
-                      order: str = "C") -> Any:
+def ravel_multi_index(
+    multi_index: Sequence[Any], dims: Sequence[int], mode: str = "raise", order: str = "C"
+) -> Any:
     """The flat (row-major for order='C', column-major for 'F') index of each coordinate
     tuple. mode 'raise' needs concrete indices; 'wrap' wraps, 'clip' clamps."""
     dims = canonicalize_shape(dims, context="ravel_multi_index dims: ")
@@ -532,19 +638,23 @@ def ravel_multi_index(multi_index: Sequence[Any], dims: Sequence[int], mode: str
             host = None if isinstance(i, Tracer) else concrete_value(i)
             if host is None:
                 raise _concretization_error(
-                    i, "ravel_multi_index was traced with mode='raise'; use mode='wrap' or "
-                       "mode='clip'.")
+                    i,
+                    "ravel_multi_index was traced with mode='raise'; use mode='wrap' or "
+                    "mode='clip'.",
+                )
             if np.any((host < 0) | (host >= dim)):
                 raise ValueError("invalid entry in coordinates array")
     elif mode == "wrap":
         multi_index = [_floor_mod(to_kiln(i), dim) for i, dim in zip(multi_index, dims)]
     elif mode == "clip":
-        multi_index = [lax.max(lax.min(to_kiln(i), dim - 1), 0)
-                       for i, dim in zip(multi_index, dims)]
+        multi_index = [
+            lax.max(lax.min(to_kiln(i), dim - 1), 0) for i, dim in zip(multi_index, dims)
+        ]
     else:
         raise ValueError(f"invalid mode={mode!r}. Expected 'raise', 'wrap', or 'clip'")
-    strides = [math.prod(dims[k + 1:]) if order == "C" else math.prod(dims[:k])
-               for k in range(len(dims))]
+    strides = [
+        math.prod(dims[k + 1 :]) if order == "C" else math.prod(dims[:k]) for k in range(len(dims))
+    ]
     multi_index = _broadcast_all(*promote_dtypes(*multi_index))
     total = None
     for i, stride in zip(multi_index, strides):
@@ -554,6 +664,7 @@ def ravel_multi_index(multi_index: Sequence[Any], dims: Sequence[int], mode: str
 
 
 # --- index constructors ----------------------------------------------------------------------
+
 
 def _nonnegative(name: str, what: str, value: Any) -> int:
     value = operator.index(value)
@@ -623,8 +734,9 @@ def ix_(*args: Any) -> tuple:
     for k, a in enumerate(args):
         shape = tuple(np.shape(a)) if not hasattr(a, "shape") else tuple(a.shape)
         if len(shape) != 1:
-            raise ValueError(f"Arguments to kiln.numpy.ix_ must be 1-dimensional, got shape "
-                             f"{shape}")
+            raise ValueError(
+                f"Arguments to kiln.numpy.ix_ must be 1-dimensional, got shape {shape}"
+            )
         dtype = dtypes.dtype_and_weak_of(a)[0]
         if dtype == dtypes.bool_:
             host = None if isinstance(a, Tracer) else concrete_value(a)
@@ -632,8 +744,9 @@ def ix_(*args: Any) -> tuple:
                 raise errors.NonConcreteBooleanIndexError(a.aval)
             a = _int_array(np.nonzero(host)[0])
         elif not dtypes.is_integer(dtype):
-            raise TypeError(f"ix_ arguments must be integer or boolean arrays, got "
-                            f"{dtype.name} at position {k}")
+            raise TypeError(
+                f"ix_ arguments must be integer or boolean arrays, got {dtype.name} at position {k}"
+            )
         a = to_kiln(a)
         target = [1] * n
         target[k] = a.shape[0]

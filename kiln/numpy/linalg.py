@@ -1,4 +1,5 @@
 """kiln.numpy.linalg: norms (and, later, factorizations)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,6 +17,7 @@ def _abs(x):
 def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2):
     """The vector p-norm over `axis` (all axes when None)."""
     import kiln.numpy as jnp
+
     check_arraylike("linalg.vector_norm", x)
     (x,) = promote_dtypes_inexact(x)
     if axis is None:
@@ -26,8 +28,13 @@ def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2):
         axes = tuple(int(a) % x.ndim for a in axis)
     a = jnp.abs(x)
     if ord is None or ord == 2:
-        return jnp.sqrt(jnp.sum(jnp.real(x * jnp.conj(x)) if np.dtype(x.dtype).kind == "c"
-                                else x * x, axis=axes, keepdims=keepdims))
+        return jnp.sqrt(
+            jnp.sum(
+                jnp.real(x * jnp.conj(x)) if np.dtype(x.dtype).kind == "c" else x * x,
+                axis=axes,
+                keepdims=keepdims,
+            )
+        )
     if ord == np.inf:
         return jnp.max(a, axis=axes, keepdims=keepdims)
     if ord == -np.inf:
@@ -37,7 +44,7 @@ def vector_norm(x, /, *, axis=None, keepdims: bool = False, ord=2):
     if ord == 1:
         return jnp.sum(a, axis=axes, keepdims=keepdims)
     p = float(ord)
-    return jnp.sum(a ** p, axis=axes, keepdims=keepdims) ** (1.0 / p)
+    return jnp.sum(a**p, axis=axes, keepdims=keepdims) ** (1.0 / p)
 
 
 def matrix_norm(x, /, *, keepdims: bool = False, ord="fro"):
@@ -48,6 +55,7 @@ def matrix_norm(x, /, *, keepdims: bool = False, ord="fro"):
 def norm(x, ord=None, axis=None, keepdims: bool = False):
     """Vector or matrix norm, as numpy.linalg.norm (SVD-based orders are not supported yet)."""
     import kiln.numpy as jnp
+
     check_arraylike("linalg.norm", x)
     (x,) = promote_dtypes_inexact(x)
     if axis is None:
@@ -72,6 +80,8 @@ def norm(x, ord=None, axis=None, keepdims: bool = False):
         row_sums = jnp.sum(a, axis=c, keepdims=True)
         out = (jnp.max if ord == np.inf else jnp.min)(row_sums, axis=r, keepdims=True)
     else:
-        raise NotImplementedError(f"norm: matrix ord={ord!r} needs an SVD, which kiln does "
-                                  "not provide yet; use 'fro', 1, -1, inf or -inf.")
+        raise NotImplementedError(
+            f"norm: matrix ord={ord!r} needs an SVD, which kiln does "
+            "not provide yet; use 'fro', 1, -1, inf or -inf."
+        )
     return out if keepdims else jnp.squeeze(out, axis=(r, c))

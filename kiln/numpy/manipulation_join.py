@@ -2,6 +2,7 @@
 variants, block, split and its variants, append, insert and delete. Indices and section
 counts must be static (Python values), since they decide the output shapes. Re-exported by
 kiln.numpy.manipulation."""
+
 from __future__ import annotations
 
 import operator
@@ -12,14 +13,34 @@ import numpy as np
 from kiln import lax
 from kiln.core.array import Array
 from kiln.core.trace import Tracer
-from kiln.numpy.manipulation_shape import (atleast_1d, atleast_2d, atleast_3d, broadcast_to,
-                                           moveaxis, ravel)
+from kiln.numpy.manipulation_shape import (
+    atleast_1d,
+    atleast_2d,
+    atleast_3d,
+    broadcast_to,
+    moveaxis,
+    ravel,
+)
 from kiln.numpy.util import check_arraylike, promote_dtypes, to_kiln
 from kiln.primitives.shape import canonicalize_axis, operand_shape
 
 __all__ = [
-    "concatenate", "concat", "stack", "hstack", "vstack", "dstack", "column_stack", "block",
-    "split", "array_split", "hsplit", "vsplit", "dsplit", "unstack", "append", "insert",
+    "concatenate",
+    "concat",
+    "stack",
+    "hstack",
+    "vstack",
+    "dstack",
+    "column_stack",
+    "block",
+    "split",
+    "array_split",
+    "hsplit",
+    "vsplit",
+    "dsplit",
+    "unstack",
+    "append",
+    "insert",
     "delete",
 ]
 
@@ -49,6 +70,7 @@ def _with_dtype(arrays: list, dtype) -> list:
 
 
 # --- joining ---------------------------------------------------------------------------------
+
 
 def concatenate(arrays, axis: int | None = 0, dtype=None):
     """Join arrays along an existing axis, promoting them to a common dtype. With axis=None
@@ -99,8 +121,9 @@ def stack(arrays, axis: int = 0, out=None, dtype=None):
         raise ValueError("Need at least one array to stack.")
     shapes = [operand_shape(a) for a in arrays]
     if any(s != shapes[0] for s in shapes[1:]):
-        raise ValueError(f"All input arrays must have the same shape. Got "
-                         f"{', '.join(map(str, shapes))}.")
+        raise ValueError(
+            f"All input arrays must have the same shape. Got {', '.join(map(str, shapes))}."
+        )
     axis = canonicalize_axis(axis, len(shapes[0]) + 1)
     expanded = [lax.expand_dims(a, (axis,)) for a in _with_dtype(arrays, dtype)]
     return lax.concatenate(expanded, axis)
@@ -140,18 +163,22 @@ def column_stack(tup):
 def block(arrays):
     """Assemble an array from nested lists of blocks: the innermost lists are joined along
     the last axis, the next level along the one before, and so on."""
+
     def depth_of(x, path) -> int:
         if isinstance(x, tuple):
-            raise TypeError(f"{path} is a tuple. Only lists can be used to arrange blocks, "
-                            "and np.block does not allow implicit conversion from tuple to "
-                            "ndarray.")
+            raise TypeError(
+                f"{path} is a tuple. Only lists can be used to arrange blocks, "
+                "and np.block does not allow implicit conversion from tuple to "
+                "ndarray."
+            )
         if isinstance(x, list):
             if not x:
                 raise ValueError(f"List at {path} cannot be empty")
             depths = {depth_of(item, f"{path}[{i}]") for i, item in enumerate(x)}
             if len(depths) != 1:
-                raise ValueError(f"List depths are mismatched at {path}: found depths "
-                                 f"{sorted(depths)}")
+                raise ValueError(
+                    f"List depths are mismatched at {path}: found depths {sorted(depths)}"
+                )
             return depths.pop() + 1
         check_arraylike("block", x)
         return 0
@@ -166,8 +193,11 @@ def block(arrays):
     def assemble(x, depth: int):
         if not isinstance(x, list):
             x = to_kiln(x)
-            return lax.expand_dims(x, tuple(range(result_ndim - x.ndim))) \
-                if x.ndim < result_ndim else x
+            return (
+                lax.expand_dims(x, tuple(range(result_ndim - x.ndim)))
+                if x.ndim < result_ndim
+                else x
+            )
         parts = [assemble(item, depth + 1) for item in x]
         return concatenate(parts, axis=-(list_depth - depth))
 
@@ -176,14 +206,17 @@ def block(arrays):
 
 # --- splitting -------------------------------------------------------------------------------
 
+
 def _split_bounds(name: str, size: int, indices_or_sections) -> list[tuple[int, int]]:
     if isinstance(indices_or_sections, (list, tuple)) or (
-            isinstance(indices_or_sections, _ARRAY_TYPES)
-            and len(operand_shape(indices_or_sections)) > 0):
-        points = [operator.index(i) for i in
-                  _static_index_array(name, indices_or_sections).tolist()] \
-            if isinstance(indices_or_sections, _ARRAY_TYPES) else \
-            [operator.index(i) for i in indices_or_sections]
+        isinstance(indices_or_sections, _ARRAY_TYPES)
+        and len(operand_shape(indices_or_sections)) > 0
+    ):
+        points = (
+            [operator.index(i) for i in _static_index_array(name, indices_or_sections).tolist()]
+            if isinstance(indices_or_sections, _ARRAY_TYPES)
+            else [operator.index(i) for i in indices_or_sections]
+        )
         edges = [0] + points + [size]
         bounds = []
         for start, stop in zip(edges[:-1], edges[1:]):
@@ -249,13 +282,15 @@ def unstack(x, /, *, axis: int = 0) -> tuple:
     check_arraylike("unstack", x)
     x = to_kiln(x)
     if x.ndim == 0:
-        raise ValueError("Unstack requires arrays with rank > 0, however a scalar array was "
-                         "passed.")
+        raise ValueError(
+            "Unstack requires arrays with rank > 0, however a scalar array was passed."
+        )
     axis = canonicalize_axis(axis, x.ndim)
     return tuple(lax.index_in_dim(x, i, axis, keepdims=False) for i in range(x.shape[axis]))
 
 
 # --- append, insert, delete ------------------------------------------------------------------
+
 
 def append(arr, values, axis: int | None = None):
     """`values` appended to `arr` (both flattened when axis is None)."""
@@ -270,9 +305,11 @@ def _static_index_array(name: str, obj: Any) -> np.ndarray:
     if isinstance(obj, Tracer):
         value = obj.to_concrete_value()
         if value is None:
-            raise TypeError(f"jnp.{name} needs static indices (Python ints, slices or NumPy "
-                            "arrays): a traced index would make the output shape depend on "
-                            "runtime values.")
+            raise TypeError(
+                f"jnp.{name} needs static indices (Python ints, slices or NumPy "
+                "arrays): a traced index would make the output shape depend on "
+                "runtime values."
+            )
         obj = value
     if isinstance(obj, Array):
         obj = np.asarray(obj)
@@ -286,8 +323,11 @@ def _gather_runs(sources: list, pieces_of: list, axis: int) -> Any:
     while start < len(pieces_of):
         src, first = pieces_of[start]
         stop = start + 1
-        while (stop < len(pieces_of) and pieces_of[stop][0] == src
-               and pieces_of[stop][1] == first + (stop - start)):
+        while (
+            stop < len(pieces_of)
+            and pieces_of[stop][0] == src
+            and pieces_of[stop][1] == first + (stop - start)
+        ):
             stop += 1
         parts.append(lax.slice_in_dim(sources[src], first, first + (stop - start), 1, axis))
         start = stop
@@ -308,11 +348,14 @@ def delete(arr, obj, axis: int | None = None, *, assume_unique_indices: bool = F
     else:
         index = _static_index_array("delete", obj)
         if index.dtype != np.bool_ and index.dtype.kind not in "iu" and index.size:
-            raise ValueError("jnp.delete(arr, obj): obj must be an integer array, a boolean "
-                             "mask or a slice.")
+            raise ValueError(
+                "jnp.delete(arr, obj): obj must be an integer array, a boolean mask or a slice."
+            )
         if index.dtype == np.bool_ and index.shape != (n,):
-            raise ValueError(f"boolean array argument obj to delete must be one dimensional "
-                             f"and match the axis length of {n}")
+            raise ValueError(
+                f"boolean array argument obj to delete must be one dimensional "
+                f"and match the axis length of {n}"
+            )
         if index.dtype != np.bool_:
             index = index.astype(np.int64)
             if np.any((index < -n) | (index >= n)):
@@ -341,8 +384,9 @@ def insert(arr, obj, values, axis: int | None = None):
     else:
         index = _static_index_array("insert", obj)
         if index.ndim > 1:
-            raise ValueError("jnp.insert(): obj must be a slice, a one-dimensional array, or "
-                             "a scalar")
+            raise ValueError(
+                "jnp.insert(): obj must be a slice, a one-dimensional array, or a scalar"
+            )
         if index.dtype.kind not in "iu":
             if index.size:
                 raise ValueError("jnp.insert(): index array must be integer typed")
@@ -353,8 +397,11 @@ def insert(arr, obj, values, axis: int | None = None):
     if index.ndim == 0:
         # A scalar position inserts `values` as one block (NumPy moves its first axis to
         # `axis`, so a[:, 1] = v style values line up as columns).
-        values = lax.expand_dims(values, tuple(range(arr.ndim - values.ndim))) \
-            if values.ndim < arr.ndim else values
+        values = (
+            lax.expand_dims(values, tuple(range(arr.ndim - values.ndim)))
+            if values.ndim < arr.ndim
+            else values
+        )
         values = moveaxis(values, 0, axis)
         count = values.shape[axis]
         positions = np.full(count, int(index))

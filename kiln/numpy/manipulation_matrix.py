@@ -2,6 +2,7 @@
 diagonal, diagflat and trace. Masks come from iota comparisons and diagonals from strided
 slices of the flattened matrix, so everything stages as plain shape and elementwise
 primitives. Re-exported by kiln.numpy.manipulation."""
+
 from __future__ import annotations
 
 import operator
@@ -100,4 +101,5 @@ def trace(a, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype=None, out=No
         raise NotImplementedError("The 'out' argument to jnp.trace is not supported.")
     check_arraylike("trace", a)
     import kiln.numpy as jnp  # sum lives with the reductions, which import this package
+
     return jnp.sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)

@@ -1,6 +1,7 @@
 """kiln.numpy functions that rearrange or replicate elements: flip, roll, rot90, tile,
 repeat, pad and resize. Repeat counts, shifts and pad widths must be static (Python values),
 since they decide the output shapes. Re-exported by kiln.numpy.manipulation."""
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,10 @@ def _static_value(name: str, arg: str, value: Any) -> Any:
         concrete = value.to_concrete_value()
         if concrete is None:
             raise errors.ConcretizationTypeError(
-                value, f"It arose in the jnp.{name} argument '{arg}', which must be static "
-                       "(a Python value or NumPy array) because it decides the output shape.\n")
+                value,
+                f"It arose in the jnp.{name} argument '{arg}', which must be static "
+                "(a Python value or NumPy array) because it decides the output shape.\n",
+            )
         return np.asarray(concrete)
     if isinstance(value, Array):
         return np.asarray(value)
@@ -37,6 +40,7 @@ def _static_value(name: str, arg: str, value: Any) -> Any:
 
 
 # --- flips and rotations ---------------------------------------------------------------------
+
 
 def flip(m, axis: int | tuple[int, ...] | None = None):
     """Reverse the order of elements along `axis` (all axes when None)."""
@@ -64,8 +68,10 @@ def rot90(m, k: int = 1, axes: tuple[int, int] = (0, 1)):
     check_arraylike("rot90", m)
     m = to_kiln(m)
     if m.ndim < 2:
-        raise ValueError("rot90 requires its first argument to have ndim at least two, but got "
-                         f"first argument of shape {m.shape}, which has ndim {m.ndim}")
+        raise ValueError(
+            "rot90 requires its first argument to have ndim at least two, but got "
+            f"first argument of shape {m.shape}, which has ndim {m.ndim}"
+        )
     ax1, ax2 = (canonicalize_axis(a, m.ndim) for a in axes)
     if ax1 == ax2:
         raise ValueError("Axes must be different")
@@ -90,8 +96,9 @@ def roll(a, shift, axis: int | tuple[int, ...] | None = None):
     if axis is None:
         flat = roll(ravel(a), int(np.sum(np.asarray(shift, dtype=np.int64))), 0)
         return reshape(flat, a.shape)
-    shifts, axes = np.broadcast_arrays(np.asarray(shift, dtype=np.int64),
-                                       np.asarray(axis, dtype=np.int64))
+    shifts, axes = np.broadcast_arrays(
+        np.asarray(shift, dtype=np.int64), np.asarray(axis, dtype=np.int64)
+    )
     if shifts.ndim > 1:
         raise ValueError("'shift' and 'axis' arguments to roll must be scalars or 1D arrays")
     for s, ax in zip(shifts.reshape(-1).tolist(), axes.reshape(-1).tolist()):
@@ -100,12 +107,14 @@ def roll(a, shift, axis: int | tuple[int, ...] | None = None):
         if n == 0 or s % n == 0:
             continue
         s %= n
-        a = lax.concatenate([lax.slice_in_dim(a, n - s, n, 1, ax),
-                             lax.slice_in_dim(a, 0, n - s, 1, ax)], ax)
+        a = lax.concatenate(
+            [lax.slice_in_dim(a, n - s, n, 1, ax), lax.slice_in_dim(a, 0, n - s, 1, ax)], ax
+        )
     return a
 
 
 # --- replication -----------------------------------------------------------------------------
+
 
 def tile(A, reps):
     """Repeat the whole array `reps` times along each axis."""
@@ -129,9 +138,9 @@ def _repeat_each(a, count: int, axis: int):
     axis right after `axis`, then merge the two."""
     if count == 1:
         return a
-    shape = a.shape[:axis + 1] + (count,) + a.shape[axis + 1:]
+    shape = a.shape[: axis + 1] + (count,) + a.shape[axis + 1 :]
     kept = tuple(i for i in range(a.ndim + 1) if i != axis + 1)
-    out_shape = a.shape[:axis] + (a.shape[axis] * count,) + a.shape[axis + 1:]
+    out_shape = a.shape[:axis] + (a.shape[axis] * count,) + a.shape[axis + 1 :]
     return lax.reshape(lax.broadcast_in_dim(a, shape, kept), out_shape)
 
 
@@ -146,8 +155,10 @@ def repeat(a, repeats, axis: int | None = None, *, total_repeat_length: int | No
     a = to_kiln(a)
     if isinstance(repeats, Tracer) and repeats.to_concrete_value() is None:
         raise errors.ConcretizationTypeError(
-            repeats, "When jit-compiling jnp.repeat, the repeat counts must be static: pass "
-                     "them as a Python int or NumPy array (static_argnums).\n")
+            repeats,
+            "When jit-compiling jnp.repeat, the repeat counts must be static: pass "
+            "them as a Python int or NumPy array (static_argnums).\n",
+        )
     counts = np.asarray(_static_value("repeat", "repeats", repeats))
     if counts.dtype.kind not in "iub":
         raise TypeError(f"jnp.repeat repeats must be integers, got dtype {counts.dtype}")
@@ -159,8 +170,9 @@ def repeat(a, repeats, axis: int | None = None, *, total_repeat_length: int | No
     axis = canonicalize_axis(axis, a.ndim)
     n = a.shape[axis]
     if counts.ndim > 1 or (counts.ndim == 1 and counts.size not in (1, n)):
-        raise ValueError(f"jnp.repeat repeats of shape {counts.shape} do not match axis "
-                         f"{axis} of length {n}")
+        raise ValueError(
+            f"jnp.repeat repeats of shape {counts.shape} do not match axis {axis} of length {n}"
+        )
     if counts.size == 1:
         out = _repeat_each(a, int(counts.reshape(())), axis)
     else:
@@ -205,6 +217,7 @@ def resize(a, new_shape):
 
 # --- pad -------------------------------------------------------------------------------------
 
+
 def _pad_widths(pad_width: Any, ndim: int) -> np.ndarray:
     widths = _static_value("pad", "pad_width", pad_width)
     widths = np.asarray(widths)
@@ -213,8 +226,10 @@ def _pad_widths(pad_width: Any, ndim: int) -> np.ndarray:
     try:
         widths = np.broadcast_to(widths.astype(np.int64), (ndim, 2))
     except ValueError:
-        raise ValueError(f"jnp.pad: pad_width with shape {widths.shape} cannot be broadcast "
-                         f"to ({ndim}, 2), one (before, after) pair per axis.") from None
+        raise ValueError(
+            f"jnp.pad: pad_width with shape {widths.shape} cannot be broadcast "
+            f"to ({ndim}, 2), one (before, after) pair per axis."
+        ) from None
     if np.any(widths < 0):
         raise ValueError("index can't contain negative values")
     return widths
@@ -224,6 +239,7 @@ def _pad_constant(array, widths: np.ndarray, constant_values):
     if isinstance(constant_values, (list, tuple)):
         # NumPy's API spells per-axis values as nested tuples, so they are accepted here.
         from kiln.numpy.creation import asarray
+
         values = asarray(constant_values)
     else:
         check_arraylike("pad", constant_values)
@@ -231,8 +247,11 @@ def _pad_constant(array, widths: np.ndarray, constant_values):
     weak = array.weak_type
     if values.ndim == 0:
         # A host scalar converts on the host, so the jaxpr shows it as a literal.
-        raw = constant_values if isinstance(constant_values, (bool, int, float, complex,
-                                                              np.generic)) else values
+        raw = (
+            constant_values
+            if isinstance(constant_values, (bool, int, float, complex, np.generic))
+            else values
+        )
         value = convert_element_type(raw, array.dtype, weak)
         return lax.pad(array, value, [(int(lo), int(hi), 0) for lo, hi in widths])
     values = broadcast_to(values, (array.ndim, 2))
@@ -242,8 +261,9 @@ def _pad_constant(array, widths: np.ndarray, constant_values):
             if widths[axis, side] == 0:
                 continue
             config = [(0, 0, 0)] * array.ndim
-            config[axis] = (int(widths[axis, 0]), 0, 0) if side == 0 else \
-                (0, int(widths[axis, 1]), 0)
+            config[axis] = (
+                (int(widths[axis, 0]), 0, 0) if side == 0 else (0, int(widths[axis, 1]), 0)
+            )
             value = lax.reshape(lax.slice(values, (axis, side), (axis + 1, side + 1)), ())
             array = lax.pad(array, value, config)
     return array
@@ -307,8 +327,9 @@ def _pad_reflect(array, widths: np.ndarray, mode: str, reflect_type: str):
             if width == 0:
                 continue
             size = array.shape[axis]
-            edge = lax.slice_in_dim(array, 0 if before else size - 1,
-                                    1 if before else size, 1, axis)
+            edge = lax.slice_in_dim(
+                array, 0 if before else size - 1, 1 if before else size, 1, axis
+            )
             while width > 0:
                 chunk = min(width, n - offset)
                 width -= chunk
@@ -324,14 +345,21 @@ def _pad_reflect(array, widths: np.ndarray, mode: str, reflect_type: str):
                     piece = lax.sub(doubled, piece)
                     if n > 1:
                         k = piece.shape[axis]
-                        edge = lax.slice_in_dim(piece, 0 if before else k - 1,
-                                                1 if before else k, 1, axis)
+                        edge = lax.slice_in_dim(
+                            piece, 0 if before else k - 1, 1 if before else k, 1, axis
+                        )
                 array = lax.concatenate([piece, array] if before else [array, piece], axis)
     return array
 
 
-_PAD_KWARGS = {"constant": {"constant_values"}, "edge": set(), "wrap": set(),
-               "reflect": {"reflect_type"}, "symmetric": {"reflect_type"}, "empty": set()}
+_PAD_KWARGS = {
+    "constant": {"constant_values"},
+    "edge": set(),
+    "wrap": set(),
+    "reflect": {"reflect_type"},
+    "symmetric": {"reflect_type"},
+    "empty": set(),
+}
 
 
 def pad(array, pad_width, mode: str = "constant", **kwargs):
@@ -344,13 +372,14 @@ def pad(array, pad_width, mode: str = "constant", **kwargs):
     array = to_kiln(array)
     if not isinstance(mode, str) or mode not in _PAD_KWARGS:
         if mode in ("linear_ramp", "maximum", "mean", "median", "minimum") or callable(mode):
-            raise NotImplementedError(f"jnp.pad mode {mode!r} is not implemented in kiln yet; "
-                                      f"supported modes: {', '.join(_PAD_KWARGS)}.")
+            raise NotImplementedError(
+                f"jnp.pad mode {mode!r} is not implemented in kiln yet; "
+                f"supported modes: {', '.join(_PAD_KWARGS)}."
+            )
         raise NotImplementedError(f"Unimplemented padding mode '{mode}' for np.pad.")
     unexpected = set(kwargs) - _PAD_KWARGS[mode]
     if unexpected:
-        raise ValueError(f"Unsupported keyword arguments for mode '{mode}': "
-                         f"{sorted(unexpected)}")
+        raise ValueError(f"Unsupported keyword arguments for mode '{mode}': {sorted(unexpected)}")
     widths = _pad_widths(pad_width, array.ndim)
     if mode == "constant":
         return _pad_constant(array, widths, kwargs.get("constant_values", 0))
@@ -364,4 +393,3 @@ def pad(array, pad_width, mode: str = "constant", **kwargs):
     if reflect_type not in ("even", "odd"):
         raise ValueError(f"reflect_type must be 'even' or 'odd', got {reflect_type!r}")
     return _pad_reflect(array, widths, mode, reflect_type)
-

@@ -1,6 +1,7 @@
 """kiln.numpy functions that change an array's shape or axis order without changing its
 elements: reshape, ravel, transpose, moveaxis, squeeze, expand_dims, atleast_*d and the
 broadcasting functions. Re-exported by kiln.numpy.manipulation."""
+
 from __future__ import annotations
 
 import math
@@ -15,16 +16,32 @@ from kiln.numpy.util import check_arraylike, to_kiln
 from kiln.primitives.shape import canonicalize_axis, operand_shape
 
 __all__ = [
-    "reshape", "ravel", "transpose", "permute_dims", "moveaxis",
-    "swapaxes", "rollaxis", "squeeze", "expand_dims", "atleast_1d", "atleast_2d", "atleast_3d",
-    "broadcast_to", "broadcast_arrays", "broadcast_shapes", "shape", "ndim", "size",
+    "reshape",
+    "ravel",
+    "transpose",
+    "permute_dims",
+    "moveaxis",
+    "swapaxes",
+    "rollaxis",
+    "squeeze",
+    "expand_dims",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "broadcast_to",
+    "broadcast_arrays",
+    "broadcast_shapes",
+    "shape",
+    "ndim",
+    "size",
 ]
 
 
 def canonicalize_axes(axes: Any, ndim: int, what: str = "axis") -> tuple[int, ...]:
     """Normalize an int or a sequence of ints to non-negative, distinct axes."""
-    if isinstance(axes, (int, np.integer)) or (hasattr(axes, "__index__")
-                                               and not hasattr(axes, "__len__")):
+    if isinstance(axes, (int, np.integer)) or (
+        hasattr(axes, "__index__") and not hasattr(axes, "__len__")
+    ):
         axes = (axes,)
     out = tuple(canonicalize_axis(a, ndim, what) for a in axes)
     if len(set(out)) != len(out):
@@ -33,6 +50,7 @@ def canonicalize_axes(axes: Any, ndim: int, what: str = "axis") -> tuple[int, ..
 
 
 # --- reshape ---------------------------------------------------------------------------------
+
 
 def _static_dim(d: Any) -> int:
     try:
@@ -45,28 +63,33 @@ def _static_dim(d: Any) -> int:
 def _resolve_newshape(old_shape: tuple, newshape: Any) -> tuple[int, ...]:
     """The target shape with a single -1 replaced by the size that keeps the total equal."""
     given = newshape
-    if isinstance(newshape, (int, np.integer)) or (hasattr(newshape, "__index__")
-                                                   and not hasattr(newshape, "__len__")):
+    if isinstance(newshape, (int, np.integer)) or (
+        hasattr(newshape, "__index__") and not hasattr(newshape, "__len__")
+    ):
         newshape = (newshape,)
     dims = [_static_dim(d) for d in newshape]
     size = math.prod(old_shape)
     unknown = [i for i, d in enumerate(dims) if d == -1]
     if len(unknown) > 1:
-        raise TypeError(f"can only specify one unknown axis size with a `-1` value, got "
-                        f"{given}")
+        raise TypeError(f"can only specify one unknown axis size with a `-1` value, got {given}")
     if any(d < -1 for d in dims):
-        raise TypeError(f"reshape shape must contain only non-negative sizes and at most one "
-                        f"-1, got {given}")
+        raise TypeError(
+            f"reshape shape must contain only non-negative sizes and at most one -1, got {given}"
+        )
     known = math.prod(d for d in dims if d != -1)
     if unknown:
         if known == 0 or size % known:
-            raise TypeError(f"cannot reshape array of shape {old_shape} (size {size}) into "
-                            f"shape {given} because the product of specified axis sizes "
-                            f"({known}) does not evenly divide {size}")
+            raise TypeError(
+                f"cannot reshape array of shape {old_shape} (size {size}) into "
+                f"shape {given} because the product of specified axis sizes "
+                f"({known}) does not evenly divide {size}"
+            )
         dims[unknown[0]] = size // known
     elif known != size:
-        raise TypeError(f"cannot reshape array of shape {old_shape} (size {size}) into shape "
-                        f"{given} (size {known})")
+        raise TypeError(
+            f"cannot reshape array of shape {old_shape} (size {size}) into shape "
+            f"{given} (size {known})"
+        )
     return tuple(dims)
 
 
@@ -105,6 +128,7 @@ def ravel(a, order: str = "C"):
 
 # --- axis permutations -----------------------------------------------------------------------
 
+
 def transpose(a, axes: Sequence[int] | None = None):
     """Permute the axes of `a` (reverse them when `axes` is None)."""
     check_arraylike("transpose", a)
@@ -131,8 +155,7 @@ def moveaxis(a, source, destination):
     src = canonicalize_axes(source, a.ndim, "source axis")
     dst = canonicalize_axes(destination, a.ndim, "destination axis")
     if len(src) != len(dst):
-        raise ValueError("Inconsistent number of elements: "
-                         f"{len(src)} vs {len(dst)}")
+        raise ValueError(f"Inconsistent number of elements: {len(src)} vs {len(dst)}")
     perm = [i for i in range(a.ndim) if i not in src]
     for d, s in sorted(zip(dst, src)):
         perm.insert(d, s)
@@ -156,8 +179,9 @@ def rollaxis(a, axis: int, start: int = 0):
     axis = canonicalize_axis(axis, a.ndim)
     start = operator.index(start)
     if not -a.ndim <= start <= a.ndim:
-        raise ValueError(f"start {start} is out of bounds for rollaxis on an array of "
-                         f"dimension {a.ndim}")
+        raise ValueError(
+            f"start {start} is out of bounds for rollaxis on an array of dimension {a.ndim}"
+        )
     if start < 0:
         start += a.ndim
     if axis < start:
@@ -168,6 +192,7 @@ def rollaxis(a, axis: int, start: int = 0):
 
 
 # --- adding and removing unit axes -----------------------------------------------------------
+
 
 def squeeze(a, axis: int | Sequence[int] | None = None):
     """Remove size-1 axes (all of them when `axis` is None)."""
@@ -217,6 +242,7 @@ def atleast_3d(*arys):
 
 # --- broadcasting ----------------------------------------------------------------------------
 
+
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
     """The shape NumPy broadcasting gives arrays of these shapes."""
     canon = [canonicalize_shape(s) for s in shapes]
@@ -243,8 +269,9 @@ def _broadcast_to(x, shape: tuple):
         aval = getattr(x, "aval", None)
         desc = aval.str_short() if aval is not None else str(x_shape)
         target = aval.update(shape=shape).str_short() if aval is not None else str(shape)
-        raise ValueError(f"Incompatible types for broadcasting: input type={desc} and "
-                         f"requested type={target}")
+        raise ValueError(
+            f"Incompatible types for broadcasting: input type={desc} and requested type={target}"
+        )
     stretched = tuple(i for i, (d, t) in enumerate(zip(x_shape, shape[lead:])) if d != t)
     if stretched:
         x = lax.squeeze(x, stretched)
@@ -268,6 +295,7 @@ def broadcast_arrays(*args) -> list:
 
 
 # --- shape queries ---------------------------------------------------------------------------
+
 
 def shape(a) -> tuple[int, ...]:
     """The shape of an array or anything NumPy can convert (lists included)."""

@@ -1,5 +1,6 @@
 """Products: matmul, dot, vdot, inner, outer, tensordot, einsum, kron — all lowered to
 lax.dot_general (plus elementwise multiply and reshapes where no contraction happens)."""
+
 from __future__ import annotations
 
 import string
@@ -10,8 +11,18 @@ import numpy as np
 from kiln import lax
 from kiln.numpy.util import check_arraylike, promote_dtypes, shape as _shape
 
-__all__ = ["matmul", "dot", "vdot", "vecdot", "inner", "outer", "tensordot", "einsum", "kron",
-           "matrix_transpose"]
+__all__ = [
+    "matmul",
+    "dot",
+    "vdot",
+    "vecdot",
+    "inner",
+    "outer",
+    "tensordot",
+    "einsum",
+    "kron",
+    "matrix_transpose",
+]
 
 
 def _promoted(name: str, a, b):
@@ -23,32 +34,51 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
     """Matrix product with NumPy's rules: 1-D operands are vectors, leading dims broadcast."""
     a, b = _promoted("matmul", a, b)
     if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: operands must not be scalars, got shapes {a.shape} and "
-                         f"{b.shape}; use * for scalar multiplication.")
+        raise ValueError(
+            f"matmul: operands must not be scalars, got shapes {a.shape} and "
+            f"{b.shape}; use * for scalar multiplication."
+        )
     if a.ndim == 1 and b.ndim == 1:
-        return lax.dot_general(a, b, (((0,), (0,)), ((), ())),
-                               preferred_element_type=preferred_element_type)
+        return lax.dot_general(
+            a, b, (((0,), (0,)), ((), ())), preferred_element_type=preferred_element_type
+        )
     if b.ndim == 1:
-        return lax.dot_general(a, b, (((a.ndim - 1,), (0,)), ((), ())),
-                               preferred_element_type=preferred_element_type)
+        return lax.dot_general(
+            a, b, (((a.ndim - 1,), (0,)), ((), ())), preferred_element_type=preferred_element_type
+        )
     if a.ndim == 1:
-        return lax.dot_general(a, b, (((0,), (b.ndim - 2,)), ((), ())),
-                               preferred_element_type=preferred_element_type) \
-            if b.ndim == 2 else _batched_vecmat(a, b, preferred_element_type)
+        return (
+            lax.dot_general(
+                a,
+                b,
+                (((0,), (b.ndim - 2,)), ((), ())),
+                preferred_element_type=preferred_element_type,
+            )
+            if b.ndim == 2
+            else _batched_vecmat(a, b, preferred_element_type)
+        )
     if a.ndim == 2 and b.ndim == 2:
-        return lax.dot_general(a, b, (((1,), (0,)), ((), ())),
-                               preferred_element_type=preferred_element_type)
+        return lax.dot_general(
+            a, b, (((1,), (0,)), ((), ())), preferred_element_type=preferred_element_type
+        )
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = _broadcast_batch(a, batch)
     b = _broadcast_batch(b, batch)
     dims = tuple(range(len(batch)))
-    return lax.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 2,)), (dims, dims)),
-                           preferred_element_type=preferred_element_type)
+    return lax.dot_general(
+        a,
+        b,
+        (((a.ndim - 1,), (b.ndim - 2,)), (dims, dims)),
+        preferred_element_type=preferred_element_type,
+    )
 
 
 def _batched_vecmat(a, b, preferred_element_type):
-    out = matmul(lax.broadcast_in_dim(a, (1, a.shape[0]), (1,)), b,
-                 preferred_element_type=preferred_element_type)
+    out = matmul(
+        lax.broadcast_in_dim(a, (1, a.shape[0]), (1,)),
+        b,
+        preferred_element_type=preferred_element_type,
+    )
     return lax.reshape(out, out.shape[:-2] + out.shape[-1:])
 
 
@@ -57,6 +87,7 @@ def _broadcast_batch(x, batch: tuple):
     if x.shape == target:
         return x
     from kiln.numpy.manipulation import broadcast_to
+
     return broadcast_to(x, target)
 
 
@@ -67,12 +98,17 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
     if a.ndim == 0 or b.ndim == 0:
         return lax.mul(*_broadcast_pair(a, b))
     contract_b = 0 if b.ndim == 1 else b.ndim - 2
-    return lax.dot_general(a, b, (((a.ndim - 1,), (contract_b,)), ((), ())),
-                           preferred_element_type=preferred_element_type)
+    return lax.dot_general(
+        a,
+        b,
+        (((a.ndim - 1,), (contract_b,)), ((), ())),
+        preferred_element_type=preferred_element_type,
+    )
 
 
 def _broadcast_pair(a, b):
     from kiln.numpy.util import broadcast_arrays_for_lax
+
     return broadcast_arrays_for_lax(a, b)
 
 
@@ -88,10 +124,12 @@ def vecdot(x1, x2, /, *, axis: int = -1):
     """Vector dot product along `axis` (conjugating x1), broadcasting the other dims."""
     from kiln.numpy.manipulation import moveaxis
     from kiln.numpy.reductions import sum as _sum
+
     x1, x2 = _promoted("vecdot", x1, x2)
     if np.dtype(x1.dtype).kind == "c":
         x1 = lax.conj(x1)
     from kiln.numpy.ufuncs import multiply
+
     return _sum(multiply(moveaxis(x1, axis, -1), moveaxis(x2, axis, -1)), axis=-1)
 
 
@@ -117,8 +155,9 @@ def tensordot(a, b, axes: int | Sequence = 2, *, precision=None):
     if isinstance(axes, (int, np.integer)):
         n = int(axes)
         if n < 0 or n > min(a.ndim, b.ndim):
-            raise ValueError(f"tensordot: axes={n} is out of range for shapes {a.shape} and "
-                             f"{b.shape}")
+            raise ValueError(
+                f"tensordot: axes={n} is out of range for shapes {a.shape} and {b.shape}"
+            )
         ca, cb = tuple(range(a.ndim - n, a.ndim)), tuple(range(n))
     else:
         if len(axes) != 2:
@@ -154,6 +193,7 @@ def matrix_transpose(x, /):
 
 # --- einsum ----------------------------------------------------------------------------------
 
+
 def _parse_einsum(subscripts: str, operands: Sequence[Any]) -> tuple[list[str], str]:
     subscripts = subscripts.replace(" ", "")
     if "->" in subscripts:
@@ -175,10 +215,12 @@ def _parse_einsum(subscripts: str, operands: Sequence[Any]) -> tuple[list[str], 
     for term, op in zip(terms, operands):
         if "..." in term:
             n = len(_shape(op)) - (len(term) - 3)
-            term = term.replace("...", ell[ell_ndim - n:] if n else "")
+            term = term.replace("...", ell[ell_ndim - n :] if n else "")
         if len(term) != len(_shape(op)):
-            raise ValueError(f"einsum: subscript '{term}' has {len(term)} labels for an "
-                             f"operand of rank {len(_shape(op))}")
+            raise ValueError(
+                f"einsum: subscript '{term}' has {len(term)} labels for an "
+                f"operand of rank {len(_shape(op))}"
+            )
         expanded.append(term)
     if explicit:
         output = output.replace("...", ell)
@@ -199,14 +241,16 @@ def _einsum_diagonal(x, term: str):
                 break
         n = x.shape[i]
         if x.shape[j] != n:
-            raise ValueError(f"einsum: repeated label '{c}' has sizes {x.shape[i]} and "
-                             f"{x.shape[j]}")
-        eye = lax.eq(lax.broadcasted_iota(np.int32, (n, n), 0),
-                     lax.broadcasted_iota(np.int32, (n, n), 1))
+            raise ValueError(
+                f"einsum: repeated label '{c}' has sizes {x.shape[i]} and {x.shape[j]}"
+            )
+        eye = lax.eq(
+            lax.broadcasted_iota(np.int32, (n, n), 0), lax.broadcasted_iota(np.int32, (n, n), 1)
+        )
         mask = lax.broadcast_in_dim(eye, x.shape, (i, j))
         x = lax.select(mask, x, lax.full(x.shape, 0, x.dtype))
         x = lax.reduce_sum(x, (j,))
-        term = term[:j] + term[j + 1:]
+        term = term[:j] + term[j + 1 :]
     return x, term
 
 
@@ -218,8 +262,7 @@ def _sum_labels(x, term: str, keep: set):
     return x, term
 
 
-def einsum(subscripts: str, *operands, optimize=None, precision=None,
-           preferred_element_type=None):
+def einsum(subscripts: str, *operands, optimize=None, precision=None, preferred_element_type=None):
     """Einstein summation, contracted pairwise left to right with dot_general."""
     if not isinstance(subscripts, str):
         raise TypeError("einsum: only the subscripts-string form is supported")
@@ -237,20 +280,27 @@ def einsum(subscripts: str, *operands, optimize=None, precision=None,
     x, xt = work[0]
     for idx in range(1, len(work)):
         y, yt = work[idx]
-        later = set(output) | {c for _, t in work[idx + 1:] for c in t}
+        later = set(output) | {c for _, t in work[idx + 1 :] for c in t}
         shared = [c for c in xt if c in yt]
         batch = [c for c in shared if c in later]
         contract = [c for c in shared if c not in later]
-        dims = ((tuple(xt.index(c) for c in contract), tuple(yt.index(c) for c in contract)),
-                (tuple(xt.index(c) for c in batch), tuple(yt.index(c) for c in batch)))
+        dims = (
+            (tuple(xt.index(c) for c in contract), tuple(yt.index(c) for c in contract)),
+            (tuple(xt.index(c) for c in batch), tuple(yt.index(c) for c in batch)),
+        )
         for c in shared:
             if x.shape[xt.index(c)] != y.shape[yt.index(c)]:
-                raise ValueError(f"einsum: label '{c}' has sizes {x.shape[xt.index(c)]} and "
-                                 f"{y.shape[yt.index(c)]}")
+                raise ValueError(
+                    f"einsum: label '{c}' has sizes {x.shape[xt.index(c)]} and "
+                    f"{y.shape[yt.index(c)]}"
+                )
         x = lax.dot_general(x, y, dims, preferred_element_type=preferred_element_type)
-        xt = "".join(batch) + "".join(c for c in xt if c not in shared) + \
-            "".join(c for c in yt if c not in shared)
-        x, xt = _sum_labels(x, xt, set(output) | {c for _, t in work[idx + 1:] for c in t})
+        xt = (
+            "".join(batch)
+            + "".join(c for c in xt if c not in shared)
+            + "".join(c for c in yt if c not in shared)
+        )
+        x, xt = _sum_labels(x, xt, set(output) | {c for _, t in work[idx + 1 :] for c in t})
     x, xt = _sum_labels(x, xt, set(output))
     if sorted(xt) != sorted(output):
         missing = set(output) - set(xt)

@@ -5,6 +5,7 @@ the default int, means of ints give the default float, float16 sums accumulate i
 Quantiles (reductions_quantile.py) and cumulative ops, diff, bincount and histogram
 (reductions_cumulative.py) live next door and are exported from here.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -19,15 +20,38 @@ from kiln.core import dtypes
 from kiln.numpy.util import check_arraylike, check_int_scalars, to_kiln
 
 __all__ = [
-    "sum", "prod", "max", "min", "amax", "amin", "any", "all", "mean", "average", "var",
-    "std", "ptp", "nansum", "nanprod", "nanmax", "nanmin", "nanmean", "nanvar", "nanstd",
-    "nanargmax", "nanargmin", "argmax", "argmin", "count_nonzero",
+    "sum",
+    "prod",
+    "max",
+    "min",
+    "amax",
+    "amin",
+    "any",
+    "all",
+    "mean",
+    "average",
+    "var",
+    "std",
+    "ptp",
+    "nansum",
+    "nanprod",
+    "nanmax",
+    "nanmin",
+    "nanmean",
+    "nanvar",
+    "nanstd",
+    "nanargmax",
+    "nanargmin",
+    "argmax",
+    "argmin",
+    "count_nonzero",
 ]
 
 _LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
 
 
 # --- helpers shared by the reductions --------------------------------------------------------
+
 
 def reduction_axes(axis: Any, ndim: int) -> tuple[int, ...]:
     """The axes a reduction removes: all for None, else validated non-negative ints (sorted).
@@ -40,8 +64,10 @@ def reduction_axes(axis: Any, ndim: int) -> tuple[int, ...]:
         try:
             a = operator.index(a)
         except TypeError:
-            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}. "
-                            "Axes are static: they cannot be traced values.") from None
+            raise TypeError(
+                f"axis must be None, an int or a tuple of ints, got {axis!r}. "
+                "Axes are static: they cannot be traced values."
+            ) from None
         if not -ndim <= a < ndim:
             raise np.exceptions.AxisError(a, ndim)
         out.append(a % ndim)
@@ -56,8 +82,10 @@ def _axis_size(shape: tuple, axes: tuple) -> int:
 
 def _no_out(name: str, out) -> None:
     if out is not None:
-        raise NotImplementedError(f"The 'out' argument to kiln.numpy.{name} is not supported: "
-                                  "kiln arrays are immutable; use the return value instead.")
+        raise NotImplementedError(
+            f"The 'out' argument to kiln.numpy.{name} is not supported: "
+            "kiln arrays are immutable; use the return value instead."
+        )
 
 
 def _upcast_low_precision(dtype: np.dtype) -> np.dtype:
@@ -100,8 +128,7 @@ def broadcast_to_shape(x, shape: tuple):
         if np.broadcast_shapes(x_shape, shape) != shape:
             raise ValueError
     except ValueError:
-        raise ValueError(f"cannot broadcast an array of shape {x_shape} to shape {shape}") \
-            from None
+        raise ValueError(f"cannot broadcast an array of shape {x_shape} to shape {shape}") from None
     # broadcast_in_dim stretches size-1 dimensions itself: no reshape needed.
     lead = len(shape) - len(x_shape)
     return lax.broadcast_in_dim(x, shape, tuple(range(lead, len(shape))))
@@ -114,13 +141,19 @@ def where_(condition, x, y):
         x = lax.convert_element_type(x, y.dtype, y.aval.weak_type)
     if isinstance(y, (bool, int, float, complex)):
         y = lax.convert_element_type(y, x.dtype, x.aval.weak_type)
-    shape = np.broadcast_shapes(np.shape(condition) if not hasattr(condition, "shape")
-                                else condition.shape, x.shape, y.shape)
+    shape = np.broadcast_shapes(
+        np.shape(condition) if not hasattr(condition, "shape") else condition.shape,
+        x.shape,
+        y.shape,
+    )
     condition = to_kiln(condition)
     if condition.dtype != np.bool_:
         condition = lax.ne(condition, lax.convert_element_type(0, condition.dtype))
-    return lax.select(broadcast_to_shape(condition, shape), broadcast_to_shape(x, shape),
-                      broadcast_to_shape(y, shape))
+    return lax.select(
+        broadcast_to_shape(condition, shape),
+        broadcast_to_shape(x, shape),
+        broadcast_to_shape(y, shape),
+    )
 
 
 def isnan_(x):
@@ -138,11 +171,25 @@ def _where_mask(name: str, where, shape: tuple):
     return broadcast_to_shape(mask, shape)
 
 
-def _reduction(a, name: str, *, axis, dtype, keepdims: bool, initial, where,
-               lax_reduce: Callable, combine: Callable, identity: Callable,
-               bool_reduce: Callable | None = None, bool_combine: Callable | None = None,
-               has_identity: bool = True, promote_integers: bool = False,
-               upcast_low_precision: bool = False, preprocess: Callable | None = None):
+def _reduction(
+    a,
+    name: str,
+    *,
+    axis,
+    dtype,
+    keepdims: bool,
+    initial,
+    where,
+    lax_reduce: Callable,
+    combine: Callable,
+    identity: Callable,
+    bool_reduce: Callable | None = None,
+    bool_combine: Callable | None = None,
+    has_identity: bool = True,
+    promote_integers: bool = False,
+    upcast_low_precision: bool = False,
+    preprocess: Callable | None = None,
+):
     """The shared body of the monoid reductions, as JAX defines them.
 
     The reduction runs in a computation dtype (float16/bfloat16 sums go through float32); a
@@ -155,23 +202,23 @@ def _reduction(a, name: str, *, axis, dtype, keepdims: bool, initial, where,
     axes = reduction_axes(axis, a.ndim)
     if initial is None and not has_identity:
         if where is not None:
-            raise ValueError(f"reduction operation {name} does not have an identity, so to use "
-                             "a where mask one has to specify 'initial'")
+            raise ValueError(
+                f"reduction operation {name} does not have an identity, so to use "
+                "a where mask one has to specify 'initial'"
+            )
         if builtins.any(a.shape[d] == 0 for d in axes):
-            raise ValueError(f"zero-size array to reduction operation {name} which has no "
-                             "identity")
+            raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
     result_dtype = _user_dtype(dtype) or a.dtype
     if dtype is None and promote_integers:
         if result_dtype == np.bool_:
             result_dtype = dtypes.default_int()
-        elif result_dtype.kind == "u" and result_dtype.itemsize < \
-                dtypes.default_uint().itemsize:
+        elif result_dtype.kind == "u" and result_dtype.itemsize < dtypes.default_uint().itemsize:
             result_dtype = dtypes.default_uint()
-        elif result_dtype.kind == "i" and result_dtype.itemsize < \
-                dtypes.default_int().itemsize:
+        elif result_dtype.kind == "i" and result_dtype.itemsize < dtypes.default_int().itemsize:
             result_dtype = dtypes.default_int()
-    computation_dtype = (_upcast_low_precision(result_dtype) if upcast_low_precision
-                         else result_dtype)
+    computation_dtype = (
+        _upcast_low_precision(result_dtype) if upcast_low_precision else result_dtype
+    )
     a = _convert(a, computation_dtype)
     if computation_dtype == np.bool_ and bool_reduce is not None:
         lax_reduce, combine = bool_reduce, bool_combine
@@ -182,8 +229,7 @@ def _reduction(a, name: str, *, axis, dtype, keepdims: bool, initial, where,
         check_arraylike(name, initial)
         initial_shape = tuple(initial.shape) if hasattr(initial, "shape") else np.shape(initial)
         if initial_shape:
-            raise ValueError(f"initial value must be a scalar. Got array of shape "
-                             f"{initial_shape}")
+            raise ValueError(f"initial value must be a scalar. Got array of shape {initial_shape}")
         check_int_scalars(initial)
         result = combine(lax.convert_element_type(initial, computation_dtype), result)
     if keepdims:
@@ -209,47 +255,120 @@ def _to_bool(a):
 
 # --- sum, prod, max, min, any, all -----------------------------------------------------------
 
-def sum(a, axis=None, dtype=None, out=None, keepdims: bool = False, initial=None,  # noqa: A001
-        where=None, promote_integers: bool = True):
+
+def sum(
+    a,
+    axis=None,
+    dtype=None,
+    out=None,
+    keepdims: bool = False,
+    initial=None,  # noqa: A001
+    where=None,
+    promote_integers: bool = True,
+):
     """Sum of elements over `axis` (None: all). Booleans and small integers sum in the default
     integer type unless `promote_integers=False`; float16/bfloat16 accumulate in float32."""
     _no_out("sum", out)
-    return _reduction(a, "sum", axis=axis, dtype=dtype, keepdims=keepdims, initial=initial,
-                      where=where, lax_reduce=lax.reduce_sum, combine=lax.add, identity=_zero,
-                      bool_reduce=lax.reduce_or, bool_combine=lax.bitwise_or,
-                      promote_integers=promote_integers, upcast_low_precision=True,
-                      preprocess=None if promote_integers else _cast_bool_to_int)
+    return _reduction(
+        a,
+        "sum",
+        axis=axis,
+        dtype=dtype,
+        keepdims=keepdims,
+        initial=initial,
+        where=where,
+        lax_reduce=lax.reduce_sum,
+        combine=lax.add,
+        identity=_zero,
+        bool_reduce=lax.reduce_or,
+        bool_combine=lax.bitwise_or,
+        promote_integers=promote_integers,
+        upcast_low_precision=True,
+        preprocess=None if promote_integers else _cast_bool_to_int,
+    )
 
 
-def prod(a, axis=None, dtype=None, out=None, keepdims: bool = False, initial=None,
-         where=None, promote_integers: bool = True):
+def prod(
+    a,
+    axis=None,
+    dtype=None,
+    out=None,
+    keepdims: bool = False,
+    initial=None,
+    where=None,
+    promote_integers: bool = True,
+):
     """Product of elements over `axis`, with sum's dtype rules."""
     _no_out("prod", out)
-    return _reduction(a, "prod", axis=axis, dtype=dtype, keepdims=keepdims, initial=initial,
-                      where=where, lax_reduce=lax.reduce_prod, combine=lax.mul, identity=_one,
-                      bool_reduce=lax.reduce_and, bool_combine=lax.bitwise_and,
-                      promote_integers=promote_integers, upcast_low_precision=True,
-                      preprocess=None if promote_integers else _cast_bool_to_int)
+    return _reduction(
+        a,
+        "prod",
+        axis=axis,
+        dtype=dtype,
+        keepdims=keepdims,
+        initial=initial,
+        where=where,
+        lax_reduce=lax.reduce_prod,
+        combine=lax.mul,
+        identity=_one,
+        bool_reduce=lax.reduce_and,
+        bool_combine=lax.bitwise_and,
+        promote_integers=promote_integers,
+        upcast_low_precision=True,
+        preprocess=None if promote_integers else _cast_bool_to_int,
+    )
 
 
-def max(a, axis=None, out=None, keepdims: bool = False, initial=None,  # noqa: A001
-        where=None):
+def max(
+    a,
+    axis=None,
+    out=None,
+    keepdims: bool = False,
+    initial=None,  # noqa: A001
+    where=None,
+):
     """Largest element over `axis` (NaN propagates). An empty reduction needs `initial`, and so
     does a `where` mask."""
     _no_out("max", out)
-    return _reduction(a, "max", axis=axis, dtype=None, keepdims=keepdims, initial=initial,
-                      where=where, lax_reduce=lax.reduce_max, combine=lax.max,
-                      identity=_lowest, has_identity=False)
+    return _reduction(
+        a,
+        "max",
+        axis=axis,
+        dtype=None,
+        keepdims=keepdims,
+        initial=initial,
+        where=where,
+        lax_reduce=lax.reduce_max,
+        combine=lax.max,
+        identity=_lowest,
+        has_identity=False,
+    )
 
 
-def min(a, axis=None, out=None, keepdims: bool = False, initial=None,  # noqa: A001
-        where=None):
+def min(
+    a,
+    axis=None,
+    out=None,
+    keepdims: bool = False,
+    initial=None,  # noqa: A001
+    where=None,
+):
     """Smallest element over `axis` (NaN propagates). An empty reduction needs `initial`, and
     so does a `where` mask."""
     _no_out("min", out)
-    return _reduction(a, "min", axis=axis, dtype=None, keepdims=keepdims, initial=initial,
-                      where=where, lax_reduce=lax.reduce_min, combine=lax.min,
-                      identity=_highest, has_identity=False)
+    return _reduction(
+        a,
+        "min",
+        axis=axis,
+        dtype=None,
+        keepdims=keepdims,
+        initial=initial,
+        where=where,
+        lax_reduce=lax.reduce_min,
+        combine=lax.min,
+        identity=_highest,
+        has_identity=False,
+    )
 
 
 amax = max
@@ -259,17 +378,37 @@ amin = min
 def any(a, axis=None, out=None, keepdims: bool = False, *, where=None):  # noqa: A001
     """Whether any element over `axis` is nonzero (NaN counts as nonzero)."""
     _no_out("any", out)
-    return _reduction(a, "any", axis=axis, dtype=None, keepdims=keepdims, initial=None,
-                      where=where, lax_reduce=lax.reduce_or, combine=lax.bitwise_or,
-                      identity=lambda d: False, preprocess=_to_bool)
+    return _reduction(
+        a,
+        "any",
+        axis=axis,
+        dtype=None,
+        keepdims=keepdims,
+        initial=None,
+        where=where,
+        lax_reduce=lax.reduce_or,
+        combine=lax.bitwise_or,
+        identity=lambda d: False,
+        preprocess=_to_bool,
+    )
 
 
 def all(a, axis=None, out=None, keepdims: bool = False, *, where=None):  # noqa: A001
     """Whether every element over `axis` is nonzero."""
     _no_out("all", out)
-    return _reduction(a, "all", axis=axis, dtype=None, keepdims=keepdims, initial=None,
-                      where=where, lax_reduce=lax.reduce_and, combine=lax.bitwise_and,
-                      identity=lambda d: True, preprocess=_to_bool)
+    return _reduction(
+        a,
+        "all",
+        axis=axis,
+        dtype=None,
+        keepdims=keepdims,
+        initial=None,
+        where=where,
+        lax_reduce=lax.reduce_and,
+        combine=lax.bitwise_and,
+        identity=lambda d: True,
+        preprocess=_to_bool,
+    )
 
 
 def count_nonzero(a, axis=None, keepdims: bool = False):
@@ -286,12 +425,15 @@ def ptp(a, axis=None, out=None, keepdims: bool = False):
     check_arraylike("ptp", a)
     a = to_kiln(a)
     if a.dtype == np.bool_:
-        raise TypeError("ptp does not support boolean arrays: subtracting booleans is not "
-                        "defined. Convert with .astype(int) first.")
+        raise TypeError(
+            "ptp does not support boolean arrays: subtracting booleans is not "
+            "defined. Convert with .astype(int) first."
+        )
     return lax.sub(max(a, axis, keepdims=keepdims), min(a, axis, keepdims=keepdims))
 
 
 # --- mean, average, var, std -----------------------------------------------------------------
+
 
 def mean(a, axis=None, dtype=None, out=None, keepdims: bool = False, *, where=None):
     """Arithmetic mean over `axis`; integers and bools average in the default float type.
@@ -306,8 +448,9 @@ def mean(a, axis=None, dtype=None, out=None, keepdims: bool = False, *, where=No
     if where is None:
         normalizer = lax.convert_element_type(_axis_size(a.shape, axes), computation_dtype)
     else:
-        normalizer = sum(_where_mask("mean", where, a.shape), axis,
-                         dtype=computation_dtype, keepdims=keepdims)
+        normalizer = sum(
+            _where_mask("mean", where, a.shape), axis, dtype=computation_dtype, keepdims=keepdims
+        )
     return lax.convert_element_type(lax.div(total, normalizer), result_dtype)
 
 
@@ -325,7 +468,8 @@ def average(a, axis=None, weights=None, returned: bool = False, keepdims: bool =
         check_arraylike("average", a, weights)
         a, weights = to_kiln(a), to_kiln(weights)
         dtype, weak = dtypes.result_type_with_weak(
-            (a.dtype, a.aval.weak_type), (weights.dtype, weights.aval.weak_type))
+            (a.dtype, a.aval.weak_type), (weights.dtype, weights.aval.weak_type)
+        )
         dtype = _to_inexact(dtype)
         a = lax.convert_element_type(a, dtype, a.aval.weak_type and weak)
         weights = lax.convert_element_type(weights, dtype, weights.aval.weak_type and weak)
@@ -354,13 +498,18 @@ def _var_dtypes(a_dtype: np.dtype, dtype) -> tuple[np.dtype, np.dtype]:
     if dtype is not None:
         dtype = dtypes.canonicalize(dtype)
         if dtypes.is_complex(a_dtype) and not dtypes.is_complex(dtype):
-            raise ValueError("var does not support a real dtype for the variance of complex "
-                             "values; pass a complex dtype or none.")
+            raise ValueError(
+                "var does not support a real dtype for the variance of complex "
+                "values; pass a complex dtype or none."
+            )
         return _upcast_low_precision(dtype), dtype
     if not dtypes.is_inexact(a_dtype):
         return dtypes.default_float(), dtypes.default_float()
-    real = (dtypes.float64 if a_dtype == dtypes.complex128 else dtypes.float32) \
-        if dtypes.is_complex(a_dtype) else a_dtype
+    real = (
+        (dtypes.float64 if a_dtype == dtypes.complex128 else dtypes.float32)
+        if dtypes.is_complex(a_dtype)
+        else a_dtype
+    )
     return _upcast_low_precision(a_dtype), real
 
 
@@ -378,8 +527,17 @@ def _correction(ddof, correction):
     return correction
 
 
-def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims: bool = False, *,
-        where=None, correction=None):
+def var(
+    a,
+    axis=None,
+    dtype=None,
+    out=None,
+    ddof=0,
+    keepdims: bool = False,
+    *,
+    where=None,
+    correction=None,
+):
     """Variance over `axis` with `ddof` delta degrees of freedom (NaN when the count does not
     exceed ddof). Complex input gives a real variance."""
     _no_out("var", out)
@@ -401,15 +559,15 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims: bool = False, *,
             result = lax.full(total.shape, np.nan, real_dtype)
         return lax.convert_element_type(result, result_dtype)
     if where is None:
-        count = lax.full(total.shape, _axis_size(a.shape, reduction_axes(axis, a.ndim)),
-                         real_dtype)
+        count = lax.full(total.shape, _axis_size(a.shape, reduction_axes(axis, a.ndim)), real_dtype)
     else:
-        count = sum(_where_mask("var", where, a.shape), axis, dtype=real_dtype,
-                    keepdims=keepdims)
-    normalizer = lax.sub(count, lax.full(count.shape, correction, real_dtype)
-                         if not hasattr(correction, "shape") else
-                         broadcast_to_shape(lax.convert_element_type(correction, real_dtype),
-                                            count.shape))
+        count = sum(_where_mask("var", where, a.shape), axis, dtype=real_dtype, keepdims=keepdims)
+    normalizer = lax.sub(
+        count,
+        lax.full(count.shape, correction, real_dtype)
+        if not hasattr(correction, "shape")
+        else broadcast_to_shape(lax.convert_element_type(correction, real_dtype), count.shape),
+    )
     positive = lax.gt(normalizer, lax.full(normalizer.shape, 0, real_dtype))
     result = where_(positive, lax.div(total, normalizer), np.nan)
     return lax.convert_element_type(result, result_dtype)
@@ -417,16 +575,28 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims: bool = False, *,
 
 def _standard_deviation(variance_fn, name: str, doc: str):
     """std-like reductions: the square root of a variance, computed in the variance's dtype."""
-    def std_fn(a, axis=None, dtype=None, out=None, ddof=0, keepdims: bool = False, *,
-               where=None, correction=None):
+
+    def std_fn(
+        a,
+        axis=None,
+        dtype=None,
+        out=None,
+        ddof=0,
+        keepdims: bool = False,
+        *,
+        where=None,
+        correction=None,
+    ):
         _no_out(name, out)
         check_arraylike(name, a)
         correction = _correction(ddof, correction)
         a = to_kiln(a)
         computation_dtype, result_dtype = _var_dtypes(a.dtype, dtype)
-        variance = variance_fn(a, axis, dtype=computation_dtype, keepdims=keepdims,
-                               where=where, correction=correction)
+        variance = variance_fn(
+            a, axis, dtype=computation_dtype, keepdims=keepdims, where=where, correction=correction
+        )
         return lax.convert_element_type(lax.sqrt(variance), result_dtype)
+
     std_fn.__name__ = std_fn.__qualname__ = name
     std_fn.__doc__ = doc
     return std_fn
@@ -437,6 +607,7 @@ std = _standard_deviation(var, "std", "Standard deviation: the square root of `v
 
 # --- argmax / argmin -------------------------------------------------------------------------
 
+
 def _arg_reduction(name: str, lax_fn, a, axis, keepdims):
     check_arraylike(name, a)
     a = to_kiln(a)
@@ -446,8 +617,11 @@ def _arg_reduction(name: str, lax_fn, a, axis, keepdims):
         axis_ = 0
         dims = tuple(range(ndim))
     else:
-        (axis_,) = reduction_axes(operator.index(axis), ndim) if ndim else \
-            reduction_axes(operator.index(axis), 1)
+        (axis_,) = (
+            reduction_axes(operator.index(axis), ndim)
+            if ndim
+            else reduction_axes(operator.index(axis), 1)
+        )
         dims = (axis_,)
         if ndim == 0:
             a = lax.reshape(a, (1,))
@@ -477,48 +651,47 @@ def argmin(a, axis=None, out=None, keepdims=None):
 
 # --- NaN-ignoring reductions -----------------------------------------------------------------
 
-def _nan_reduction(a, name: str, reduction: Callable, fill, nan_if_all_nan: bool, axis,
-                   keepdims, where, **kwargs):
+
+def _nan_reduction(
+    a, name: str, reduction: Callable, fill, nan_if_all_nan: bool, axis, keepdims, where, **kwargs
+):
     check_arraylike(name, a)
     a = to_kiln(a)
     if not dtypes.is_inexact(a.dtype):
         return reduction(a, axis=axis, keepdims=keepdims, where=where, **kwargs)
-    out = reduction(where_(isnan_(a), fill, a), axis=axis, keepdims=keepdims, where=where,
-                    **kwargs)
+    out = reduction(where_(isnan_(a), fill, a), axis=axis, keepdims=keepdims, where=where, **kwargs)
     if nan_if_all_nan:
         all_nan = all(isnan_(a), axis=axis, keepdims=keepdims)
         out = where_(all_nan, np.nan, out)
     return out
 
 
-def nansum(a, axis=None, dtype=None, out=None, keepdims: bool = False, initial=None,
-           where=None):
+def nansum(a, axis=None, dtype=None, out=None, keepdims: bool = False, initial=None, where=None):
     """sum, treating NaNs as zero."""
     _no_out("nansum", out)
-    return _nan_reduction(a, "nansum", sum, 0, False, axis, keepdims, where, dtype=dtype,
-                          initial=initial)
+    return _nan_reduction(
+        a, "nansum", sum, 0, False, axis, keepdims, where, dtype=dtype, initial=initial
+    )
 
 
-def nanprod(a, axis=None, dtype=None, out=None, keepdims: bool = False, initial=None,
-            where=None):
+def nanprod(a, axis=None, dtype=None, out=None, keepdims: bool = False, initial=None, where=None):
     """prod, treating NaNs as one."""
     _no_out("nanprod", out)
-    return _nan_reduction(a, "nanprod", prod, 1, False, axis, keepdims, where, dtype=dtype,
-                          initial=initial)
+    return _nan_reduction(
+        a, "nanprod", prod, 1, False, axis, keepdims, where, dtype=dtype, initial=initial
+    )
 
 
 def nanmax(a, axis=None, out=None, keepdims: bool = False, initial=None, where=None):
     """max, ignoring NaNs (NaN where every element is NaN)."""
     _no_out("nanmax", out)
-    return _nan_reduction(a, "nanmax", max, -np.inf, True, axis, keepdims, where,
-                          initial=initial)
+    return _nan_reduction(a, "nanmax", max, -np.inf, True, axis, keepdims, where, initial=initial)
 
 
 def nanmin(a, axis=None, out=None, keepdims: bool = False, initial=None, where=None):
     """min, ignoring NaNs (NaN where every element is NaN)."""
     _no_out("nanmin", out)
-    return _nan_reduction(a, "nanmin", min, np.inf, True, axis, keepdims, where,
-                          initial=initial)
+    return _nan_reduction(a, "nanmin", min, np.inf, True, axis, keepdims, where, initial=initial)
 
 
 def nanmean(a, axis=None, dtype=None, out=None, keepdims: bool = False, *, where=None):
@@ -535,8 +708,17 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims: bool = False, *, where
     return lax.div(total, count)
 
 
-def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims: bool = False, *,
-           where=None, correction=None):
+def nanvar(
+    a,
+    axis=None,
+    dtype=None,
+    out=None,
+    ddof=0,
+    keepdims: bool = False,
+    *,
+    where=None,
+    correction=None,
+):
     """var of the non-NaN elements."""
     _no_out("nanvar", out)
     check_arraylike("nanvar", a)

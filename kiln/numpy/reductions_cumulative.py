@@ -4,6 +4,7 @@ and array-API variants, diff, ediff1d, and the counting functions bincount and h
 Like JAX, cumsum/cumprod keep the input's dtype (only bools become the default int), while the
 array-API cumulative_sum/cumulative_prod promote small integers as sum does.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -20,12 +21,22 @@ from kiln.numpy.reductions import max as _max, min as _min
 from kiln.numpy.util import check_arraylike, to_kiln
 
 __all__ = [
-    "cumsum", "cumprod", "cumulative_sum", "cumulative_prod", "nancumsum", "nancumprod",
-    "diff", "ediff1d", "bincount", "histogram", "histogram_bin_edges",
+    "cumsum",
+    "cumprod",
+    "cumulative_sum",
+    "cumulative_prod",
+    "nancumsum",
+    "nancumprod",
+    "diff",
+    "ediff1d",
+    "bincount",
+    "histogram",
+    "histogram_bin_edges",
 ]
 
 
 # --- cumulative reductions -------------------------------------------------------------------
+
 
 def _cumulative(name: str, lax_fn, a, axis, dtype, fill=None, promote_integers=False):
     check_arraylike(name, a)
@@ -39,11 +50,17 @@ def _cumulative(name: str, lax_fn, a, axis, dtype, fill=None, promote_integers=F
     if dtype is None:
         if a.dtype == np.bool_:
             dtype = dtypes.default_int()
-        elif promote_integers and a.dtype.kind == "i" and \
-                a.dtype.itemsize < dtypes.default_int().itemsize:
+        elif (
+            promote_integers
+            and a.dtype.kind == "i"
+            and a.dtype.itemsize < dtypes.default_int().itemsize
+        ):
             dtype = dtypes.default_int()
-        elif promote_integers and a.dtype.kind == "u" and \
-                a.dtype.itemsize < dtypes.default_uint().itemsize:
+        elif (
+            promote_integers
+            and a.dtype.kind == "u"
+            and a.dtype.itemsize < dtypes.default_uint().itemsize
+        ):
             dtype = dtypes.default_uint()
     if dtype is not None and dtype != a.dtype:
         a = lax.convert_element_type(a, dtype)
@@ -81,13 +98,17 @@ def _array_api_cumulative(name: str, lax_fn, identity, x, axis, dtype, include_i
     check_arraylike(name, x)
     x = to_kiln(x)
     if x.ndim == 0:
-        raise ValueError(f"The input must be non-scalar to take a {name}, however a scalar "
-                         "value or scalar array was given.")
+        raise ValueError(
+            f"The input must be non-scalar to take a {name}, however a scalar "
+            "value or scalar array was given."
+        )
     if axis is None:
         if x.ndim > 1:
-            raise ValueError(f"The input array has rank {x.ndim}, however axis was not set to "
-                             "an explicit value. The axis argument is only optional for "
-                             "one-dimensional arrays.")
+            raise ValueError(
+                f"The input array has rank {x.ndim}, however axis was not set to "
+                "an explicit value. The axis argument is only optional for "
+                "one-dimensional arrays."
+            )
         axis = 0
     (axis,) = reduction_axes(axis, x.ndim)
     out = _cumulative(name, lax_fn, x, axis, dtype, promote_integers=True)
@@ -101,17 +122,16 @@ def _array_api_cumulative(name: str, lax_fn, identity, x, axis, dtype, include_i
 def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial: bool = False):
     """The array-API running sum: small integers promote as in sum; `include_initial`
     prepends a zero."""
-    return _array_api_cumulative("cumulative_sum", lax.cumsum, 0, x, axis, dtype,
-                                 include_initial)
+    return _array_api_cumulative("cumulative_sum", lax.cumsum, 0, x, axis, dtype, include_initial)
 
 
 def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial: bool = False):
     """The array-API running product; `include_initial` prepends a one."""
-    return _array_api_cumulative("cumulative_prod", lax.cumprod, 1, x, axis, dtype,
-                                 include_initial)
+    return _array_api_cumulative("cumulative_prod", lax.cumprod, 1, x, axis, dtype, include_initial)
 
 
 # --- differences -----------------------------------------------------------------------------
+
 
 def _static_int(value, what: str) -> int:
     if isinstance(value, Tracer):
@@ -144,8 +164,10 @@ def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
     if n < 0:
         raise ValueError(f"order must be non-negative but got {n}")
     if a.ndim == 0:
-        raise ValueError("diff requires input that is at least one dimensional; got a "
-                         f"0-d array of dtype {a.dtype}")
+        raise ValueError(
+            "diff requires input that is at least one dimensional; got a "
+            f"0-d array of dtype {a.dtype}"
+        )
     (axis,) = reduction_axes(axis, a.ndim)
     pieces = []
     if prepend is not None:
@@ -162,8 +184,7 @@ def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
         size = a.shape[axis]
         if size == 0:
             break
-        a = op(lax.slice_in_dim(a, 1, size, axis=axis),
-               lax.slice_in_dim(a, 0, size - 1, axis=axis))
+        a = op(lax.slice_in_dim(a, 1, size, axis=axis), lax.slice_in_dim(a, 0, size - 1, axis=axis))
     return a
 
 
@@ -173,8 +194,10 @@ def ediff1d(ary, to_end=None, to_begin=None):
     check_arraylike("ediff1d", ary)
     ary = to_kiln(ary)
     if ary.dtype == np.bool_:
-        raise TypeError("ediff1d does not support boolean arrays: subtracting booleans is not "
-                        "defined. Convert with .astype(int) first.")
+        raise TypeError(
+            "ediff1d does not support boolean arrays: subtracting booleans is not "
+            "defined. Convert with .astype(int) first."
+        )
     flat = lax.reshape(ary, (ary.size,))
     pieces = []
     for extra in (to_begin, to_end):
@@ -195,6 +218,7 @@ def _flat_as(value, dtype):
 
 # --- counting --------------------------------------------------------------------------------
 
+
 def bincount(x, weights=None, minlength: int = 0, *, length=None):
     """Count occurrences of each non-negative integer in `x` (summing `weights` instead of
     ones when given). Negative values count into bin 0 and values >= length are dropped, as
@@ -211,8 +235,10 @@ def bincount(x, weights=None, minlength: int = 0, *, length=None):
     if length is None:
         if isinstance(x, Tracer) and x.to_concrete_value() is None:
             raise ConcretizationTypeError(
-                x, "The error occurred because of argument 'x' of jnp.bincount. To avoid this "
-                   "error, pass a static `length` argument. ")
+                x,
+                "The error occurred because of argument 'x' of jnp.bincount. To avoid this "
+                "error, pass a static `length` argument. ",
+            )
         values = np.asarray(x if not isinstance(x, Tracer) else x.to_concrete_value())
         length = builtins.max(minlength, int(values.max()) + 1 if values.size else 0)
     else:
@@ -228,8 +254,9 @@ def bincount(x, weights=None, minlength: int = 0, *, length=None):
     indices = lax.convert_element_type(x, index_dtype) if x.dtype != index_dtype else x
     indices = lax.max(indices, lax.convert_element_type(0, index_dtype))
     indices = lax.reshape(indices, x.shape + (1,))
-    dnums = lax.ScatterDimensionNumbers(update_window_dims=(), inserted_window_dims=(0,),
-                                        scatter_dims_to_operand_dims=(0,))
+    dnums = lax.ScatterDimensionNumbers(
+        update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
+    )
     zeros = lax.full((length,), 0, weights.dtype)
     return lax.scatter_add(zeros, indices, weights, dnums, mode="drop")
 
@@ -252,8 +279,9 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):  # noqa: A002 (Nu
         low, high = _min(a), _max(a)
     else:
         if np.shape(range) != (2,):
-            raise ValueError(f"`range` must be either None or a sequence of two scalars, "
-                             f"got {range}")
+            raise ValueError(
+                f"`range` must be either None or a sequence of two scalars, got {range}"
+            )
         low, high = range
     low = lax.convert_element_type(to_kiln(low), dtype)
     high = lax.convert_element_type(to_kiln(high), dtype)
@@ -274,6 +302,7 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
     """Counts of `a` in `bins` (an int or the edges), with NumPy's rule that the last bin is
     closed; returns (counts, edges). `weights` sum instead of ones; `density` normalizes."""
     from kiln.numpy.sorting import searchsorted
+
     check_arraylike("histogram", a)
     a = to_kiln(a)
     if weights is not None:
@@ -292,11 +321,13 @@ def histogram(a, bins=10, range=None, weights=None, density=None):  # noqa: A002
     n_edges = edges.shape[0]
     index = searchsorted(edges, a, side="right")
     # The last bin includes its right edge.
-    on_last = lax.eq(a, lax.broadcast_in_dim(lax.slice_in_dim(edges, n_edges - 1, n_edges),
-                                             a.shape, (0,)))
+    on_last = lax.eq(
+        a, lax.broadcast_in_dim(lax.slice_in_dim(edges, n_edges - 1, n_edges), a.shape, (0,))
+    )
     index = lax.select(on_last, lax.full(a.shape, n_edges - 1, index.dtype), index)
-    counts = bincount(index, weights if weights is not None else lax.full(a.shape, 1, dtype),
-                      length=n_edges)
+    counts = bincount(
+        index, weights if weights is not None else lax.full(a.shape, 1, dtype), length=n_edges
+    )
     counts = lax.slice_in_dim(counts, 1, n_edges)
     if density:
         widths = diff(edges)

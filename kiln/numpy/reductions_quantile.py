@@ -3,6 +3,7 @@
 The reduced axes are moved last and sorted; values at the fractional positions are picked
 with a one-hot select and sum, so everything is lax ops and traces (q may be a traced array).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -11,8 +12,17 @@ import numpy as np
 
 from kiln import lax
 from kiln.core import dtypes
-from kiln.numpy.reductions import (_axis_size, _no_out, _to_inexact, _upcast_low_precision,
-                                   any, isnan_, reduction_axes, sum, where_)
+from kiln.numpy.reductions import (
+    _axis_size,
+    _no_out,
+    _to_inexact,
+    _upcast_low_precision,
+    any,
+    isnan_,
+    reduction_axes,
+    sum,
+    where_,
+)
 from kiln.numpy.util import check_arraylike, to_kiln
 
 __all__ = ["quantile", "percentile", "median", "nanquantile", "nanpercentile", "nanmedian"]
@@ -31,8 +41,7 @@ def _gather_last(values, index):
     spread = lax.broadcast_in_dim(values, full_shape, tuple(range(1, len(full_shape))))
     positions = lax.broadcasted_iota(dtypes.int32, full_shape, len(full_shape) - 1)
     wanted = lax.broadcast_in_dim(index, full_shape, tuple(range(index.ndim)))
-    picked = lax.select(lax.eq(positions, wanted), spread,
-                        lax.full(full_shape, 0, values.dtype))
+    picked = lax.select(lax.eq(positions, wanted), spread, lax.full(full_shape, 0, values.dtype))
     return lax.reduce_sum(picked, (len(full_shape) - 1,))
 
 
@@ -74,15 +83,18 @@ def _interpolate(a_sorted, position, method: str):
 def _quantile(name: str, a, q, axis, method: str, keepdims: bool, ignore_nan: bool):
     check_arraylike(name, a, q)
     if method not in _QUANTILE_METHODS:
-        raise ValueError(f"{name}: method={method!r} is not supported; use one of "
-                         f"{', '.join(_QUANTILE_METHODS)}.")
+        raise ValueError(
+            f"{name}: method={method!r} is not supported; use one of "
+            f"{', '.join(_QUANTILE_METHODS)}."
+        )
     a, q = to_kiln(a), to_kiln(q)
     if dtypes.is_complex(a.dtype) or dtypes.is_complex(q.dtype):
         raise ValueError(f"{name} does not support complex input")
     if q.ndim > 1:
         raise ValueError(f"{name}: q must be zero- or one-dimensional, got shape {q.shape}")
-    dtype = _to_inexact(dtypes.result_type_with_weak(
-        (a.dtype, a.aval.weak_type), (q.dtype, q.aval.weak_type))[0])
+    dtype = _to_inexact(
+        dtypes.result_type_with_weak((a.dtype, a.aval.weak_type), (q.dtype, q.aval.weak_type))[0]
+    )
     compute = _upcast_low_precision(dtype)
     axes = reduction_axes(axis, a.ndim)
     kept = tuple(d for d in range(a.ndim) if d not in axes)
@@ -101,13 +113,15 @@ def _quantile(name: str, a, q, axis, method: str, keepdims: bool, ignore_nan: bo
     if ignore_nan:
         # NaNs sort last, so each slice interpolates over its own count of numbers.
         count = sum(lax.bitwise_not(nan), axis=-1, dtype=compute)
-        last = lax.broadcast_in_dim(lax.sub(count, lax.full(rest, 1, compute)), out_shape,
-                                    tuple(range(1, len(out_shape))))
+        last = lax.broadcast_in_dim(
+            lax.sub(count, lax.full(rest, 1, compute)), out_shape, tuple(range(1, len(out_shape)))
+        )
         result = _interpolate(a_sorted, lax.mul(q, last), method)
         poisoned = lax.eq(count, lax.full(rest, 0, compute))
     else:
-        result = _interpolate(a_sorted, lax.mul(q, lax.full(out_shape, builtins.max(n - 1, 0),
-                                                             compute)), method)
+        result = _interpolate(
+            a_sorted, lax.mul(q, lax.full(out_shape, builtins.max(n - 1, 0), compute)), method
+        )
         poisoned = any(nan, axis=-1)  # a NaN anywhere makes the quantile NaN, as in NumPy
     poisoned = lax.broadcast_in_dim(poisoned, out_shape, tuple(range(1, len(out_shape))))
     result = where_(poisoned, np.nan, result)
@@ -116,16 +130,34 @@ def _quantile(name: str, a, q, axis, method: str, keepdims: bool, ignore_nan: bo
     return lax.convert_element_type(result, dtype)
 
 
-def quantile(a, q, axis=None, out=None, overwrite_input: bool = False,
-             method: str = "linear", keepdims: bool = False, *, interpolation=None):
+def quantile(
+    a,
+    q,
+    axis=None,
+    out=None,
+    overwrite_input: bool = False,
+    method: str = "linear",
+    keepdims: bool = False,
+    *,
+    interpolation=None,
+):
     """The q-th quantiles (q in [0, 1]) over `axis`; methods linear (default), lower, higher,
     midpoint and nearest. A slice containing NaN gives NaN. Result shape: q.shape + reduced."""
     _no_out("quantile", out)
     return _quantile("quantile", a, q, axis, interpolation or method, keepdims, False)
 
 
-def percentile(a, q, axis=None, out=None, overwrite_input: bool = False,
-               method: str = "linear", keepdims: bool = False, *, interpolation=None):
+def percentile(
+    a,
+    q,
+    axis=None,
+    out=None,
+    overwrite_input: bool = False,
+    method: str = "linear",
+    keepdims: bool = False,
+    *,
+    interpolation=None,
+):
     """quantile with q in percent (0 to 100)."""
     _no_out("percentile", out)
     check_arraylike("percentile", a, q)
@@ -145,15 +177,33 @@ def median(a, axis=None, out=None, overwrite_input: bool = False, keepdims: bool
     return _quantile("median", a, 0.5, axis, "midpoint", keepdims, False)
 
 
-def nanquantile(a, q, axis=None, out=None, overwrite_input: bool = False,
-                method: str = "linear", keepdims: bool = False, *, interpolation=None):
+def nanquantile(
+    a,
+    q,
+    axis=None,
+    out=None,
+    overwrite_input: bool = False,
+    method: str = "linear",
+    keepdims: bool = False,
+    *,
+    interpolation=None,
+):
     """quantile of the non-NaN elements (NaN where a slice is all NaN)."""
     _no_out("nanquantile", out)
     return _quantile("nanquantile", a, q, axis, interpolation or method, keepdims, True)
 
 
-def nanpercentile(a, q, axis=None, out=None, overwrite_input: bool = False,
-                  method: str = "linear", keepdims: bool = False, *, interpolation=None):
+def nanpercentile(
+    a,
+    q,
+    axis=None,
+    out=None,
+    overwrite_input: bool = False,
+    method: str = "linear",
+    keepdims: bool = False,
+    *,
+    interpolation=None,
+):
     """percentile of the non-NaN elements."""
     _no_out("nanpercentile", out)
     check_arraylike("nanpercentile", a, q)

@@ -6,6 +6,7 @@ A scalar type is two things at once: calling it makes a kiln array (`jnp.float32
 is accepted (`np.dtype(jnp.float32)`, `x.astype(jnp.int8)`, `jnp.zeros(3, jnp.bfloat16)`),
 because NumPy reads the class's `dtype` attribute and the class compares equal to NumPy's type.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,11 +16,42 @@ import numpy as np
 from kiln.core import dtypes as _dtypes
 
 __all__ = [
-    "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
-    "int_", "uint", "float_", "complex_", "single", "double", "half", "csingle", "cdouble",
-    "generic", "number", "integer", "signedinteger", "unsignedinteger", "inexact", "floating",
-    "complexfloating", "dtype", "issubdtype", "isdtype", "can_cast",
+    "bool_",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "int_",
+    "uint",
+    "float_",
+    "complex_",
+    "single",
+    "double",
+    "half",
+    "csingle",
+    "cdouble",
+    "generic",
+    "number",
+    "integer",
+    "signedinteger",
+    "unsignedinteger",
+    "inexact",
+    "floating",
+    "complexfloating",
+    "dtype",
+    "issubdtype",
+    "isdtype",
+    "can_cast",
 ]
 
 # NumPy's abstract scalar hierarchy, for issubdtype(x.dtype, jnp.floating) and friends.
@@ -36,6 +68,7 @@ class _ScalarMeta(type):
 
     def __call__(cls, x: Any):
         from kiln.numpy.creation import asarray
+
         return asarray(x, dtype=cls.dtype)
 
     def __eq__(cls, other) -> bool:
@@ -59,10 +92,13 @@ class _ScalarMeta(type):
 
 
 def _make_scalar_type(name: str, np_dtype: np.dtype) -> _ScalarMeta:
-    doc = (f"The {np_dtype.name} scalar type: `{name}(x)` converts x to a kiln array of dtype "
-           f"{np_dtype.name}; `{name}` itself can be used wherever a dtype is expected.")
-    return _ScalarMeta(name, (object,), {"dtype": np_dtype, "__doc__": doc,
-                                         "__module__": "kiln.numpy"})
+    doc = (
+        f"The {np_dtype.name} scalar type: `{name}(x)` converts x to a kiln array of dtype "
+        f"{np_dtype.name}; `{name}` itself can be used wherever a dtype is expected."
+    )
+    return _ScalarMeta(
+        name, (object,), {"dtype": np_dtype, "__doc__": doc, "__module__": "kiln.numpy"}
+    )
 
 
 bool_ = _make_scalar_type("bool_", _dtypes.bool_)
@@ -85,8 +121,17 @@ complex128 = _make_scalar_type("complex128", _dtypes.complex128)
 int_, uint, float_, complex_ = int64, uint64, float64, complex128
 single, double, half, csingle, cdouble = float32, float64, float16, complex64, complex128
 
-_ABSTRACT = (np.generic, np.number, np.integer, np.signedinteger, np.unsignedinteger,
-             np.inexact, np.floating, np.complexfloating, np.bool_)
+_ABSTRACT = (
+    np.generic,
+    np.number,
+    np.integer,
+    np.signedinteger,
+    np.unsignedinteger,
+    np.inexact,
+    np.floating,
+    np.complexfloating,
+    np.bool_,
+)
 
 
 def _as_dtype_or_abstract(x: Any):
@@ -130,8 +175,10 @@ def isdtype(dtype: Any, kind: Any) -> bool:  # noqa: A002 (the Array API's name)
     for k in kinds:
         if isinstance(k, str):
             if k not in _KINDS:
-                raise ValueError(f"Unrecognized kind: {k!r}; expected a dtype or one of "
-                                 f"{', '.join(map(repr, _KINDS))}")
+                raise ValueError(
+                    f"Unrecognized kind: {k!r}; expected a dtype or one of "
+                    f"{', '.join(map(repr, _KINDS))}"
+                )
             if _KINDS[k](d):
                 return True
         elif _dtypes.to_dtype(k) == d:
@@ -143,7 +190,9 @@ def can_cast(from_: Any, to: Any, casting: str = "safe") -> bool:
     """Whether values of dtype from_ (a dtype or an array) can be cast to dtype `to` under the
     given casting rule ('no', 'equiv', 'safe', 'same_kind', 'unsafe'), as NumPy decides."""
     if isinstance(from_, (bool, int, float, complex)):
-        raise TypeError("can_cast() does not support Python ints, floats, and complex because "
-                        "the result used to depend on the value; pass a dtype or an array.")
+        raise TypeError(
+            "can_cast() does not support Python ints, floats, and complex because "
+            "the result used to depend on the value; pass a dtype or an array."
+        )
     source = _dtypes.to_dtype(from_)
     return bool(np.can_cast(source, _dtypes.to_dtype(to), casting))

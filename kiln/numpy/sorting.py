@@ -1,6 +1,7 @@
 """Sorting and searching in kiln.numpy: sort, argsort, lexsort, partition, searchsorted and
 unique, built on the lax sort and top_k primitives (NaNs sort last, as in NumPy).
 """
+
 from __future__ import annotations
 
 import operator
@@ -15,8 +16,17 @@ from kiln.core.trace import Tracer
 from kiln.numpy.reductions import isnan_, reduction_axes
 from kiln.numpy.util import check_arraylike, promote_dtypes, to_kiln
 
-__all__ = ["sort", "argsort", "lexsort", "msort", "sort_complex", "partition", "argpartition",
-           "searchsorted", "unique"]
+__all__ = [
+    "sort",
+    "argsort",
+    "lexsort",
+    "msort",
+    "sort_complex",
+    "partition",
+    "argpartition",
+    "searchsorted",
+    "unique",
+]
 
 
 def _sort_axis(a, axis, name: str):
@@ -31,8 +41,9 @@ def _sort_axis(a, axis, name: str):
 
 def _no_order(name: str, order) -> None:
     if order is not None:
-        raise ValueError(f"'order' argument to {name} is not supported (kiln arrays have no "
-                         "structured dtypes).")
+        raise ValueError(
+            f"'order' argument to {name} is not supported (kiln arrays have no structured dtypes)."
+        )
 
 
 def sort(a, axis=-1, *, kind=None, order=None, stable: bool = True, descending: bool = False):
@@ -45,8 +56,9 @@ def sort(a, axis=-1, *, kind=None, order=None, stable: bool = True, descending: 
     return lax.rev(result, (dimension,)) if descending else result
 
 
-def argsort(a, axis=-1, *, kind=None, order=None, stable: bool = True,
-            descending: bool = False, dtype=None):
+def argsort(
+    a, axis=-1, *, kind=None, order=None, stable: bool = True, descending: bool = False, dtype=None
+):
     """Indices that sort `a` along `axis` (flattened when None), in the default integer type.
     Ties keep their input order, also when `descending`."""
     check_arraylike("argsort", a)
@@ -75,8 +87,7 @@ def lexsort(keys, axis: int = -1):
         return lax.full((), 0, dtypes.default_int())
     (dimension,) = reduction_axes(axis, key_arrays[0].ndim)
     iota = lax.broadcasted_iota(dtypes.default_int(), key_arrays[0].shape, dimension)
-    sorted_ = lax.sort((*key_arrays[::-1], iota), dimension=dimension,
-                       num_keys=len(key_arrays))
+    sorted_ = lax.sort((*key_arrays[::-1], iota), dimension=dimension, num_keys=len(key_arrays))
     return sorted_[-1]
 
 
@@ -90,8 +101,11 @@ def sort_complex(a):
     check_arraylike("sort_complex", a)
     a = to_kiln(a)
     result = sort(a, axis=-1) if a.ndim else a
-    complex_dtype = dtypes.promote_types(result.dtype, dtypes.complex64) \
-        if result.dtype != dtypes.float64 else dtypes.canonicalize(dtypes.complex128)
+    complex_dtype = (
+        dtypes.promote_types(result.dtype, dtypes.complex64)
+        if result.dtype != dtypes.float64
+        else dtypes.canonicalize(dtypes.complex128)
+    )
     return lax.convert_element_type(result, complex_dtype)
 
 
@@ -103,8 +117,9 @@ def _partition_prepare(name: str, a, kth, axis):
     (dimension,) = reduction_axes(axis, a.ndim)
     size = a.shape[dimension]
     if isinstance(kth, Tracer):
-        raise ConcretizationTypeError(kth, f"The problem arose with the kth argument of "
-                                           f"{name}, which must be a static int. ")
+        raise ConcretizationTypeError(
+            kth, f"The problem arose with the kth argument of {name}, which must be a static int. "
+        )
     kth = operator.index(kth)
     if not -size <= kth < size:
         raise ValueError(f"kth(={kth}) out of bounds ({size})")
@@ -132,6 +147,7 @@ def argpartition(a, kth: int, axis: int = -1):
 
 # --- searchsorted ----------------------------------------------------------------------------
 
+
 def _less_total(x, y):
     """x < y in NumPy's sort order, where NaN is larger than every number."""
     if not dtypes.is_floating(x.dtype):
@@ -157,15 +173,17 @@ def _searchsorted_binary(a, v, side: str, index_dtype):
     one = lax.full(v.shape, 1, index_dtype)
     two = lax.full(v.shape, 2, index_dtype)
     last = lax.full(v.shape, max(n - 1, 0), index_dtype)
-    dnums = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
-                                       start_index_map=(0,))
+    dnums = lax.GatherDimensionNumbers(
+        offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,)
+    )
     for _ in range(n.bit_length()):
         active = lax.lt(low, high)
         mid = lax.div(lax.add(low, high), two)
         probe_index = lax.reshape(lax.min(mid, last), v.shape + (1,))
         probe = lax.gather(a, probe_index, dnums, (1,), mode="clip")
-        go_right = _less_total(probe, v) if side == "left" else \
-            lax.bitwise_not(_less_total(v, probe))
+        go_right = (
+            _less_total(probe, v) if side == "left" else lax.bitwise_not(_less_total(v, probe))
+        )
         move_low = lax.bitwise_and(active, go_right)
         move_high = lax.bitwise_and(active, lax.bitwise_not(go_right))
         low = lax.select(move_low, lax.add(mid, one), low)
@@ -189,11 +207,12 @@ def searchsorted(a, v, side: str = "left", sorter=None, *, method: str = "scan")
     if sorter is not None:
         check_arraylike("searchsorted", sorter)
         from kiln.numpy import take
+
         a = take(a, sorter)
     a, v = promote_dtypes(a, v)
     if dtypes.is_complex(a.dtype):
         raise TypeError("searchsorted does not support complex arrays.")
-    index_dtype = dtypes.int32 if a.shape[0] < 2 ** 31 - 1 else dtypes.int64
+    index_dtype = dtypes.int32 if a.shape[0] < 2**31 - 1 else dtypes.int64
     if a.shape[0] == 0:
         return lax.full(v.shape, 0, index_dtype)
     if method == "compare_all":
@@ -202,6 +221,7 @@ def searchsorted(a, v, side: str = "left", sorter=None, *, method: str = "scan")
 
 
 # --- unique ----------------------------------------------------------------------------------
+
 
 def _concrete_value(x):
     """The NumPy value behind `x`, or None when it is only known abstractly (traced)."""
@@ -213,9 +233,18 @@ def _concrete_value(x):
     return np.asarray(x)
 
 
-def unique(ar, return_index: bool = False, return_inverse: bool = False,
-           return_counts: bool = False, axis=None, *, equal_nan: bool = True, size=None,
-           fill_value=None, sorted: bool = True):  # noqa: A002 (NumPy's name)
+def unique(
+    ar,
+    return_index: bool = False,
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    axis=None,
+    *,
+    equal_nan: bool = True,
+    size=None,
+    fill_value=None,
+    sorted: bool = True,
+):  # noqa: A002 (NumPy's name)
     """The sorted unique elements of `ar` (flattened unless `axis`), optionally with the index
     of each one's first occurrence, the inverse mapping and the counts (int32).
 
@@ -226,18 +255,27 @@ def unique(ar, return_index: bool = False, return_inverse: bool = False,
         size = operator.index(size)
         if axis is not None:
             raise NotImplementedError("unique with both size and axis is not supported.")
-        return _unique_sized(to_kiln(ar), size, fill_value, return_index, return_inverse,
-                             return_counts, equal_nan)
+        return _unique_sized(
+            to_kiln(ar), size, fill_value, return_index, return_inverse, return_counts, equal_nan
+        )
     value = _concrete_value(ar)
     if value is None:
         raise ConcretizationTypeError(
-            ar, "The error occurred in jnp.unique(). The size of the result depends on the "
-                "values, so under tracing pass a static `size` argument (and optionally "
-                "`fill_value`). ")
+            ar,
+            "The error occurred in jnp.unique(). The size of the result depends on the "
+            "values, so under tracing pass a static `size` argument (and optionally "
+            "`fill_value`). ",
+        )
     original_dtype = to_kiln(ar).dtype
     work = value.astype(np.float32) if value.dtype == dtypes.bfloat16 else value
-    outs = np.unique(work, return_index=True, return_inverse=True, return_counts=True,
-                     axis=axis, equal_nan=equal_nan)
+    outs = np.unique(
+        work,
+        return_index=True,
+        return_inverse=True,
+        return_counts=True,
+        axis=axis,
+        equal_nan=equal_nan,
+    )
     values, index, inverse, counts = outs
     if axis is None:
         inverse = inverse.reshape(value.shape if value.ndim else (1,))
@@ -252,8 +290,9 @@ def unique(ar, return_index: bool = False, return_inverse: bool = False,
     return result[0] if len(result) == 1 else tuple(result)
 
 
-def _unique_sized(ar, size: int, fill_value, return_index, return_inverse, return_counts,
-                  equal_nan):
+def _unique_sized(
+    ar, size: int, fill_value, return_index, return_inverse, return_counts, equal_nan
+):
     """unique with a static output size, from sorts only: it traces."""
     original_shape = ar.shape
     x = lax.reshape(ar, (ar.size,))
@@ -271,8 +310,9 @@ def _unique_sized(ar, size: int, fill_value, return_index, return_inverse, retur
         is_new = lax.concatenate([lax.full((1,), True, dtypes.bool_), differs], 0)
     else:
         is_new = lax.full((0,), True, dtypes.bool_)
-    group = lax.sub(lax.cumsum(lax.convert_element_type(is_new, int_dtype)),
-                    lax.full((n,), 1, int_dtype))
+    group = lax.sub(
+        lax.cumsum(lax.convert_element_type(is_new, int_dtype)), lax.full((n,), 1, int_dtype)
+    )
     num_unique = lax.reduce_sum(lax.convert_element_type(is_new, int_dtype), (0,))
     # A stable sort on "not new" moves each group's first element to the front, in order.
     not_new = lax.convert_element_type(lax.bitwise_not(is_new), dtypes.int32)
@@ -300,6 +340,7 @@ def _unique_sized(ar, size: int, fill_value, return_index, return_inverse, retur
         outs.append(lax.reshape(inverse, original_shape if len(original_shape) else (1,)))
     if return_counts:
         from kiln.numpy.reductions_cumulative import bincount
+
         # Groups past `size` are dropped by bincount; the counts are already `size` long.
         outs.append(bincount(group, length=size) if n else lax.full((size,), 0, int_dtype))
     return outs[0] if len(outs) == 1 else tuple(outs)

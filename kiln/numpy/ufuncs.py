@@ -5,6 +5,7 @@ Conventions (JAX's): unary float functions promote bools and integers to the def
 keeping weak types; integer division and remainder follow Python's floor semantics (with x // 0
 and x % 0 defined, never trapping); comparisons and predicates return bool arrays.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -18,27 +19,122 @@ from kiln.core import dtypes
 from kiln.core.array import Array
 from kiln.core.trace import Tracer, current_trace_state
 from kiln.custom_derivatives import custom_jvp
-from kiln.numpy.util import (_broadcast_to, broadcast_arrays_for_lax, check_arraylike,
-                             promote_dtypes, promote_dtypes_inexact, promote_dtypes_numeric,
-                             shape as _shape, to_kiln)
+from kiln.numpy.util import (
+    _broadcast_to,
+    broadcast_arrays_for_lax,
+    check_arraylike,
+    promote_dtypes,
+    promote_dtypes_inexact,
+    promote_dtypes_numeric,
+    shape as _shape,
+    to_kiln,
+)
 
 __all__ = [
-    "add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "remainder", "mod",
-    "fmod", "divmod", "power", "float_power", "negative", "positive", "abs", "absolute", "fabs",
-    "sign", "floor", "ceil", "trunc", "fix", "rint", "round", "around", "sqrt", "cbrt", "square",
-    "reciprocal", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "logaddexp",
-    "logaddexp2", "sin", "cos", "tan", "arcsin", "arccos", "arctan", "arctan2", "sinh", "cosh",
-    "tanh", "arcsinh", "arccosh", "arctanh", "deg2rad", "rad2deg", "degrees", "radians", "hypot",
-    "sinc", "maximum", "minimum", "fmax", "fmin", "clip", "equal", "not_equal", "less",
-    "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_xor",
-    "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "invert",
-    "left_shift", "right_shift", "isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit",
-    "copysign", "nextafter", "heaviside", "real", "imag", "conj", "conjugate", "angle", "gcd",
-    "lcm", "where", "select", "piecewise", "_astype",
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "true_divide",
+    "floor_divide",
+    "remainder",
+    "mod",
+    "fmod",
+    "divmod",
+    "power",
+    "float_power",
+    "negative",
+    "positive",
+    "abs",
+    "absolute",
+    "fabs",
+    "sign",
+    "floor",
+    "ceil",
+    "trunc",
+    "fix",
+    "rint",
+    "round",
+    "around",
+    "sqrt",
+    "cbrt",
+    "square",
+    "reciprocal",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "logaddexp",
+    "logaddexp2",
+    "sin",
+    "cos",
+    "tan",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "arctan2",
+    "sinh",
+    "cosh",
+    "tanh",
+    "arcsinh",
+    "arccosh",
+    "arctanh",
+    "deg2rad",
+    "rad2deg",
+    "degrees",
+    "radians",
+    "hypot",
+    "sinc",
+    "maximum",
+    "minimum",
+    "fmax",
+    "fmin",
+    "clip",
+    "equal",
+    "not_equal",
+    "less",
+    "less_equal",
+    "greater",
+    "greater_equal",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "logical_not",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+    "invert",
+    "left_shift",
+    "right_shift",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "isposinf",
+    "isneginf",
+    "signbit",
+    "copysign",
+    "nextafter",
+    "heaviside",
+    "real",
+    "imag",
+    "conj",
+    "conjugate",
+    "angle",
+    "gcd",
+    "lcm",
+    "where",
+    "select",
+    "piecewise",
+    "_astype",
 ]
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
 
 def _args(name: str, *args: Any) -> list:
     """Promote to the common dtype (JAX's lattice) and broadcast (rank-0 operands stay)."""
@@ -110,6 +206,7 @@ def _unary(name: str, lax_fn: Callable, promote: Callable = _args_inexact, doc: 
         if type(x) is not Array or x._value.dtype.kind not in unchanged:
             (x,) = promote(name, x)
         return lax_fn(x)
+
     ufunc.__name__ = ufunc.__qualname__ = name
     ufunc.__doc__ = doc or f"Elementwise {name} (NumPy's `{name}`, JAX's dtype rules)."
     return ufunc
@@ -119,13 +216,14 @@ def _binary(name: str, lax_fn: Callable, promote: Callable = _args, doc: str = "
     def ufunc(x1, x2, /):
         x1, x2 = promote(name, x1, x2)
         return lax_fn(x1, x2)
+
     ufunc.__name__ = ufunc.__qualname__ = name
-    ufunc.__doc__ = doc or (f"Elementwise {name} with NumPy broadcasting and JAX type "
-                            "promotion.")
+    ufunc.__doc__ = doc or (f"Elementwise {name} with NumPy broadcasting and JAX type promotion.")
     return ufunc
 
 
 # --- arithmetic ------------------------------------------------------------------------------
+
 
 def add(x1, x2, /):
     """x1 + x2 elementwise (logical OR for booleans)."""
@@ -140,8 +238,12 @@ def multiply(x1, x2, /):
 
 
 subtract = _binary("subtract", lax.sub)
-true_divide = _binary("true_divide", lax.div, _args_inexact,
-                      "x1 / x2 elementwise; integers divide as floats (default float type).")
+true_divide = _binary(
+    "true_divide",
+    lax.div,
+    _args_inexact,
+    "x1 / x2 elementwise; integers divide as floats (default float type).",
+)
 divide = _binary("divide", lax.div, _args_inexact, true_divide.__doc__)
 negative = _unary("negative", lax.neg, _args)
 
@@ -187,8 +289,9 @@ def remainder(x1, x2, /):
         x2 = _where(lax.eq(x2, _const(x2, 0)), _const(x2, 1), x2)
     trunc_mod = lax.rem(x1, x2)
     zero = _const(trunc_mod, 0)
-    fix = lax.bitwise_and(lax.ne(lax.lt(trunc_mod, zero), lax.lt(x2, _const(x2, 0))),
-                          lax.ne(trunc_mod, zero))
+    fix = lax.bitwise_and(
+        lax.ne(lax.lt(trunc_mod, zero), lax.lt(x2, _const(x2, 0))), lax.ne(trunc_mod, zero)
+    )
     return _where(fix, lax.add(trunc_mod, x2), trunc_mod)
 
 
@@ -218,7 +321,8 @@ def _concrete_int(x) -> int | None:
     if isinstance(x, Tracer):
         return None
     if isinstance(x, (Array, np.ndarray, np.generic)) and (
-            np.ndim(x) != 0 or not (np.asarray(x).dtype.kind in "biu")):
+        np.ndim(x) != 0 or np.asarray(x).dtype.kind not in "biu"
+    ):
         return None
     try:
         return operator.index(x)
@@ -285,8 +389,9 @@ def fabs(x, /):
     return lax.abs(x)
 
 
-sign = _unary("sign", lax.sign, _args, "-1, 0 or 1 by the sign of x (x / |x| for complex); "
-                                        "NaN stays NaN.")
+sign = _unary(
+    "sign", lax.sign, _args, "-1, 0 or 1 by the sign of x (x / |x| for complex); NaN stays NaN."
+)
 sqrt = _unary("sqrt", lax.sqrt)
 cbrt = _unary("cbrt", lax.cbrt)
 square = _unary("square", lax.square, _args_numeric, "x * x (bools become integers).")
@@ -299,6 +404,7 @@ def _keep_integers(name: str, lax_fn: Callable, doc: str):
     def ufunc(x, /):
         (x,) = _args(name, x)
         return x if _kind(x) in "biu" else lax_fn(x)
+
     ufunc.__name__ = ufunc.__qualname__ = name
     ufunc.__doc__ = doc
     return ufunc
@@ -347,9 +453,12 @@ def round(a, decimals: int = 0, out=None):  # noqa: A001 (NumPy's name)
         if decimals == 0:
             return lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
         # Scale, round, unscale; small floats scale in float32 so 10**decimals stays exact.
-        wide = lax.convert_element_type(x, dtypes.float32, x.weak_type) \
-            if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
-        factor = _const(wide, 10.0 ** decimals)
+        wide = (
+            lax.convert_element_type(x, dtypes.float32, x.weak_type)
+            if x.dtype in (dtypes.float16, dtypes.bfloat16)
+            else x
+        )
+        factor = _const(wide, 10.0**decimals)
         scaled = lax.round(lax.mul(wide, factor), lax.RoundingMethod.TO_NEAREST_EVEN)
         return lax.convert_element_type(lax.div(scaled, factor), x.dtype, x.weak_type)
 
@@ -374,13 +483,12 @@ arctan = _unary("arctan", lax.atan)
 sinh, cosh, tanh = _unary("sinh", lax.sinh), _unary("cosh", lax.cosh), _unary("tanh", lax.tanh)
 arcsinh, arccosh = _unary("arcsinh", lax.asinh), _unary("arccosh", lax.acosh)
 arctanh = _unary("arctanh", lax.atanh)
-arctan2 = _binary("arctan2", lax.atan2, _args_inexact,
-                  "The angle of the point (x2, x1) in (-pi, pi].")
-deg2rad = _unary("deg2rad", lambda x: lax.mul(x, _const(x, np.pi / 180)),
-                 doc="Degrees to radians.")
+arctan2 = _binary(
+    "arctan2", lax.atan2, _args_inexact, "The angle of the point (x2, x1) in (-pi, pi]."
+)
+deg2rad = _unary("deg2rad", lambda x: lax.mul(x, _const(x, np.pi / 180)), doc="Degrees to radians.")
 radians = _unary("radians", deg2rad, doc="Degrees to radians.")
-rad2deg = _unary("rad2deg", lambda x: lax.mul(x, _const(x, 180 / np.pi)),
-                 doc="Radians to degrees.")
+rad2deg = _unary("rad2deg", lambda x: lax.mul(x, _const(x, 180 / np.pi)), doc="Radians to degrees.")
 degrees = _unary("degrees", rad2deg, doc="Radians to degrees.")
 
 
@@ -390,8 +498,11 @@ def _logaddexp(x1, x2, log1p_of_exp: Callable):
     larger = lax.max(x1, x2)
     delta = lax.sub(x1, x2)
     # Equal infinities make delta NaN; then x1 + x2 gives the right +-inf (or NaN).
-    return _where(lax.ne(delta, delta), lax.add(x1, x2),
-                  lax.add(larger, log1p_of_exp(lax.neg(lax.abs(delta)))))
+    return _where(
+        lax.ne(delta, delta),
+        lax.add(x1, x2),
+        lax.add(larger, log1p_of_exp(lax.neg(lax.abs(delta)))),
+    )
 
 
 def _logaddexp_e(x1, x2):
@@ -410,6 +521,7 @@ def _finite_or_zero(x):
 def _logaddexp_jvp(exp_fn, log_fn):
     """d out = t1 * b^(x1 - out) + t2 * b^(x2 - out): each argument's share of the sum, with
     +inf arguments and results counted as 0 so that the shares stay finite, as JAX does."""
+
     def jvp(primals, tangents):
         x1, x2 = primals
         t1, t2 = tangents
@@ -417,6 +529,7 @@ def _logaddexp_jvp(exp_fn, log_fn):
         share1 = exp_fn(lax.sub(_finite_or_zero(x1), _finite_or_zero(out)))
         share2 = exp_fn(lax.sub(_finite_or_zero(x2), _finite_or_zero(out)))
         return out, lax.add(lax.mul(t1, share1), lax.mul(t2, share2))
+
     return jvp
 
 
@@ -448,8 +561,9 @@ def hypot(x1, x2, /):
     big, small = lax.max(x1, x2), lax.min(x1, x2)
     big_is_zero = lax.eq(big, _const(big, 0))
     ratio = lax.div(small, _where(big_is_zero, _const(big, 1), big))
-    out = _where(big_is_zero, big,
-                 lax.mul(big, lax.sqrt(lax.add(_const(ratio, 1), lax.square(ratio)))))
+    out = _where(
+        big_is_zero, big, lax.mul(big, lax.sqrt(lax.add(_const(ratio, 1), lax.square(ratio))))
+    )
     return _where(either_inf, _const(out, np.inf), out)
 
 
@@ -496,11 +610,14 @@ def clip(arr=None, /, min=None, max=None, *, a=None, a_min=None, a_max=None):  #
     if arr is None:
         raise TypeError("clip() missing the array argument")
     check_arraylike("clip", arr, *(v for v in (min, max) if v is not None))
-    if builtins.any(v is not None and dtypes.is_complex(dtypes.dtype_and_weak_of(v)[0])
-                    for v in (arr, min, max)):
-        raise ValueError("Clip received a complex value either through the input or the "
-                         "min/max keywords. Complex values have no ordering and cannot be "
-                         "clipped. Use the real or imaginary parts with jnp.real / jnp.imag.")
+    if builtins.any(
+        v is not None and dtypes.is_complex(dtypes.dtype_and_weak_of(v)[0]) for v in (arr, min, max)
+    ):
+        raise ValueError(
+            "Clip received a complex value either through the input or the "
+            "min/max keywords. Complex values have no ordering and cannot be "
+            "clipped. Use the real or imaginary parts with jnp.real / jnp.imag."
+        )
     out = arr
     if min is not None:
         out = maximum(min, out)
@@ -524,6 +641,7 @@ def _logical(name: str, lax_fn: Callable):
         check_arraylike(name, x1, x2)
         x1, x2 = broadcast_arrays_for_lax(_to_bool(to_kiln(x1)), _to_bool(to_kiln(x2)))
         return lax_fn(x1, x2)
+
     ufunc.__name__ = ufunc.__qualname__ = name
     ufunc.__doc__ = f"The truth value of x1 {name[8:].upper()} x2 elementwise (as bools)."
     return ufunc
@@ -545,8 +663,12 @@ bitwise_or = _binary("bitwise_or", lax.bitwise_or)
 bitwise_xor = _binary("bitwise_xor", lax.bitwise_xor)
 bitwise_not = _unary("bitwise_not", lax.bitwise_not, _args, "~x (logical NOT for bools).")
 invert = _unary("invert", lax.bitwise_not, _args, "~x (logical NOT for bools).")
-left_shift = _binary("left_shift", lax.shift_left, _args_numeric,
-                     "x1 << x2; shifting by the bit width or more gives 0.")
+left_shift = _binary(
+    "left_shift",
+    lax.shift_left,
+    _args_numeric,
+    "x1 << x2; shifting by the bit width or more gives 0.",
+)
 
 
 def right_shift(x1, x2, /):
@@ -575,8 +697,9 @@ def isinf(x, /):
     kind = _kind(x)
     if kind == "c":
         return lax.bitwise_or(isinf(lax.real(x)), isinf(lax.imag(x)))
-    return lax.eq(lax.abs(x), _const(x, np.inf, weak=False)) if kind == "f" else \
-        _full_bool(x, False)
+    return (
+        lax.eq(lax.abs(x), _const(x, np.inf, weak=False)) if kind == "f" else _full_bool(x, False)
+    )
 
 
 def isfinite(x, /):
@@ -594,8 +717,8 @@ def _isinf_with_sign(name: str, value: float):
         kind = _kind(x)
         if kind == "c":
             raise ValueError("isposinf/isneginf are not well defined for complex types")
-        return lax.eq(x, _const(x, value, weak=False)) if kind == "f" else \
-            _full_bool(x, False)
+        return lax.eq(x, _const(x, value, weak=False)) if kind == "f" else _full_bool(x, False)
+
     ufunc.__name__ = ufunc.__qualname__ = name
     ufunc.__doc__ = f"True where x is {'+' if value > 0 else '-'}inf."
     return ufunc
@@ -629,8 +752,12 @@ def copysign(x1, x2, /):
     return _where(signbit(x2), lax.neg(magnitude), magnitude)
 
 
-nextafter = _binary("nextafter", lax.nextafter, _args_inexact,
-                    "The next representable float after x1 in the direction of x2.")
+nextafter = _binary(
+    "nextafter",
+    lax.nextafter,
+    _args_inexact,
+    "The next representable float after x1 in the direction of x2.",
+)
 
 
 def heaviside(x1, x2, /):
@@ -734,13 +861,18 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
     nonzero(condition, size=..., fill_value=...)."""
     if x is None and y is None:
         from kiln import numpy as jnp
+
         if not hasattr(jnp, "nonzero"):
-            raise NotImplementedError("jnp.where(condition) with one argument is "
-                                      "jnp.nonzero(condition); call that instead.")
+            raise NotImplementedError(
+                "jnp.where(condition) with one argument is "
+                "jnp.nonzero(condition); call that instead."
+            )
         return jnp.nonzero(condition, size=size, fill_value=fill_value)
     if x is None or y is None:
-        raise ValueError("Either both or neither of the x and y arguments should be provided "
-                         f"to kiln.numpy.where, got {x} and {y}.")
+        raise ValueError(
+            "Either both or neither of the x and y arguments should be provided "
+            f"to kiln.numpy.where, got {x} and {y}."
+        )
     if size is not None or fill_value is not None:
         raise ValueError("size and fill_value only apply to the one-argument form of where.")
     check_arraylike("where", condition, x, y)
@@ -751,8 +883,9 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
 def select(condlist: Sequence, choicelist: Sequence, default=0):
     """choicelist[i] where condlist[i] is the first true condition, else default."""
     if len(condlist) != len(choicelist):
-        raise ValueError(f"condlist must have length equal to choicelist ({len(condlist)} vs "
-                         f"{len(choicelist)})")
+        raise ValueError(
+            f"condlist must have length equal to choicelist ({len(condlist)} vs {len(choicelist)})"
+        )
     if not condlist:
         raise ValueError("condlist must be non-empty")
     check_arraylike("select", *condlist, *choicelist, default)
@@ -762,8 +895,9 @@ def select(condlist: Sequence, choicelist: Sequence, default=0):
     for cond, choice in zip(reversed(condlist), reversed(choices)):
         cond = to_kiln(cond)
         if cond.dtype != np.bool_:
-            raise TypeError(f"select condlist entries must be boolean arrays, got "
-                            f"{cond.dtype.name}")
+            raise TypeError(
+                f"select condlist entries must be boolean arrays, got {cond.dtype.name}"
+            )
         out = _where(cond, choice, out)
     return out
 
@@ -782,13 +916,18 @@ def piecewise(x, condlist, funclist, *args, **kw):
     elif len(funclist) == len(conds):
         default_fn = 0
     else:
-        raise ValueError(f"with {len(conds)} condition(s), either {len(conds)} or "
-                         f"{len(conds) + 1} functions are expected, got {len(funclist)}")
+        raise ValueError(
+            f"with {len(conds)} condition(s), either {len(conds)} or "
+            f"{len(conds) + 1} functions are expected, got {len(funclist)}"
+        )
 
     def value(f):
         out = f(x, *args, **kw) if callable(f) else f
-        return lax.convert_element_type(out, x.dtype) if not isinstance(out, (Array, Tracer)) \
-            or out.dtype != x.dtype else out
+        return (
+            lax.convert_element_type(out, x.dtype)
+            if not isinstance(out, (Array, Tracer)) or out.dtype != x.dtype
+            else out
+        )
 
     out = value(default_fn)
     out = out if _shape(out) == x.shape else _broadcast_to(out, x.shape)

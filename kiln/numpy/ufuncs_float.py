@@ -1,5 +1,6 @@
 """Floating-point predicates that compare or decompose values: NaN replacement, closeness
 tests, array equality, and frexp/ldexp/modf (split from ufuncs.py, whose helpers they use)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,12 +9,36 @@ from kiln import lax
 from kiln.core import dtypes
 from kiln.core.array import Array
 from kiln.core.trace import Tracer
-from kiln.numpy.util import (broadcast_arrays_for_lax, check_arraylike, check_int_scalars,
-                             promote_dtypes, promote_dtypes_inexact, to_kiln)
-from kiln.numpy.ufuncs import (_args, _args_inexact, _const, _kind, _shape, _where, isnan, isfinite, equal)
+from kiln.numpy.util import (
+    broadcast_arrays_for_lax,
+    check_arraylike,
+    check_int_scalars,
+    promote_dtypes,
+    promote_dtypes_inexact,
+    to_kiln,
+)
+from kiln.numpy.ufuncs import (
+    _args,
+    _args_inexact,
+    _const,
+    _kind,
+    _shape,
+    _where,
+    isnan,
+    isfinite,
+    equal,
+)
 
-__all__ = ["nan_to_num", "isclose", "allclose", "array_equal", "array_equiv", "frexp", "ldexp",
-           "modf"]
+__all__ = [
+    "nan_to_num",
+    "isclose",
+    "allclose",
+    "array_equal",
+    "array_equiv",
+    "frexp",
+    "ldexp",
+    "modf",
+]
 
 
 # --- NaN handling and closeness --------------------------------------------------------------
@@ -26,8 +51,10 @@ def nan_to_num(x, copy: bool = True, nan=0.0, posinf=None, neginf=None):
     (x,) = _args("nan_to_num", x)
     kind = _kind(x)
     if kind == "c":
-        parts = (nan_to_num(part, nan=nan, posinf=posinf, neginf=neginf)
-                 for part in (lax.real(x), lax.imag(x)))
+        parts = (
+            nan_to_num(part, nan=nan, posinf=posinf, neginf=neginf)
+            for part in (lax.real(x), lax.imag(x))
+        )
         return lax.complex(*parts)
     if kind != "f":
         return x
@@ -54,6 +81,7 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
 
 def _all(x):
     from kiln.numpy import all as all_
+
     return all_(x)
 
 
@@ -64,6 +92,7 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan: bool = False):
 
 def _as_array(x):
     from kiln.numpy import asarray
+
     return x if isinstance(x, (Array, Tracer)) else asarray(x)
 
 
@@ -92,8 +121,12 @@ def array_equiv(a1, a2):
 
 # --- float decomposition ---------------------------------------------------------------------
 # (mantissa bits, exponent bias) of each float dtype's bit layout
-_LAYOUT = {dtypes.float16: (10, 15), dtypes.bfloat16: (7, 127), dtypes.float32: (23, 127),
-           dtypes.float64: (52, 1023)}
+_LAYOUT = {
+    dtypes.float16: (10, 15),
+    dtypes.bfloat16: (7, 127),
+    dtypes.float32: (23, 127),
+    dtypes.float64: (52, 1023),
+}
 
 
 def frexp(x, /):
@@ -106,31 +139,30 @@ def frexp(x, /):
     uint = np.dtype(f"u{x.dtype.itemsize}")
     exponent_mask = (1 << (8 * x.dtype.itemsize - 1 - mant_bits)) - 1
     # Scale subnormals into the normal range first so their exponent field is meaningful.
-    subnormal = lax.bitwise_and(lax.lt(lax.abs(x), _const(x, dtypes.finfo(x.dtype).tiny)),
-                                lax.ne(x, _const(x, 0)))
+    subnormal = lax.bitwise_and(
+        lax.lt(lax.abs(x), _const(x, dtypes.finfo(x.dtype).tiny)), lax.ne(x, _const(x, 0))
+    )
     scale = mant_bits + 2
-    scaled = _where(subnormal, lax.mul(x, _const(x, 2.0 ** scale)), x)
+    scaled = _where(subnormal, lax.mul(x, _const(x, 2.0**scale)), x)
     bits = lax.bitcast_convert_type(scaled, uint)
-    field = lax.bitwise_and(lax.shift_right_logical(bits, _const(bits, mant_bits)),
-                            _const(bits, exponent_mask))
+    field = lax.bitwise_and(
+        lax.shift_right_logical(bits, _const(bits, mant_bits)), _const(bits, exponent_mask)
+    )
     exponent = lax.convert_element_type(field, dtypes.int32)
     exponent = lax.sub(exponent, _const(exponent, bias - 1))
     exponent = _where(subnormal, lax.sub(exponent, _const(exponent, scale)), exponent)
     keep = _const(bits, ~(exponent_mask << mant_bits) & ((1 << 8 * x.dtype.itemsize) - 1))
     half = _const(bits, (bias - 1) << mant_bits)
-    mantissa = lax.bitcast_convert_type(lax.bitwise_or(lax.bitwise_and(bits, keep), half),
-                                        x.dtype)
+    mantissa = lax.bitcast_convert_type(lax.bitwise_or(lax.bitwise_and(bits, keep), half), x.dtype)
     special = lax.bitwise_or(lax.eq(x, _const(x, 0)), lax.bitwise_not(lax.is_finite(x)))
-    return (_where(special, x, mantissa),
-            _where(special, _const(exponent, 0), exponent))
+    return (_where(special, x, mantissa), _where(special, _const(exponent, 0), exponent))
 
 
 def _exp2_int(n, dtype: np.dtype):
     """2.0**n for integer n in the normal exponent range of dtype (float32/float64), exactly."""
     mant_bits, bias = _LAYOUT[dtype]
     int_type = np.dtype(f"i{dtype.itemsize}")
-    field = lax.add(lax.convert_element_type(n, int_type), lax.convert_element_type(bias,
-                                                                                    int_type))
+    field = lax.add(lax.convert_element_type(n, int_type), lax.convert_element_type(bias, int_type))
     return lax.bitcast_convert_type(lax.shift_left(field, _const(field, mant_bits)), dtype)
 
 
@@ -138,8 +170,9 @@ def ldexp(x1, x2, /):
     """x1 * 2**x2 for integer x2, exact (rounded once) over the whole float range."""
     check_arraylike("ldexp", x1, x2)
     if _kind(to_kiln(x2)) not in "biu":
-        raise ValueError(f"ldexp: x2 must be an integer array, got dtype "
-                         f"{dtypes.dtype_and_weak_of(x2)[0].name}")
+        raise ValueError(
+            f"ldexp: x2 must be an integer array, got dtype {dtypes.dtype_and_weak_of(x2)[0].name}"
+        )
     (x1,) = promote_dtypes_inexact(x1)
     if _kind(x1) == "c":
         raise TypeError("ldexp does not support complex-valued inputs")

@@ -1,4 +1,5 @@
 """Helpers shared by kiln.numpy: argument checking, dtype promotion and broadcasting."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,10 +22,15 @@ def check_arraylike(fun_name: str, *args: Any) -> None:
     would hide a slow per-element transfer, so it is an error (as in JAX)."""
     for pos, arg in enumerate(args):
         if not is_arraylike(arg):
-            hint = " Use kiln.numpy.array(...) to convert a list or tuple first." \
-                if isinstance(arg, (list, tuple)) else ""
-            raise TypeError(f"{fun_name} requires ndarray or scalar arguments, got "
-                            f"{type(arg)} at position {pos}.{hint}")
+            hint = (
+                " Use kiln.numpy.array(...) to convert a list or tuple first."
+                if isinstance(arg, (list, tuple))
+                else ""
+            )
+            raise TypeError(
+                f"{fun_name} requires ndarray or scalar arguments, got "
+                f"{type(arg)} at position {pos}.{hint}"
+            )
 
 
 def dtype_and_weak(x: Any) -> tuple[np.dtype, bool]:
@@ -42,6 +48,7 @@ def shape(x: Any) -> tuple:
 def to_kiln(x: Any, dtype=None, weak: bool | None = None):
     """Arrays and tracers pass through; scalars and NumPy values become kiln constants."""
     from kiln.primitives.elementwise import convert_element_type
+
     kind = type(x)
     if kind is Array:
         if dtype is None or (x._value.dtype == dtype and (weak is None or x.weak_type == weak)):
@@ -101,8 +108,9 @@ def broadcast_arrays_for_lax(*args: Any) -> list:
     try:
         result = np.broadcast_shapes(*nonscalar)
     except ValueError:
-        raise ValueError(f"Incompatible shapes for broadcasting: "
-                         f"{', '.join(str(s) for s in shapes)}") from None
+        raise ValueError(
+            f"Incompatible shapes for broadcasting: {', '.join(str(s) for s in shapes)}"
+        ) from None
     out = []
     for a, s in zip(args, shapes):
         if s == () or s == result:
@@ -116,6 +124,7 @@ def _broadcast_to(x: Any, target: tuple):
     """Broadcast by NumPy rules: squeeze size-1 dims that get stretched, then broadcast_in_dim."""
     from kiln.primitives.shape import broadcast_in_dim
     from kiln.lax import reshape
+
     xs = shape(x)
     lead = len(target) - len(xs)
     keep = [i for i, d in enumerate(xs) if d == target[lead + i]]
@@ -132,6 +141,7 @@ def promote_and_broadcast(fun_name: str, *args: Any, inexact: bool = False) -> l
 
 def normalize_axis(axis: int, ndim_: int, name: str = "axis") -> int:
     import operator
+
     axis = operator.index(axis)
     if not -ndim_ <= axis < max(ndim_, 1) or (ndim_ == 0 and axis not in (0, -1)):
         raise ValueError(f"{name} {axis} is out of bounds for array of dimension {ndim_}")

@@ -1,6 +1,7 @@
 """Constructors for the routine parts of primitives: elementwise ops, the shape/dtype checks
 they share and the common shapes of a derivative rule (defjvp, deflinear), so that a primitive
 definition reads as a declaration."""
+
 from __future__ import annotations
 
 from typing import Callable, Iterable
@@ -15,10 +16,10 @@ from kiln.core.primitive import Primitive
 # dtype families a primitive may accept (the values of dtypes.dtype_family, plus INT for both
 # signed and unsigned integers)
 BOOL = "bool"
-INT = "int"       # signed and unsigned integers
+INT = "int"  # signed and unsigned integers
 UINT = "uint"
 SINT = "sint"
-FLOAT = "float"   # bfloat16, float16, float32, float64
+FLOAT = "float"  # bfloat16, float16, float32, float64
 COMPLEX = "complex"
 INEXACT = (FLOAT, COMPLEX)
 NUMBER = (INT, FLOAT, COMPLEX)
@@ -31,38 +32,45 @@ def check_dtype(name: str, dtype: np.dtype, allowed: Iterable[str]) -> None:
     family = dtypes.dtype_family(dtype)
     if family in allowed or INT in allowed and family in (SINT, UINT):
         return
-    raise TypeError(f"{name} does not accept dtype {dtype.name}; it accepts "
-                    f"{', '.join(allowed)} arrays.")
+    raise TypeError(
+        f"{name} does not accept dtype {dtype.name}; it accepts {', '.join(allowed)} arrays."
+    )
 
 
 def broadcast_scalar_shapes(name: str, *avals: ShapedArray) -> tuple:
     """lax elementwise ops need equal shapes; rank-0 operands broadcast against the rest."""
     shapes = {a.shape for a in avals if a.shape != ()}
     if len(shapes) > 1:
-        raise TypeError(f"{name} got incompatible shapes for broadcasting: "
-                        f"{', '.join(str(a.shape) for a in avals)}. lax-level ops need equal "
-                        "shapes; use kiln.numpy functions for NumPy broadcasting.")
+        raise TypeError(
+            f"{name} got incompatible shapes for broadcasting: "
+            f"{', '.join(str(a.shape) for a in avals)}. lax-level ops need equal "
+            "shapes; use kiln.numpy functions for NumPy broadcasting."
+        )
     return shapes.pop() if shapes else ()
 
 
 def check_same_dtypes(name: str, *avals: ShapedArray) -> None:
     first = avals[0].dtype
     if any(a.dtype != first for a in avals[1:]):
-        raise TypeError(f"{name} requires arguments to have the same dtypes, got "
-                        f"{', '.join(a.dtype.name for a in avals)}. (Convert with "
-                        "lax.convert_element_type, or use kiln.numpy, which promotes.)")
+        raise TypeError(
+            f"{name} requires arguments to have the same dtypes, got "
+            f"{', '.join(a.dtype.name for a in avals)}. (Convert with "
+            "lax.convert_element_type, or use kiln.numpy, which promotes.)"
+        )
 
 
-def standard_binop(name: str, impl: Callable, allowed, result_dtype: Callable | None = None,
-                   nargs: int = 2) -> Primitive:
+def standard_binop(
+    name: str, impl: Callable, allowed, result_dtype: Callable | None = None, nargs: int = 2
+) -> Primitive:
     """An elementwise op of `nargs` same-dtype operands (rank-0 operands broadcast). The result
     dtype is `result_dtype(dtype)` (default: the operands'); it is weak iff all operands are."""
     prim = Primitive(name)
 
     def abstract_eval(*avals: ShapedArray, **params) -> ShapedArray:
         if len(avals) != nargs:
-            raise TypeError(f"{name} takes {nargs} operand{'s' if nargs > 1 else ''}, "
-                            f"got {len(avals)}")
+            raise TypeError(
+                f"{name} takes {nargs} operand{'s' if nargs > 1 else ''}, got {len(avals)}"
+            )
         check_same_dtypes(name, *avals)
         check_dtype(name, avals[0].dtype, allowed)
         shape = broadcast_scalar_shapes(name, *avals)
@@ -74,8 +82,9 @@ def standard_binop(name: str, impl: Callable, allowed, result_dtype: Callable | 
     return prim
 
 
-def standard_unop(name: str, impl: Callable, allowed,
-                  result_dtype: Callable | None = None) -> Primitive:
+def standard_unop(
+    name: str, impl: Callable, allowed, result_dtype: Callable | None = None
+) -> Primitive:
     """An elementwise op of one operand (see standard_binop)."""
     return standard_binop(name, impl, allowed, result_dtype, nargs=1)
 
@@ -85,16 +94,21 @@ def to_bool(dtype: np.dtype) -> np.dtype:
 
 
 def real_dtype(dtype: np.dtype) -> np.dtype:
-    return np.dtype(np.float64) if dtype == np.complex128 else (
-        np.dtype(np.float32) if dtype == np.complex64 else dtype)
+    return (
+        np.dtype(np.float64)
+        if dtype == np.complex128
+        else (np.dtype(np.float32) if dtype == np.complex64 else dtype)
+    )
 
 
 def ignore_fp_errors(fn: Callable) -> Callable:
     """Run a NumPy impl without floating-point warnings: kiln, like XLA, returns inf/nan
     silently."""
+
     def wrapped(*args, **params):
         with np.errstate(all="ignore"):
             return fn(*args, **params)
+
     wrapped.__name__ = getattr(fn, "__name__", "impl")
     return wrapped
 
@@ -113,8 +127,9 @@ def lax_operands(*args):
         dtype, _ = dtypes.result_type_with_weak(*(dtypes.dtype_and_weak_of(a) for a in args))
     else:
         dtype = ref.dtype if hasattr(ref, "dtype") else dtypes.canonicalize(np.asarray(ref).dtype)
-    return tuple(scalar_to_array(a, dtype) if isinstance(a, (bool, int, float, complex)) else a
-                 for a in args)
+    return tuple(
+        scalar_to_array(a, dtype) if isinstance(a, (bool, int, float, complex)) else a for a in args
+    )
 
 
 # --- derivative rules --------------------------------------------------------------------------
@@ -123,13 +138,16 @@ def lax_operands(*args):
 # symbolic zero. The lax ops these rules build on are imported where a rule runs: the
 # elementwise, shape and reduction modules are themselves built with this one.
 
+
 def defjvp(prim: Primitive, *jvp_fns: Callable | None) -> Callable:
     """Declare the jvp of an elementwise op: `jvp_fns[i](g, *primals, **params)` is the output
     tangent that operand i's tangent `g` contributes (g * f'(x) for f(x)); None for an operand
     the op is not differentiable in. Contributions of rank-0 operands are broadcast to the
     output's shape, and the contributions are added."""
+
     def jvp_rule(primals, tangents, **params):
         from kiln.primitives.elementwise import add
+
         out = prim.bind(*primals, **params)
         out_tangent = None
         for jvp_fn, tangent in zip(jvp_fns, tangents):
@@ -138,18 +156,21 @@ def defjvp(prim: Primitive, *jvp_fns: Callable | None) -> Callable:
             term = broadcast_to_shape(jvp_fn(tangent, *primals, **params), out.shape)
             out_tangent = term if out_tangent is None else add(out_tangent, term)
         return out, out_tangent
+
     return prim.def_jvp(jvp_rule)
 
 
 def deflinear(prim: Primitive, transpose_fn: Callable) -> Callable:
     """Declare a linear op: its jvp applies the op to the tangents (zeros standing in for the
     symbolic ones), and `transpose_fn(cotangent, *args, **params) -> list` is its transpose."""
+
     def jvp_rule(primals, tangents, **params):
         out = prim.bind(*primals, **params)
         if all(t is None for t in tangents):
             return out, None
         tangents = [zeros_like(p) if t is None else t for p, t in zip(primals, tangents)]
         return out, prim.bind(*tangents, **params)
+
     prim.def_jvp(jvp_rule)
     prim.def_transpose(transpose_fn)
     return jvp_rule
@@ -158,9 +179,11 @@ def deflinear(prim: Primitive, transpose_fn: Callable) -> Callable:
 def defjvp_zero(prim: Primitive) -> Callable:
     """Declare an op whose output has a zero derivative everywhere it has one (an integer or
     bool result, or a piecewise-constant function such as floor or sign)."""
+
     def jvp_rule(primals, tangents, **params):
         out = prim.bind(*primals, **params)
         return (out, [None] * len(out)) if prim.multiple_results else (out, None)
+
     return prim.def_jvp(jvp_rule)
 
 
@@ -171,24 +194,28 @@ def def_non_differentiable(prim: Primitive, reason: str) -> Callable:
 
     def jvp_rule(primals, tangents, **params):
         raise TypeError(f"Differentiation rule for '{prim.name}' not implemented: {reason}")
+
     return prim.def_jvp(jvp_rule)
 
 
 def zeros_like(x):
     """Zeros of x's shape, dtype and weak type."""
     from kiln.core.avals import get_aval
+
     return zeros_like_aval(get_aval(x))
 
 
 def zeros_like_aval(aval):
     """Zeros of an abstract value's shape, dtype and weak type."""
     from kiln.primitives.shape import broadcast_in_dim
+
     return broadcast_in_dim(scalar_to_array(0, aval.dtype, aval.weak_type), tuple(aval.shape), ())
 
 
 def broadcast_to_shape(x, shape: tuple):
     """x, broadcast to `shape` if it is rank-0 (lax elementwise ops broadcast only those)."""
     from kiln.primitives.shape import broadcast_in_dim
+
     return x if tuple(x.shape) == tuple(shape) else broadcast_in_dim(x, shape, ())
 
 
@@ -196,6 +223,7 @@ def unbroadcast(cotangent, shape: tuple):
     """The cotangent of an operand of `shape` that an elementwise op broadcast: summed over
     every axis when the operand was rank-0 and the result was not."""
     from kiln.primitives.reductions import reduce_sum
+
     if tuple(cotangent.shape) == tuple(shape):
         return cotangent
     return reduce_sum(cotangent, tuple(range(len(cotangent.shape))))
@@ -211,9 +239,11 @@ def instantiate(tangent, primal):
 # that is the same for every batch element) and returns the result(s) with theirs. Rules run
 # with the enclosing trace current, so the lax ops they call batch nothing themselves.
 
+
 def move_bdim(x, src: int | None, dst: int):
     """x with its batch dimension `src` moved to position `dst` (x unchanged if it is there)."""
     from kiln.primitives.shape import transpose
+
     if src is None or src == dst:
         return x
     perm = [d for d in range(len(x.shape)) if d != src]
@@ -224,6 +254,7 @@ def move_bdim(x, src: int | None, dst: int):
 def bdim_at_front(x, bdim: int | None, size: int):
     """x with its batch dimension first; an unbatched x is broadcast to `size` copies."""
     from kiln.primitives.shape import broadcast_in_dim
+
     if bdim is None:
         shape = tuple(x.shape)
         return broadcast_in_dim(x, (size,) + shape, tuple(range(1, len(shape) + 1)))
@@ -243,6 +274,7 @@ def broadcast_batched_operands(args, dims):
     operand's batch dimension first and every operand shaped like the batched result, except
     unbatched rank-0 operands, which broadcast as they are. Returns the new operands."""
     from kiln.primitives.shape import broadcast_in_dim
+
     size = batch_size(args, dims)
     moved = [move_bdim(x, d, 0) for x, d in zip(args, dims)]
     # the per-example shape: that of any operand of non-zero per-example rank
@@ -271,10 +303,12 @@ def elementwise_batching(prim: Primitive) -> Callable:
     """Declare the batching rule of an elementwise op (any number of operands, any mix of
     batched and unbatched ones): the op runs once on operands broadcast to the batched shape,
     with the batch dimension first."""
+
     def batching_rule(args, dims, **params):
         operands = broadcast_batched_operands(args, dims)
         out = prim.bind(*operands, **params)
         if prim.multiple_results:
             return out, [0] * len(out)
         return out, 0
+
     return prim.def_batching(batching_rule)

@@ -10,6 +10,7 @@ a large product is split by rows across kiln's threads, each chunk one single-th
 (NumPy releases the GIL inside matmul). The user's own NumPy calls are unaffected: the previous
 BLAS thread count is restored after each product.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -21,10 +22,18 @@ from contextlib import contextmanager
 
 import numpy as np
 
-_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-            "openblas_set_num_threads64_", "openblas_set_num_threads")
-_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
-            "openblas_get_num_threads64_", "openblas_get_num_threads")
+_SETTERS = (
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+)
+_GETTERS = (
+    "scipy_openblas_get_num_threads64_",
+    "scipy_openblas_get_num_threads",
+    "openblas_get_num_threads64_",
+    "openblas_get_num_threads",
+)
 
 
 def _find_openblas():
@@ -81,6 +90,7 @@ _executor_threads = 0
 
 def _threads() -> int:
     from kiln.config import config
+
     if config.num_threads is not None:
         return max(1, config.num_threads)
     return max(1, os.cpu_count() or 1)
@@ -108,12 +118,18 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = np.empty(out_shape, np.result_type(a.dtype, b.dtype))
         if m >= threads * 8:
             bounds = np.linspace(0, m, threads + 1).astype(int)
-            futures = [_pool(threads).submit(_rows, a, b, out, lo, hi)
-                       for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+            futures = [
+                _pool(threads).submit(_rows, a, b, out, lo, hi)
+                for lo, hi in zip(bounds[:-1], bounds[1:])
+                if hi > lo
+            ]
         else:  # few rows: split the columns of b instead
             bounds = np.linspace(0, n, threads + 1).astype(int)
-            futures = [_pool(threads).submit(_columns, a, b, out, lo, hi)
-                       for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+            futures = [
+                _pool(threads).submit(_columns, a, b, out, lo, hi)
+                for lo, hi in zip(bounds[:-1], bounds[1:])
+                if hi > lo
+            ]
         for f in futures:
             f.result()
         return out

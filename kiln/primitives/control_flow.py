@@ -5,9 +5,19 @@ The primitives live in control_flow_cond.py, control_flow_loops.py and control_f
 the shared tracing, type-checking, evaluation and dead-code machinery in control_flow_common.py;
 this module is the family's public face (kiln.lax star-imports it).
 """
+
 from kiln.primitives.control_flow_cond import cond, cond_p, switch
 from kiln.primitives.control_flow_loops import fori_loop, while_loop, while_p
 from kiln.primitives.control_flow_scan import map, scan, scan_p
 
-__all__ = ["cond", "switch", "while_loop", "fori_loop", "scan", "map",
-           "cond_p", "while_p", "scan_p"]
+__all__ = [
+    "cond",
+    "switch",
+    "while_loop",
+    "fori_loop",
+    "scan",
+    "map",
+    "cond_p",
+    "while_p",
+    "scan_p",
+]

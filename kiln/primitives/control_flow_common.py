@@ -7,6 +7,7 @@ Sub-jaxprs are stored as ClosedJaxprs without consts: everything a traced functi
 (tracers of an enclosing trace, concrete arrays) becomes a leading input of the sub-jaxpr and an
 operand of the equation (counted by `num_consts`, `cond_nconsts`, `body_nconsts`), as JAX does.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -29,6 +30,7 @@ _VALID_LEAF = (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)
 
 # --- pytrees and avals -----------------------------------------------------------------------
 
+
 def flatten(tree: Any) -> tuple[list, Any]:
     return api_util.flatten(tree)
 
@@ -48,9 +50,11 @@ def abstractify(leaves: Sequence, paths: Sequence[str], what: str) -> list[Shape
     avals = []
     for leaf, path in zip(leaves, paths):
         if not isinstance(leaf, _VALID_LEAF):
-            raise TypeError(f"{what} must be arrays or scalars (or pytrees of them), but the "
-                            f"value at path {path or '(root)'} is of type "
-                            f"{type(leaf).__name__}: {leaf!r}")
+            raise TypeError(
+                f"{what} must be arrays or scalars (or pytrees of them), but the "
+                f"value at path {path or '(root)'} is of type "
+                f"{type(leaf).__name__}: {leaf!r}"
+            )
         avals.append(aval_of(leaf))
     return avals
 
@@ -75,8 +79,11 @@ def is_concrete(x: Any) -> bool:
 def first_param_name(fun: Callable, position: int = 0) -> str | None:
     """The name of `fun`'s positional parameter at `position`, if it can be found."""
     try:
-        params = [p for p in inspect.signature(fun).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p
+            for p in inspect.signature(fun).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         return None
     return params[position].name if position < len(params) else None
@@ -89,6 +96,7 @@ def describe_function(fun: Callable) -> str:
 
 
 # --- tracing ---------------------------------------------------------------------------------
+
 
 class Traced:
     """A user function traced into a const-free sub-jaxpr.
@@ -109,8 +117,13 @@ class Traced:
         return self.jaxpr.out_avals
 
 
-def trace_function(fun: Callable, in_tree, in_avals: Sequence[ShapedArray], what: str,
-                   split_output: Callable[[Any], tuple[list, Any]] | None = None) -> Traced:
+def trace_function(
+    fun: Callable,
+    in_tree,
+    in_avals: Sequence[ShapedArray],
+    what: str,
+    split_output: Callable[[Any], tuple[list, Any]] | None = None,
+) -> Traced:
     """Trace `fun(*unflatten(in_tree, args))` for arguments of types `in_avals`.
 
     `split_output(out) -> (leaves, out_tree)` flattens the function's result (default: the
@@ -138,8 +151,9 @@ def hoist_consts(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
     jaxpr = closed.jaxpr
     if not jaxpr.constvars:
         return closed, []
-    opened = Jaxpr([], list(jaxpr.constvars) + list(jaxpr.invars), jaxpr.outvars, jaxpr.eqns,
-                   jaxpr.effects)
+    opened = Jaxpr(
+        [], list(jaxpr.constvars) + list(jaxpr.invars), jaxpr.outvars, jaxpr.eqns, jaxpr.effects
+    )
     return ClosedJaxpr(opened, []), list(closed.consts)
 
 
@@ -156,15 +170,17 @@ def merge_consts(traced: Sequence[Traced]) -> tuple[list[ClosedJaxpr], list]:
     jaxprs = []
     for t in traced:
         jaxpr = t.jaxpr.jaxpr
-        own = jaxpr.invars[:len(t.consts)]
-        rest = jaxpr.invars[len(t.consts):]
+        own = jaxpr.invars[: len(t.consts)]
+        rest = jaxpr.invars[len(t.consts) :]
         const_vars = [None] * len(consts)
         for var, c in zip(own, t.consts):
             const_vars[index_of[id(c)]] = var
-        const_vars = [v if v is not None else Var(aval_of(c))
-                      for v, c in zip(const_vars, consts)]
-        jaxprs.append(ClosedJaxpr(Jaxpr([], const_vars + list(rest), jaxpr.outvars,
-                                        jaxpr.eqns, jaxpr.effects), []))
+        const_vars = [v if v is not None else Var(aval_of(c)) for v, c in zip(const_vars, consts)]
+        jaxprs.append(
+            ClosedJaxpr(
+                Jaxpr([], const_vars + list(rest), jaxpr.outvars, jaxpr.eqns, jaxpr.effects), []
+            )
+        )
     return jaxprs, consts
 
 
@@ -172,6 +188,7 @@ def with_output_avals(closed: ClosedJaxpr, avals: Sequence[ShapedArray]) -> Clos
     """`closed` with each output whose weak type differs from `avals` converted to it (the
     shapes and dtypes already agree), so that all branches of a cond produce one type."""
     from kiln.primitives.elementwise import convert_element_type_p
+
     jaxpr = closed.jaxpr
     eqns, outvars = list(jaxpr.eqns), []
     for atom, aval in zip(jaxpr.outvars, avals):
@@ -179,16 +196,24 @@ def with_output_avals(closed: ClosedJaxpr, avals: Sequence[ShapedArray]) -> Clos
             outvars.append(atom)
             continue
         var = Var(aval)
-        eqns.append(JaxprEqn(convert_element_type_p, [atom], [var],
-                             dict(new_dtype=aval.dtype, weak_type=aval.weak_type)))
+        eqns.append(
+            JaxprEqn(
+                convert_element_type_p,
+                [atom],
+                [var],
+                dict(new_dtype=aval.dtype, weak_type=aval.weak_type),
+            )
+        )
         outvars.append(var)
     if len(eqns) == len(jaxpr.eqns):
         return closed
-    return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, eqns, jaxpr.effects),
-                       closed.consts)
+    return ClosedJaxpr(
+        Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, eqns, jaxpr.effects), closed.consts
+    )
 
 
 # --- type checks with JAX's messages -----------------------------------------------------------
+
 
 def mismatch_reason(a: ShapedArray, b: ShapedArray) -> str:
     reasons = []
@@ -229,34 +254,47 @@ def check_carry_structure(name: str, carry_name: str | None, in_tree, out_tree) 
         f"but they differ:\n\n{what[0].upper() + what[1:]} has structure "
         f"{tree_text(in_tree)} but the carry output has structure {tree_text(out_tree)}.\n\n"
         "Revise the function so that the carry output has the same pytree structure as the "
-        "carry input.")
+        "carry input."
+    )
 
 
-def check_carry_types(name: str, carry_name: str | None, paths: Sequence[str],
-                      in_avals: Sequence[ShapedArray], out_avals: Sequence[ShapedArray]) -> None:
+def check_carry_types(
+    name: str,
+    carry_name: str | None,
+    paths: Sequence[str],
+    in_avals: Sequence[ShapedArray],
+    out_avals: Sequence[ShapedArray],
+) -> None:
     """TypeError naming each carry component whose shape or dtype the body changed."""
+
     def component(path: str) -> str:
         base = carry_name or "carry"
         if path:
             return f"the input carry component {base}{path}"
         return f"the input carry {base}"
 
-    diffs = [f"{component(p)} has type {type_name(a)} but the corresponding output carry "
-             f"component has type {type_name(b)}{mismatch_reason(a, b)}"
-             for p, a, b in zip(paths, in_avals, out_avals) if not same_type(a, b)]
+    diffs = [
+        f"{component(p)} has type {type_name(a)} but the corresponding output carry "
+        f"component has type {type_name(b)}{mismatch_reason(a, b)}"
+        for p, a, b in zip(paths, in_avals, out_avals)
+        if not same_type(a, b)
+    ]
     if diffs:
         raise TypeError(
             f"{name} function carry input and carry output must have equal types, but they "
             f"differ:\n\n{bullet_list(diffs)}\nRevise the function so that all output types "
-            "match the corresponding input types.")
+            "match the corresponding input types."
+        )
 
 
-def promote_weak_carries(init_leaves: list, in_avals: Sequence[ShapedArray],
-                         out_avals: Sequence[ShapedArray]) -> tuple[list, bool]:
+def promote_weak_carries(
+    init_leaves: list, in_avals: Sequence[ShapedArray], out_avals: Sequence[ShapedArray]
+) -> tuple[list, bool]:
     """A weakly typed initial carry (a Python scalar) whose dtype the body changes is promoted
     to the dtype the body produces, as JAX does (the body is then traced again).
     Returns the new initial leaves and whether any changed."""
     from kiln.primitives.elementwise import convert_element_type
+
     changed = False
     leaves = list(init_leaves)
     for i, (a, b) in enumerate(zip(in_avals, out_avals)):
@@ -268,36 +306,46 @@ def promote_weak_carries(init_leaves: list, in_avals: Sequence[ShapedArray],
     return leaves, changed
 
 
-def carry_out_avals(in_avals: Sequence[ShapedArray],
-                    body_out_avals: Sequence[ShapedArray]) -> list[ShapedArray]:
+def carry_out_avals(
+    in_avals: Sequence[ShapedArray], body_out_avals: Sequence[ShapedArray]
+) -> list[ShapedArray]:
     """The types a loop returns for its carries: the carry's shape and dtype, weak only if
     both the initial value and every body result are weak."""
-    return [ShapedArray(a.shape, a.dtype, a.weak_type and b.weak_type)
-            for a, b in zip(in_avals, body_out_avals)]
+    return [
+        ShapedArray(a.shape, a.dtype, a.weak_type and b.weak_type)
+        for a, b in zip(in_avals, body_out_avals)
+    ]
 
 
 def tree_text(tree) -> str:
     from kiln.tree_util import PyTreeDef
+
     return repr(PyTreeDef(tree)) if not isinstance(tree, PyTreeDef) else repr(tree)
 
 
 # --- abstract-eval checks ----------------------------------------------------------------------
 
-def check_operands(prim: str, what: str, operand_avals: Sequence[ShapedArray],
-                   expected: Sequence[ShapedArray]) -> None:
+
+def check_operands(
+    prim: str, what: str, operand_avals: Sequence[ShapedArray], expected: Sequence[ShapedArray]
+) -> None:
     """TypeError unless the operands have the sub-jaxpr's input shapes and dtypes."""
     if len(operand_avals) != len(expected):
-        raise TypeError(f"{prim}: {what} takes {len(expected)} inputs, got "
-                        f"{len(operand_avals)} operands")
+        raise TypeError(
+            f"{prim}: {what} takes {len(expected)} inputs, got {len(operand_avals)} operands"
+        )
     for i, (a, e) in enumerate(zip(operand_avals, expected)):
         if not same_type(a, e):
-            raise TypeError(f"{prim}: operand {i} of {what} has type {a.str_short()} but the "
-                            f"jaxpr expects {e.str_short()}")
+            raise TypeError(
+                f"{prim}: operand {i} of {what} has type {a.str_short()} but the "
+                f"jaxpr expects {e.str_short()}"
+            )
 
 
 def typecheck_sub_jaxpr(prim: str, what: str, closed: ClosedJaxpr) -> None:
     """Typecheck a sub-jaxpr (the rules of its own equations, recursively)."""
     from kiln.core.jaxpr import typecheck_jaxpr
+
     if not isinstance(closed, ClosedJaxpr):
         raise TypeError(f"{prim}: {what} must be a ClosedJaxpr, got {type(closed).__name__}")
     try:
@@ -315,11 +363,15 @@ def effects_of(*jaxprs: ClosedJaxpr) -> frozenset:
 
 # --- eager evaluation ------------------------------------------------------------------------
 
+
 def wrap_inputs(values: Sequence, avals: Sequence[ShapedArray]) -> list[Array]:
     """NumPy operands as kiln Arrays with the weak types the sub-jaxpr was traced with."""
-    return [v if type(v) is Array and v.weak_type == a.weak_type
-            else Array._wrap(v._value if type(v) is Array else np.asarray(v), a.weak_type)
-            for v, a in zip(values, avals)]
+    return [
+        v
+        if type(v) is Array and v.weak_type == a.weak_type
+        else Array._wrap(v._value if type(v) is Array else np.asarray(v), a.weak_type)
+        for v, a in zip(values, avals)
+    ]
 
 
 def run_jaxpr(closed: ClosedJaxpr, args: Sequence[Array]) -> list[Array]:
@@ -341,8 +393,10 @@ def unwrap_outputs(outs: Sequence, inputs: Sequence) -> list[np.ndarray]:
 
 # --- dead-code elimination inside sub-jaxprs ---------------------------------------------------
 
-def dce_sub_jaxpr(closed: ClosedJaxpr, used_outputs: Sequence[bool]
-                  ) -> tuple[ClosedJaxpr, list[bool]]:
+
+def dce_sub_jaxpr(
+    closed: ClosedJaxpr, used_outputs: Sequence[bool]
+) -> tuple[ClosedJaxpr, list[bool]]:
     """Remove what `closed` computes only for unused outputs; the result keeps only the used
     outputs but all inputs. Returns it and which inputs it still reads."""
     jaxpr, used_inputs = dce_jaxpr(closed.jaxpr, list(used_outputs))
@@ -353,9 +407,9 @@ def prune_inputs(closed: ClosedJaxpr, keep: Sequence[bool]) -> ClosedJaxpr:
     """`closed` without the inputs not marked in `keep` (which it must not read)."""
     jaxpr = closed.jaxpr
     invars = [v for v, k in zip(jaxpr.invars, keep) if k]
-    return ClosedJaxpr(Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns, jaxpr.effects),
-                       closed.consts)
-
+    return ClosedJaxpr(
+        Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns, jaxpr.effects), closed.consts
+    )
 
 
 # --- rewiring sub-jaxprs for the derivative and batching rules ----------------------------------
@@ -363,11 +417,12 @@ def prune_inputs(closed: ClosedJaxpr, keep: Sequence[bool]) -> ClosedJaxpr:
 # ones: they reorder inputs and outputs, add inputs a jaxpr ignores, and turn the consts a
 # traced jaxpr captured into leading operands of the equation.
 
+
 def split_list(values: Sequence, sizes: Sequence[int]) -> list[list]:
     """`values` cut into consecutive pieces of the given sizes, plus the rest."""
     pieces, start = [], 0
     for size in sizes:
-        pieces.append(list(values[start:start + size]))
+        pieces.append(list(values[start : start + size]))
         start += size
     pieces.append(list(values[start:]))
     return pieces
@@ -388,16 +443,18 @@ def permute_inputs(closed: ClosedJaxpr, order: Sequence[int]) -> ClosedJaxpr:
     """`closed` taking its inputs in a new order: input k of the result is input `order[k]`."""
     jaxpr = closed.jaxpr
     invars = [jaxpr.invars[i] for i in order]
-    return ClosedJaxpr(Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns, jaxpr.effects),
-                       closed.consts)
+    return ClosedJaxpr(
+        Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns, jaxpr.effects), closed.consts
+    )
 
 
 def permute_outputs(closed: ClosedJaxpr, order: Sequence[int]) -> ClosedJaxpr:
     """`closed` returning its outputs in a new order: output k is output `order[k]`."""
     jaxpr = closed.jaxpr
     outvars = [jaxpr.outvars[i] for i in order]
-    return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, jaxpr.eqns, jaxpr.effects),
-                       closed.consts)
+    return ClosedJaxpr(
+        Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, jaxpr.eqns, jaxpr.effects), closed.consts
+    )
 
 
 def interleave_order(sizes: Sequence[int], groups: int) -> list[int]:
@@ -420,14 +477,14 @@ def interleave_order(sizes: Sequence[int], groups: int) -> list[int]:
     return order
 
 
-def with_extra_inputs(closed: ClosedJaxpr, avals: Sequence[ShapedArray], at: int
-                      ) -> ClosedJaxpr:
+def with_extra_inputs(closed: ClosedJaxpr, avals: Sequence[ShapedArray], at: int) -> ClosedJaxpr:
     """`closed` with inputs of types `avals`, which it ignores, inserted at position `at`."""
     jaxpr = closed.jaxpr
     extra = [Var(a) for a in avals]
     invars = list(jaxpr.invars[:at]) + extra + list(jaxpr.invars[at:])
-    return ClosedJaxpr(Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns, jaxpr.effects),
-                       closed.consts)
+    return ClosedJaxpr(
+        Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns, jaxpr.effects), closed.consts
+    )
 
 
 def trace_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray]) -> ClosedJaxpr:
@@ -456,4 +513,5 @@ def inputs_only_from(jaxpr: Jaxpr, num_leading: int) -> list[bool]:
 
 def avals_of(values: Sequence) -> list[ShapedArray]:
     from kiln.core.avals import get_aval
+
     return [get_aval(v) for v in values]

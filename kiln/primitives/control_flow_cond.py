@@ -6,6 +6,7 @@ index `convert_element_type(pred, int32)` and the branches in the order (false, 
 predicate's value picks its branch; `lax.switch` clamps its index into range first. Both branch
 functions are always traced, even for a concrete predicate, as in JAX.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ cond_p = Primitive("cond", multiple_results=True)
 
 # --- public wrappers -------------------------------------------------------------------------
 
+
 def cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_NO_OPERAND):
     """Apply `true_fun(*operands)` if `pred` is true, else `false_fun(*operands)`.
 
@@ -48,16 +50,19 @@ def cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_NO_O
         raise TypeError("lax.cond: true_fun and false_fun arguments should be callable.")
     if operand is not _NO_OPERAND:
         if operands:
-            raise TypeError("if 'operand' keyword is passed then no positional operands can be "
-                            f"passed, got operand={operand!r} and positional operands "
-                            f"{operands!r}")
+            raise TypeError(
+                "if 'operand' keyword is passed then no positional operands can be "
+                f"passed, got operand={operand!r} and positional operands "
+                f"{operands!r}"
+            )
         operands = (operand,)
 
     if pred is None:
         raise TypeError("cond predicate is None")
     if isinstance(pred, (list, tuple)) or np.ndim(pred) != 0:
-        what = f"type {type(pred)}" if isinstance(pred, (list, tuple)) \
-            else f"shape {np.shape(pred)}."
+        what = (
+            f"type {type(pred)}" if isinstance(pred, (list, tuple)) else f"shape {np.shape(pred)}."
+        )
         raise TypeError(f"Pred must be a scalar, got {pred} of {what}")
     pred_dtype = _dtype_of(pred, f"Pred type must be either boolean or number, got {pred!r}.")
     if pred_dtype != dtypes.bool_:
@@ -70,8 +75,14 @@ def cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_NO_O
 
     index = convert_element_type(pred, np.int32)
     # Branch 0 runs for index 0 (pred false): (false_fun, true_fun).
-    return _bind_cond(index, (false_fun, true_fun), operands, "cond",
-                      names=("false_fun", "true_fun"), trace_order=(1, 0))
+    return _bind_cond(
+        index,
+        (false_fun, true_fun),
+        operands,
+        "cond",
+        names=("false_fun", "true_fun"),
+        trace_order=(1, 0),
+    )
 
 
 def switch(index, branches: Sequence[Callable], *operands, operand=_NO_OPERAND):
@@ -85,13 +96,14 @@ def switch(index, branches: Sequence[Callable], *operands, operand=_NO_OPERAND):
     """
     if operand is not _NO_OPERAND:
         if operands:
-            raise TypeError("if 'operand' keyword is passed then no positional operands can be "
-                            f"passed, got operand={operand!r} and positional operands "
-                            f"{operands!r}")
+            raise TypeError(
+                "if 'operand' keyword is passed then no positional operands can be "
+                f"passed, got operand={operand!r} and positional operands "
+                f"{operands!r}"
+            )
         operands = (operand,)
     if isinstance(index, (list, tuple)) or np.ndim(index) != 0:
-        raise TypeError(f"Branch index must be scalar, got {index} of shape "
-                        f"{np.shape(index)}.")
+        raise TypeError(f"Branch index must be scalar, got {index} of shape {np.shape(index)}.")
     index_dtype = _dtype_of(index, f"Index type must be an integer, got {index!r}.")
     if index_dtype.kind not in "iu":
         raise TypeError(f"Index type must be an integer, got {index} as {index_dtype}")
@@ -108,9 +120,14 @@ def switch(index, branches: Sequence[Callable], *operands, operand=_NO_OPERAND):
     index = clamp(np.array(0, np.int32), index, np.array(len(branches) - 1, np.int32))
     if config.disable_jit and cf.is_concrete(index):
         return branches[int(index)](*operands)
-    return _bind_cond(index, branches, operands, "switch",
-                      names=tuple(f"branch {i}" for i in range(len(branches))),
-                      trace_order=range(len(branches)))
+    return _bind_cond(
+        index,
+        branches,
+        operands,
+        "switch",
+        names=tuple(f"branch {i}" for i in range(len(branches))),
+        trace_order=range(len(branches)),
+    )
 
 
 def _dtype_of(x: Any, message: str) -> np.dtype:
@@ -121,8 +138,14 @@ def _dtype_of(x: Any, message: str) -> np.dtype:
     return dtype
 
 
-def _bind_cond(index, branches: Sequence[Callable], operands: tuple, api_name: str,
-               names: Sequence[str], trace_order: Sequence[int]):
+def _bind_cond(
+    index,
+    branches: Sequence[Callable],
+    operands: tuple,
+    api_name: str,
+    names: Sequence[str],
+    trace_order: Sequence[int],
+):
     """Trace `branches` (in the order the user wrote them: `trace_order`) and bind cond."""
     leaves, in_tree = cf.flatten(operands)
     avals = cf.abstractify(leaves, cf.leaf_paths(operands), f"the operands of {api_name}")
@@ -133,44 +156,57 @@ def _bind_cond(index, branches: Sequence[Callable], operands: tuple, api_name: s
     reference = trace_order[0]
     for i, t in enumerate(traced):
         if i != reference:
-            _check_branch_outputs(api_name, names[reference], names[i], branches[reference],
-                                  branches[i], traced[reference], t)
+            _check_branch_outputs(
+                api_name,
+                names[reference],
+                names[i],
+                branches[reference],
+                branches[i],
+                traced[reference],
+                t,
+            )
     out_avals = _joined_avals([t.out_avals for t in traced])
     jaxprs, consts = cf.merge_consts(traced)
     jaxprs = tuple(cf.with_output_avals(j, out_avals) for j in jaxprs)
     num_operands = len(consts) + len(leaves)
-    outs = cond_p.bind(index, *consts, *leaves, branches=jaxprs,
-                       linear=(False,) * num_operands)
+    outs = cond_p.bind(index, *consts, *leaves, branches=jaxprs, linear=(False,) * num_operands)
     return cf.unflatten(traced[reference].out_tree, outs)
 
 
 def _joined_avals(avals_per_branch: list[list[ShapedArray]]) -> list[ShapedArray]:
     """Branch outputs agree in shape and dtype; the result is weak only if all are weak."""
-    return [ShapedArray(avals[0].shape, avals[0].dtype, all(a.weak_type for a in avals))
-            for avals in zip(*avals_per_branch)]
+    return [
+        ShapedArray(avals[0].shape, avals[0].dtype, all(a.weak_type for a in avals))
+        for avals in zip(*avals_per_branch)
+    ]
 
 
-def _check_branch_outputs(api_name: str, name1: str, name2: str, f1: Callable, f2: Callable,
-                          t1: cf.Traced, t2: cf.Traced) -> None:
+def _check_branch_outputs(
+    api_name: str, name1: str, name2: str, f1: Callable, f2: Callable, t1: cf.Traced, t2: cf.Traced
+) -> None:
     """TypeError (JAX's wording) unless two branches return the same structure and types."""
-    header = (f"{name1} is {cf.describe_function(f1)}\n"
-              f"{name2} is {cf.describe_function(f2)}\n\n")
+    header = f"{name1} is {cf.describe_function(f1)}\n{name2} is {cf.describe_function(f2)}\n\n"
     if t1.out_tree != t2.out_tree:
         raise TypeError(
             f"{api_name} branch outputs must have the same pytree structure, but they differ:"
             f"\n\n{header}{name1} output is {cf.tree_text(t1.out_tree)} but {name2} output is "
             f"{cf.tree_text(t2.out_tree)}.\n\n"
-            f"Revise {name1} and/or {name2} so that they have the same pytree structure.")
+            f"Revise {name1} and/or {name2} so that they have the same pytree structure."
+        )
     paths = _paths_of(t1.out_tree)
-    diffs = [f"the output of {name1}{f' at path {p}' if p else ''} has type {cf.type_name(a)} "
-             f"but the corresponding output of {name2} has type {cf.type_name(b)}"
-             f"{cf.mismatch_reason(a, b)}"
-             for p, a, b in zip(paths, t1.out_avals, t2.out_avals) if not cf.same_type(a, b)]
+    diffs = [
+        f"the output of {name1}{f' at path {p}' if p else ''} has type {cf.type_name(a)} "
+        f"but the corresponding output of {name2} has type {cf.type_name(b)}"
+        f"{cf.mismatch_reason(a, b)}"
+        for p, a, b in zip(paths, t1.out_avals, t2.out_avals)
+        if not cf.same_type(a, b)
+    ]
     if diffs:
         raise TypeError(
             f"{api_name} branches must have equal output types but they differ.\n\n{header}"
             f"{cf.bullet_list(diffs)}\n"
-            f"Revise {name1} and/or {name2} so that all output types match.")
+            f"Revise {name1} and/or {name2} so that all output types match."
+        )
 
 
 def _paths_of(treedef) -> list[str]:
@@ -179,6 +215,7 @@ def _paths_of(treedef) -> list[str]:
 
 
 # --- rules -----------------------------------------------------------------------------------
+
 
 @cond_p.def_impl
 def _cond_impl(index, *operands, branches: tuple, linear: tuple):
@@ -190,13 +227,11 @@ def _cond_impl(index, *operands, branches: tuple, linear: tuple):
 
 
 @cond_p.def_abstract_eval
-def _cond_abstract_eval(index: ShapedArray, *operands: ShapedArray, branches: tuple,
-                        linear: tuple):
+def _cond_abstract_eval(index: ShapedArray, *operands: ShapedArray, branches: tuple, linear: tuple):
     if not isinstance(branches, tuple) or not branches:
         raise TypeError("cond: branches must be a non-empty tuple of ClosedJaxprs")
     if index.shape != () or index.dtype != dtypes.int32:
-        raise TypeError(f"cond: the branch index must be an int32 scalar, got "
-                        f"{index.str_short()}")
+        raise TypeError(f"cond: the branch index must be an int32 scalar, got {index.str_short()}")
     if len(linear) != len(operands):
         raise TypeError(f"cond: linear has {len(linear)} entries for {len(operands)} operands")
     first = branches[0]
@@ -205,12 +240,16 @@ def _cond_abstract_eval(index: ShapedArray, *operands: ShapedArray, branches: tu
         cf.check_operands("cond", f"branch {i}", operands, branch.in_avals)
         out = branch.out_avals
         if len(out) != len(first.out_avals) or not all(
-                cf.same_type(a, b) for a, b in zip(out, first.out_avals)):
+            cf.same_type(a, b) for a, b in zip(out, first.out_avals)
+        ):
             raise TypeError(
                 f"cond: branch {i} returns ({', '.join(a.str_short() for a in out)}) but branch "
-                f"0 returns ({', '.join(a.str_short() for a in first.out_avals)})")
-    return [ShapedArray(a.shape, a.dtype, all(b.out_avals[k].weak_type for b in branches))
-            for k, a in enumerate(first.out_avals)]
+                f"0 returns ({', '.join(a.str_short() for a in first.out_avals)})"
+            )
+    return [
+        ShapedArray(a.shape, a.dtype, all(b.out_avals[k].weak_type for b in branches))
+        for k, a in enumerate(first.out_avals)
+    ]
 
 
 @cond_p.def_effects
@@ -233,9 +272,11 @@ def _cond_dce_rule(used_outputs: list[bool], eqn):
     new_branches = tuple(cf.prune_inputs(b, used_inputs) for b in pruned)
     operands = [a for a, u in zip(eqn.invars[1:], used_inputs) if u]
     linear = tuple(l for l, u in zip(eqn.params["linear"], used_inputs) if u)
-    new_eqn = eqn.replace(invars=[eqn.invars[0], *operands],
-                          outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
-                          params={**eqn.params, "branches": new_branches, "linear": linear})
+    new_eqn = eqn.replace(
+        invars=[eqn.invars[0], *operands],
+        outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
+        params={**eqn.params, "branches": new_branches, "linear": linear},
+    )
     return [True] + used_inputs, new_eqn
 
 
@@ -244,30 +285,29 @@ def _cond_dce_rule(used_outputs: list[bool], eqn):
 # unknown or batched), then forced to agree on which outputs carry tangents, are unknown or are
 # batched, so that they keep identical types.
 
+
 def _bind_branches(index, operands: Sequence, branches: Sequence) -> list:
     """Bind cond with branches that may have captured consts (passed as leading operands)."""
     jaxprs, consts = cf.shared_consts(branches)
     operands = [*consts, *operands]
-    return cond_p.bind(index, *operands, branches=tuple(jaxprs),
-                       linear=(False,) * len(operands))
+    return cond_p.bind(index, *operands, branches=tuple(jaxprs), linear=(False,) * len(operands))
 
 
 @cond_p.def_jvp
 def _cond_jvp_rule(primals, tangents, *, branches: tuple, linear: tuple):
     from kiln.transforms.jvp import jvp_jaxpr
+
     index, *operands = primals
     nonzeros = [t is not None for t in tangents[1:]]
     out_nonzeros = [False] * len(branches[0].out_avals)
     for branch in branches:
         _, branch_nonzeros = jvp_jaxpr(branch, nonzeros, instantiate=False)
         out_nonzeros = [a or b for a, b in zip(out_nonzeros, branch_nonzeros)]
-    jvp_branches = [jvp_jaxpr(branch, nonzeros, instantiate=out_nonzeros)[0]
-                    for branch in branches]
+    jvp_branches = [jvp_jaxpr(branch, nonzeros, instantiate=out_nonzeros)[0] for branch in branches]
     operand_tangents = [t for t in tangents[1:] if t is not None]
     outs = _bind_branches(index, [*operands, *operand_tangents], jvp_branches)
     num_out = len(out_nonzeros)
-    return outs[:num_out], cf.merge_masked(out_nonzeros, outs[num_out:],
-                                           [None] * num_out)
+    return outs[:num_out], cf.merge_masked(out_nonzeros, outs[num_out:], [None] * num_out)
 
 
 @cond_p.def_partial_eval
@@ -277,6 +317,7 @@ def _cond_partial_eval_rule(trace, args, *, branches: tuple, linear: tuple):
     the residuals of all branches (zeros for the others') and every unknown branch takes them
     all. With an unknown index the whole cond is staged."""
     from kiln.transforms.partial_eval import partial_eval_jaxpr
+
     params = dict(branches=branches, linear=linear)
     index, *operands = args
     if trace.is_unknown(index):
@@ -284,10 +325,10 @@ def _cond_partial_eval_rule(trace, args, *, branches: tuple, linear: tuple):
     unknowns = [trace.is_unknown(x) for x in operands]
     out_unknowns = [False] * len(branches[0].out_avals)
     for branch in branches:
-        out_unknowns = [a or b for a, b in
-                        zip(out_unknowns, partial_eval_jaxpr(branch, unknowns)[2])]
-    splits = [partial_eval_jaxpr(branch, unknowns, instantiate=out_unknowns)
-              for branch in branches]
+        out_unknowns = [
+            a or b for a, b in zip(out_unknowns, partial_eval_jaxpr(branch, unknowns)[2])
+        ]
+    splits = [partial_eval_jaxpr(branch, unknowns, instantiate=out_unknowns) for branch in branches]
     num_known_out = out_unknowns.count(False)
     res_avals = [known.out_avals[num_known_out:] for known, _, _, _ in splits]
     known_branches, unknown_branches = _join_residuals(splits, res_avals, num_known_out)
@@ -300,8 +341,9 @@ def _cond_partial_eval_rule(trace, args, *, branches: tuple, linear: tuple):
     unknown_operands = cf.select_mask(operands, unknowns)
     jaxprs, consts = cf.shared_consts(unknown_branches)
     staged = [*consts, *residuals, *unknown_operands]
-    unknown_outs = trace.stage(cond_p, [index, *staged],
-                               dict(branches=tuple(jaxprs), linear=(False,) * len(staged)))
+    unknown_outs = trace.stage(
+        cond_p, [index, *staged], dict(branches=tuple(jaxprs), linear=(False,) * len(staged))
+    )
     return cf.merge_masked(out_unknowns, unknown_outs, known_outs[:num_known_out])
 
 
@@ -310,14 +352,17 @@ def _join_residuals(splits, res_avals, num_known_out):
     and unknown branches that all take (every branch's residuals, unknown operands)."""
     from kiln.core.interpreter import eval_jaxpr
     from kiln.primitives.base import zeros_like_aval
+
     all_res = [a for avals in res_avals for a in avals]
     known_branches, unknown_branches = [], []
     for i, (known, unknown, _, _) in enumerate(splits):
+
         def known_fun(*args, known=known, i=i):
             outs = eval_jaxpr(known.jaxpr, known.consts, *args)
             res = [[zeros_like_aval(a) for a in avals] for avals in res_avals]
             res[i] = outs[num_known_out:]
             return outs[:num_known_out] + [r for part in res for r in part]
+
         known_branches.append(cf.trace_jaxpr(known_fun, known.in_avals))
         before = sum(len(avals) for avals in res_avals[:i])
         own_end = before + len(res_avals[i])
@@ -331,11 +376,11 @@ def _cond_transpose_rule(cts, index, *operands, branches: tuple, linear: tuple):
     from kiln.core.ad_util import is_undefined_primal
     from kiln.primitives.base import zeros_like_aval
     from kiln.transforms.transpose import transpose_jaxpr
+
     if is_undefined_primal(index):
         raise ValueError("cond: cannot transpose with respect to the branch index")
     is_linear = [is_undefined_primal(x) for x in operands]
-    cts = [zeros_like_aval(a) if ct is None else ct
-           for ct, a in zip(cts, branches[0].out_avals)]
+    cts = [zeros_like_aval(a) if ct is None else ct for ct, a in zip(cts, branches[0].out_avals)]
     transposed = [transpose_jaxpr(branch, is_linear) for branch in branches]
     nonlinear = cf.select_mask(operands, is_linear, keep=False)
     outs = _bind_branches(index, [*nonlinear, *cts], transposed)
@@ -350,6 +395,7 @@ def _cond_batching_rule(args, dims, *, branches: tuple, linear: tuple):
     from kiln.primitives.elementwise import eq, select_n
     from kiln.primitives.shape import broadcast_in_dim
     from kiln.transforms.batching import batch_jaxpr
+
     effects = cf.effects_of(*branches)
     if effects & {"IO", "OrderedIO"}:
         raise NotImplementedError("IO effect not supported in vmap-of-cond.")
@@ -376,8 +422,10 @@ def _cond_batching_rule(args, dims, *, branches: tuple, linear: tuple):
     for i, branch in enumerate(branches):
         batched, _ = batch_jaxpr(branch, size, [0] * len(operands), [0] * num_out)
         taken = eq(index, np.array(i, np.int32))
-        guarded = [select_n(broadcast_in_dim(taken, tuple(x.shape), (0,)), stop_gradient(x), x)
-                   for x in operands]
+        guarded = [
+            select_n(broadcast_in_dim(taken, tuple(x.shape), (0,)), stop_gradient(x), x)
+            for x in operands
+        ]
         branch_outs.append(eval_jaxpr(batched.jaxpr, batched.consts, *guarded))
     outs = []
     for cases in zip(*branch_outs):

@@ -4,6 +4,7 @@
 scan (control_flow_scan.py) when its trip count is known while tracing (concrete bounds), so
 that it can be differentiated in reverse mode, and a while loop otherwise.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -13,6 +14,7 @@ from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.primitives import control_flow_common as cf
+
 # scan and map are importable from here as well (kiln.callbacks takes scan from this module).
 from kiln.primitives.control_flow_scan import _drop_prefix, _scan, map, scan, scan_p
 from kiln.primitives.elementwise import add, convert_element_type, lt
@@ -35,6 +37,7 @@ while_p = Primitive("while", multiple_results=True)
 
 # --- while_loop ------------------------------------------------------------------------------
 
+
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     """Repeat `val = body_fun(val)` while `cond_fun(val)` is true, starting from `init_val`.
 
@@ -45,12 +48,18 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     Returns:
       The final carry.
     """
-    return _while_loop(cond_fun, body_fun, init_val,
-                       cf.first_param_name(body_fun) if callable(body_fun) else None)
+    return _while_loop(
+        cond_fun, body_fun, init_val, cf.first_param_name(body_fun) if callable(body_fun) else None
+    )
 
 
-def _while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, carry_name: str | None,
-                carry_offset: int | None = None) -> Any:
+def _while_loop(
+    cond_fun: Callable,
+    body_fun: Callable,
+    init_val: Any,
+    carry_name: str | None,
+    carry_offset: int | None = None,
+) -> Any:
     """while_loop, naming the carry `carry_name` in errors (see `_scan` for `carry_offset`)."""
     if not callable(cond_fun) or not callable(body_fun):
         raise TypeError("lax.while_loop: cond_fun and body_fun arguments should be callable.")
@@ -74,10 +83,15 @@ def _while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, carry_nam
         cond_traced, body_traced = _trace_while(cond_fun, body_fun, args_tree, avals)
     cf.check_carry_types("while_loop body", carry_name, paths, avals, body_traced.out_avals)
 
-    outs = while_p.bind(*cond_traced.consts, *body_traced.consts, *leaves,
-                        cond_jaxpr=cond_traced.jaxpr, body_jaxpr=body_traced.jaxpr,
-                        cond_nconsts=len(cond_traced.consts),
-                        body_nconsts=len(body_traced.consts))
+    outs = while_p.bind(
+        *cond_traced.consts,
+        *body_traced.consts,
+        *leaves,
+        cond_jaxpr=cond_traced.jaxpr,
+        body_jaxpr=body_traced.jaxpr,
+        cond_nconsts=len(cond_traced.consts),
+        body_nconsts=len(body_traced.consts),
+    )
     return cf.unflatten(in_tree, outs)
 
 
@@ -85,17 +99,28 @@ def _trace_while(cond_fun, body_fun, in_tree, avals):
     cond_traced = cf.trace_function(cond_fun, in_tree, avals, "while_loop")
     out = cond_traced.out_avals
     if not cond_traced.out_tree.num_leaves == 1 or cond_traced.out_tree.num_nodes != 1:
-        raise TypeError("cond_fun must return a boolean scalar, but got pytree "
-                        f"{cf.tree_text(cond_traced.out_tree)}.")
+        raise TypeError(
+            "cond_fun must return a boolean scalar, but got pytree "
+            f"{cf.tree_text(cond_traced.out_tree)}."
+        )
     if out[0].shape != () or out[0].dtype != dtypes.bool_:
-        raise TypeError("cond_fun must return a boolean scalar, but got output type(s) "
-                        f"[{out[0]!r}].")
+        raise TypeError(
+            f"cond_fun must return a boolean scalar, but got output type(s) [{out[0]!r}]."
+        )
     body_traced = cf.trace_function(body_fun, in_tree, avals, "while_loop")
     return cond_traced, body_traced
 
 
-def fori_loop(lower=_MISSING, upper=_MISSING, body_fun=_MISSING, init_val=_MISSING, *,
-              unroll: int | bool | None = None, start=_MISSING, stop=_MISSING) -> Any:
+def fori_loop(
+    lower=_MISSING,
+    upper=_MISSING,
+    body_fun=_MISSING,
+    init_val=_MISSING,
+    *,
+    unroll: int | bool | None = None,
+    start=_MISSING,
+    stop=_MISSING,
+) -> Any:
     """Loop `val = body_fun(i, val)` for `i` in `range(lower, upper)`; returns the final val.
 
     With concrete bounds (Python ints, NumPy or kiln values outside a trace) the trip count
@@ -118,8 +143,10 @@ def fori_loop(lower=_MISSING, upper=_MISSING, body_fun=_MISSING, init_val=_MISSI
         elif upper_weak and not lower_weak:
             dtype = lower_dtype
     if dtype is None:
-        raise TypeError("lower and upper arguments to fori_loop must have equal types, got "
-                        f"{lower_dtype.name} and {upper_dtype.name}")
+        raise TypeError(
+            "lower and upper arguments to fori_loop must have equal types, got "
+            f"{lower_dtype.name} and {upper_dtype.name}"
+        )
 
     val_tree = cf.flatten(init_val)[1]
     val_name = cf.first_param_name(body_fun, 1)
@@ -143,13 +170,22 @@ def fori_loop(lower=_MISSING, upper=_MISSING, body_fun=_MISSING, init_val=_MISSI
             return (i + 1, step(i, x)), None
 
         # The index starts as the Python int, so it is weakly typed as in JAX.
-        (_, result), _ = _scan(scan_body, (lower_, init_val), None, length, False,
-                               1 if unroll is None else unroll, False,
-                               carry_name=val_name, carry_offset=1)
+        (_, result), _ = _scan(
+            scan_body,
+            (lower_, init_val),
+            None,
+            length,
+            False,
+            1 if unroll is None else unroll,
+            False,
+            carry_name=val_name,
+            carry_offset=1,
+        )
         return result
     if unroll is not None and unroll is not False and unroll != 1:
-        raise ValueError("Can only use `unroll` in `fori_loop` if the loop bounds are "
-                         "statically known.")
+        raise ValueError(
+            "Can only use `unroll` in `fori_loop` if the loop bounds are statically known."
+        )
     if lower_dtype != dtype:
         lower = convert_element_type(lower, dtype)
     if upper_dtype != dtype:
@@ -163,8 +199,9 @@ def fori_loop(lower=_MISSING, upper=_MISSING, body_fun=_MISSING, init_val=_MISSI
         i, stop_, x = carry
         return add(i, 1), stop_, step(i, x)
 
-    _, _, result = _while_loop(while_cond, while_body, (lower, upper, init_val), val_name,
-                               carry_offset=2)
+    _, _, result = _while_loop(
+        while_cond, while_body, (lower, upper, init_val), val_name, carry_offset=2
+    )
     return result
 
 
@@ -181,9 +218,10 @@ def _alias(name: str, value, alias: str, alias_value):
 @while_p.def_impl
 def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts: int, body_nconsts: int):
     cond_consts = cf.wrap_inputs(args[:cond_nconsts], cond_jaxpr.in_avals)
-    body_consts = cf.wrap_inputs(args[cond_nconsts:cond_nconsts + body_nconsts],
-                                 body_jaxpr.in_avals)
-    init = args[cond_nconsts + body_nconsts:]
+    body_consts = cf.wrap_inputs(
+        args[cond_nconsts : cond_nconsts + body_nconsts], body_jaxpr.in_avals
+    )
+    init = args[cond_nconsts + body_nconsts :]
     cond_avals = cond_jaxpr.in_avals[cond_nconsts:]
     body_avals = body_jaxpr.in_avals[body_nconsts:]
     carry = cf.wrap_inputs(init, body_avals)
@@ -196,23 +234,27 @@ def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts: int, body_nconsts: 
 
 
 @while_p.def_abstract_eval
-def _while_abstract_eval(*avals: ShapedArray, cond_jaxpr, body_jaxpr, cond_nconsts: int,
-                         body_nconsts: int):
+def _while_abstract_eval(
+    *avals: ShapedArray, cond_jaxpr, body_jaxpr, cond_nconsts: int, body_nconsts: int
+):
     cf.typecheck_sub_jaxpr("while", "cond_jaxpr", cond_jaxpr)
     cf.typecheck_sub_jaxpr("while", "body_jaxpr", body_jaxpr)
-    carry = avals[cond_nconsts + body_nconsts:]
+    carry = avals[cond_nconsts + body_nconsts :]
     cf.check_operands("while", "cond_jaxpr", avals[:cond_nconsts] + carry, cond_jaxpr.in_avals)
     cf.check_operands("while", "body_jaxpr", avals[cond_nconsts:], body_jaxpr.in_avals)
     (pred, *rest) = cond_jaxpr.out_avals or [None]
     if pred is None or rest or pred.shape != () or pred.dtype != dtypes.bool_:
-        raise TypeError("while: cond_jaxpr must return one boolean scalar, got "
-                        f"({', '.join(a.str_short() for a in cond_jaxpr.out_avals)})")
+        raise TypeError(
+            "while: cond_jaxpr must return one boolean scalar, got "
+            f"({', '.join(a.str_short() for a in cond_jaxpr.out_avals)})"
+        )
     body_out = body_jaxpr.out_avals
-    if len(body_out) != len(carry) or not all(
-            cf.same_type(a, b) for a, b in zip(carry, body_out)):
-        raise TypeError("while: body_jaxpr must return the carry types "
-                        f"({', '.join(a.str_short() for a in carry)}), got "
-                        f"({', '.join(a.str_short() for a in body_out)})")
+    if len(body_out) != len(carry) or not all(cf.same_type(a, b) for a, b in zip(carry, body_out)):
+        raise TypeError(
+            "while: body_jaxpr must return the carry types "
+            f"({', '.join(a.str_short() for a in carry)}), got "
+            f"({', '.join(a.str_short() for a in body_out)})"
+        )
     return cf.carry_out_avals(body_jaxpr.in_avals[body_nconsts:], body_out)
 
 
@@ -244,13 +286,19 @@ def _while_dce_rule(used_outputs: list[bool], eqn):
     new_cond = cf.prune_inputs(cond_jaxpr, keep_cond)
     new_body = cf.prune_inputs(new_body, keep_body)
     cond_consts = [a for a, k in zip(eqn.invars[:nc], cond_reads[:nc]) if k]
-    body_consts = [a for a, k in zip(eqn.invars[nc:nc + nb], body_reads[:nb]) if k]
-    init = [a for a, k in zip(eqn.invars[nc + nb:], used_carry) if k]
+    body_consts = [a for a, k in zip(eqn.invars[nc : nc + nb], body_reads[:nb]) if k]
+    init = [a for a, k in zip(eqn.invars[nc + nb :], used_carry) if k]
     new_eqn = eqn.replace(
         invars=cond_consts + body_consts + init,
         outvars=[v for v, k in zip(eqn.outvars, used_carry) if k],
-        params={**p, "cond_jaxpr": new_cond, "body_jaxpr": new_body,
-                "cond_nconsts": len(cond_consts), "body_nconsts": len(body_consts)})
+        params={
+            **p,
+            "cond_jaxpr": new_cond,
+            "body_jaxpr": new_body,
+            "cond_nconsts": len(cond_consts),
+            "body_nconsts": len(body_consts),
+        },
+    )
     return keep_cond[:nc] + body_reads[:nb] + used_carry, new_eqn
 
 
@@ -259,32 +307,41 @@ def _while_dce_rule(used_outputs: list[bool], eqn):
 # step: forward mode carries the tangents through the loop, partial evaluation runs the known
 # carries now and re-runs the whole loop for the unknown ones, and reverse mode is refused.
 
+
 def _bind_while(cond_jaxpr, body_jaxpr, cond_consts, body_consts, init) -> list:
     """Bind while with jaxprs that may have captured consts (passed as leading consts)."""
     cond_jaxpr, cond_captured = cf.hoist_consts(cond_jaxpr)
     body_jaxpr, body_captured = cf.hoist_consts(body_jaxpr)
     cond_consts = [*cond_captured, *cond_consts]
     body_consts = [*body_captured, *body_consts]
-    return while_p.bind(*cond_consts, *body_consts, *init, cond_jaxpr=cond_jaxpr,
-                        body_jaxpr=body_jaxpr, cond_nconsts=len(cond_consts),
-                        body_nconsts=len(body_consts))
+    return while_p.bind(
+        *cond_consts,
+        *body_consts,
+        *init,
+        cond_jaxpr=cond_jaxpr,
+        body_jaxpr=body_jaxpr,
+        cond_nconsts=len(cond_consts),
+        body_nconsts=len(body_consts),
+    )
 
 
 @while_p.def_jvp
-def _while_jvp_rule(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts: int,
-                    body_nconsts: int):
+def _while_jvp_rule(
+    primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts: int, body_nconsts: int
+):
     from kiln.primitives.base import zeros_like
     from kiln.transforms.jvp import jvp_jaxpr
+
     cond_consts, body_consts, init = cf.split_list(primals, [cond_nconsts, body_nconsts])
-    _, body_const_tangents, init_tangents = cf.split_list(tangents, [cond_nconsts,
-                                                                     body_nconsts])
+    _, body_const_tangents, init_tangents = cf.split_list(tangents, [cond_nconsts, body_nconsts])
     body_const_nonzeros = [t is not None for t in body_const_tangents]
     # The carries with a tangent: those given one, and those the body gives one (a fixed
     # point: each round adds at least one carry).
     carry_nonzeros = [t is not None for t in init_tangents]
     while True:
-        body_jvp, out_nonzeros = jvp_jaxpr(body_jaxpr, body_const_nonzeros + carry_nonzeros,
-                                           instantiate=carry_nonzeros)
+        body_jvp, out_nonzeros = jvp_jaxpr(
+            body_jaxpr, body_const_nonzeros + carry_nonzeros, instantiate=carry_nonzeros
+        )
         if out_nonzeros == carry_nonzeros:
             break
         carry_nonzeros = [a or b for a, b in zip(carry_nonzeros, out_nonzeros)]
@@ -292,35 +349,45 @@ def _while_jvp_rule(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts: 
     num_const_tangents, num_carry_tangents = sum(body_const_nonzeros), sum(carry_nonzeros)
     # (consts, carry, const tangents, carry tangents) -> (consts, const tangents, carry,
     # carry tangents), the layout of a while body's inputs.
-    order = cf.interleave_order([[body_nconsts, num_carry],
-                                 [num_const_tangents, num_carry_tangents]], 2)
+    order = cf.interleave_order(
+        [[body_nconsts, num_carry], [num_const_tangents, num_carry_tangents]], 2
+    )
     body_jvp = cf.permute_inputs(body_jvp, order)
     tangent_avals = [a for a, nz in zip(body_jaxpr.out_avals, carry_nonzeros) if nz]
     cond_jvp = cf.with_extra_inputs(cond_jaxpr, tangent_avals, len(cond_jaxpr.in_avals))
-    init_dots = [zeros_like(x) if t is None else t
-                 for x, t, nz in zip(init, init_tangents, carry_nonzeros) if nz]
+    init_dots = [
+        zeros_like(x) if t is None else t
+        for x, t, nz in zip(init, init_tangents, carry_nonzeros)
+        if nz
+    ]
     const_dots = [t for t in body_const_tangents if t is not None]
-    outs = _bind_while(cond_jvp, body_jvp, cond_consts, [*body_consts, *const_dots],
-                       [*init, *init_dots])
-    return outs[:num_carry], cf.merge_masked(carry_nonzeros, outs[num_carry:],
-                                             [None] * num_carry)
+    outs = _bind_while(
+        cond_jvp, body_jvp, cond_consts, [*body_consts, *const_dots], [*init, *init_dots]
+    )
+    return outs[:num_carry], cf.merge_masked(carry_nonzeros, outs[num_carry:], [None] * num_carry)
 
 
 @while_p.def_partial_eval
-def _while_partial_eval_rule(trace, args, *, cond_jaxpr, body_jaxpr, cond_nconsts: int,
-                             body_nconsts: int):
+def _while_partial_eval_rule(
+    trace, args, *, cond_jaxpr, body_jaxpr, cond_nconsts: int, body_nconsts: int
+):
     """The carries that depend only on known values come from a known while loop run now (if
     the condition is known too); the others come from the whole loop, staged."""
     from kiln.transforms.partial_eval import partial_eval_jaxpr
-    params = dict(cond_jaxpr=cond_jaxpr, body_jaxpr=body_jaxpr, cond_nconsts=cond_nconsts,
-                  body_nconsts=body_nconsts)
+
+    params = dict(
+        cond_jaxpr=cond_jaxpr,
+        body_jaxpr=body_jaxpr,
+        cond_nconsts=cond_nconsts,
+        body_nconsts=body_nconsts,
+    )
     unknowns = [trace.is_unknown(x) for x in args]
-    cond_const_uk, body_const_uk, carry_uk = cf.split_list(unknowns, [cond_nconsts,
-                                                                      body_nconsts])
+    cond_const_uk, body_const_uk, carry_uk = cf.split_list(unknowns, [cond_nconsts, body_nconsts])
     while True:
-        known_body, _, out_uk, _ = partial_eval_jaxpr(body_jaxpr, body_const_uk + carry_uk,
-                                                      instantiate=carry_uk)
-        out_uk = out_uk[:len(carry_uk)]
+        known_body, _, out_uk, _ = partial_eval_jaxpr(
+            body_jaxpr, body_const_uk + carry_uk, instantiate=carry_uk
+        )
+        out_uk = out_uk[: len(carry_uk)]
         if out_uk == carry_uk:
             break
         carry_uk = [a or b for a, b in zip(carry_uk, out_uk)]
@@ -330,42 +397,49 @@ def _while_partial_eval_rule(trace, args, *, cond_jaxpr, body_jaxpr, cond_nconst
         return trace.stage(while_p, args, params)
 
     num_known = carry_uk.count(False)
-    known_body, _ = cf.dce_sub_jaxpr(known_body, [True] * num_known
-                                     + [False] * (len(known_body.out_avals) - num_known))
+    known_body, _ = cf.dce_sub_jaxpr(
+        known_body, [True] * num_known + [False] * (len(known_body.out_avals) - num_known)
+    )
     known_cond = cf.prune_inputs(cond_jaxpr, [not uk for uk in cond_const_uk + carry_uk])
     cond_consts, body_consts, init = cf.split_list(args, [cond_nconsts, body_nconsts])
     known_outs = trace.run_known(
-        _bind_while, known_cond, known_body,
+        _bind_while,
+        known_cond,
+        known_body,
         cf.select_mask(cond_consts, cond_const_uk, keep=False),
         cf.select_mask(body_consts, body_const_uk, keep=False),
-        cf.select_mask(init, carry_uk, keep=False))
+        cf.select_mask(init, carry_uk, keep=False),
+    )
     staged = trace.stage(while_p, args, params)
     return cf.merge_masked(carry_uk, cf.select_mask(staged, carry_uk), known_outs)
 
 
 @while_p.def_transpose
 def _while_transpose_rule(cts, *args, **params):
-    raise ValueError("Reverse-mode differentiation does not work for lax.while_loop or "
-                     "lax.fori_loop with dynamic start/stop values. Try using lax.scan, or "
-                     "using fori_loop with static start/stop.")
+    raise ValueError(
+        "Reverse-mode differentiation does not work for lax.while_loop or "
+        "lax.fori_loop with dynamic start/stop values. Try using lax.scan, or "
+        "using fori_loop with static start/stop."
+    )
 
 
 @while_p.def_batching
-def _while_batching_rule(args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts: int,
-                         body_nconsts: int):
+def _while_batching_rule(
+    args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts: int, body_nconsts: int
+):
     from kiln.core.interpreter import eval_jaxpr
     from kiln.primitives.base import batch_size
     from kiln.primitives.elementwise import select_n
     from kiln.primitives.reductions import reduce_or
     from kiln.primitives.shape import broadcast_in_dim
     from kiln.transforms.batching import batch_jaxpr, move_to
+
     effects = cf.effects_of(cond_jaxpr, body_jaxpr)
     if "OrderedIO" in effects:
         raise NotImplementedError("Ordered IO effects not supported in vmap.")
     size = batch_size(args, dims)
     cond_consts, body_consts, init = cf.split_list(args, [cond_nconsts, body_nconsts])
-    cond_const_dims, body_const_dims, init_dims = cf.split_list(dims, [cond_nconsts,
-                                                                       body_nconsts])
+    cond_const_dims, body_const_dims, init_dims = cf.split_list(dims, [cond_nconsts, body_nconsts])
     carry_batched = [d is not None for d in init_dims]
     while True:
         carry_dims = [0 if b else None for b in carry_batched]
@@ -377,18 +451,17 @@ def _while_batching_rule(args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts: in
     _, (pred_dim,) = batch_jaxpr(cond_jaxpr, size, cond_const_dims + carry_dims)
 
     if pred_dim is None:
-        body_batched, _ = batch_jaxpr(body_jaxpr, size, body_const_dims + carry_dims,
-                                      carry_dims)
+        body_batched, _ = batch_jaxpr(body_jaxpr, size, body_const_dims + carry_dims, carry_dims)
         cond_batched, _ = batch_jaxpr(cond_jaxpr, size, cond_const_dims + carry_dims, [None])
         init = [move_to(x, d, dst, size) for x, d, dst in zip(init, init_dims, carry_dims)]
-        return _bind_while(cond_batched, body_batched, cond_consts, body_consts,
-                           init), carry_dims
+        return _bind_while(cond_batched, body_batched, cond_consts, body_consts, init), carry_dims
 
     # Each example stops at its own step: loop while any example's condition holds, and
     # update only the carries of the examples whose condition still holds.
     if "IO" in effects:
-        raise NotImplementedError("Unordered IO effects not supported in while_loop with "
-                                  "batched predicate")
+        raise NotImplementedError(
+            "Unordered IO effects not supported in while_loop with batched predicate"
+        )
     carry_dims = [0] * len(init)
     body_batched, _ = batch_jaxpr(body_jaxpr, size, body_const_dims + carry_dims, carry_dims)
     cond_batched, _ = batch_jaxpr(cond_jaxpr, size, cond_const_dims + carry_dims, [0])
@@ -405,11 +478,15 @@ def _while_batching_rule(args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts: in
         carry = body_args[body_nconsts:]
         (pred,) = eval_jaxpr(cond_batched.jaxpr, cond_batched.consts, *cond_args, *carry)
         new = eval_jaxpr(body_batched.jaxpr, body_batched.consts, *body_args)
-        return [select_n(broadcast_in_dim(pred, tuple(n.shape), (0,)), old, n)
-                for old, n in zip(carry, new)]
+        return [
+            select_n(broadcast_in_dim(pred, tuple(n.shape), (0,)), old, n)
+            for old, n in zip(carry, new)
+        ]
 
     new_cond = cf.trace_jaxpr(any_example, cond_const_avals + carry_avals)
-    new_body = cf.trace_jaxpr(masked_body, cond_const_avals + cf.avals_of(body_consts)
-                              + carry_avals)
-    return _bind_while(new_cond, new_body, cond_consts, [*cond_consts, *body_consts],
-                       init), carry_dims
+    new_body = cf.trace_jaxpr(
+        masked_body, cond_const_avals + cf.avals_of(body_consts) + carry_avals
+    )
+    return _bind_while(
+        new_cond, new_body, cond_consts, [*cond_consts, *body_consts], init
+    ), carry_dims

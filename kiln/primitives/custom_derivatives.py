@@ -11,6 +11,7 @@
 The compiler inlines both call primitives (`call_jaxpr_param`), so custom rules cost nothing in
 compiled code.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -22,8 +23,13 @@ from kiln.core.jaxpr import ClosedJaxpr
 from kiln.core.primitive import Primitive
 from kiln.primitives.base import zeros_like, zeros_like_aval
 
-__all__ = ["custom_jvp_call_p", "custom_vjp_call_p", "custom_lin_p", "stop_gradient_p",
-           "stop_gradient"]
+__all__ = [
+    "custom_jvp_call_p",
+    "custom_vjp_call_p",
+    "custom_lin_p",
+    "stop_gradient_p",
+    "stop_gradient",
+]
 
 
 class CustomCallPrimitive(Primitive):
@@ -43,9 +49,12 @@ custom_vjp_call_p = CustomCallPrimitive("custom_vjp_call", multiple_results=True
 
 def _call_impl(*args, call_jaxpr: ClosedJaxpr, **params):
     from kiln.core.array import Array
+
     values = [Array._wrap(a) if not isinstance(a, Array) else a for a in args]
-    return [o._value if isinstance(o, Array) else o
-            for o in eval_jaxpr(call_jaxpr.jaxpr, call_jaxpr.consts, *values)]
+    return [
+        o._value if isinstance(o, Array) else o
+        for o in eval_jaxpr(call_jaxpr.jaxpr, call_jaxpr.consts, *values)
+    ]
 
 
 def _call_abstract_eval(*avals, call_jaxpr: ClosedJaxpr, **params):
@@ -60,15 +69,25 @@ for _prim in (custom_jvp_call_p, custom_vjp_call_p):
 
 # --- custom_jvp_call ---------------------------------------------------------------------------
 
+
 @custom_jvp_call_p.def_jvp
-def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp: Callable, num_consts: int,
-                         symbolic_zeros: bool, name: str):
+def _custom_jvp_call_jvp(
+    primals,
+    tangents,
+    *,
+    call_jaxpr,
+    jvp: Callable,
+    num_consts: int,
+    symbolic_zeros: bool,
+    name: str,
+):
     if any(t is not None for t in tangents[:num_consts]):
         raise TypeError(
             f"Detected differentiation of a custom_jvp function ({name}) with respect to a "
             "closed-over value. That isn't supported because the custom JVP rule only specifies "
             "how to differentiate the custom_jvp function with respect to explicit input "
-            "parameters. Pass the value as an explicit argument instead.")
+            "parameters. Pass the value as an explicit argument instead."
+        )
     args = primals[num_consts:]
     arg_tangents = tangents[num_consts:]
     if not symbolic_zeros:
@@ -80,6 +99,7 @@ def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp: Callable, num_co
 def _instantiate(tangent, primal):
     from kiln.core.ad_util import float0_zeros
     from kiln.core.avals import get_aval
+
     aval = get_aval(primal)
     if tangent is not None:
         return tangent
@@ -89,10 +109,10 @@ def _instantiate(tangent, primal):
 
 
 @custom_jvp_call_p.def_batching
-def _custom_jvp_call_batching(args, dims, *, call_jaxpr, jvp, num_consts, symbolic_zeros,
-                              name):
+def _custom_jvp_call_batching(args, dims, *, call_jaxpr, jvp, num_consts, symbolic_zeros, name):
     from kiln.primitives.base import batch_size
     from kiln.transforms.batching import batch_flat, batch_jaxpr
+
     size = batch_size(args, dims)
     n_out = len(call_jaxpr.jaxpr.outvars)
     batched, _ = batch_jaxpr(call_jaxpr, size, dims, out_dims=[0] * n_out)
@@ -103,15 +123,23 @@ def _custom_jvp_call_batching(args, dims, *, call_jaxpr, jvp, num_consts, symbol
         flat_dims = arg_dims + arg_dims
 
         def run(*flat):
-            outs, out_tangents = jvp(list(flat[:len(primals)]), list(flat[len(primals):]))
+            outs, out_tangents = jvp(list(flat[: len(primals)]), list(flat[len(primals) :]))
             return list(outs) + [_instantiate(t, o) for t, o in zip(out_tangents, outs)]
-        results = batch_flat(run, list(primals) + list(tangents), flat_dims, size,
-                             [0] * (2 * n_out))
+
+        results = batch_flat(
+            run, list(primals) + list(tangents), flat_dims, size, [0] * (2 * n_out)
+        )
         return results[:n_out], results[n_out:]
 
     batched_jvp.__name__ = getattr(jvp, "__name__", "jvp")
-    outs = custom_jvp_call_p.bind(*args, call_jaxpr=batched, jvp=batched_jvp,
-                                  num_consts=num_consts, symbolic_zeros=symbolic_zeros, name=name)
+    outs = custom_jvp_call_p.bind(
+        *args,
+        call_jaxpr=batched,
+        jvp=batched_jvp,
+        num_consts=num_consts,
+        symbolic_zeros=symbolic_zeros,
+        name=name,
+    )
     return outs, [0] * n_out
 
 
@@ -127,9 +155,11 @@ def _custom_lin_abstract_eval(*avals, num_res, bwd, out_avals, name):
 
 @custom_lin_p.def_impl
 def _custom_lin_impl(*args, num_res, bwd, out_avals, name):
-    raise TypeError(f"can't apply forward-mode autodiff (jvp) to a custom_vjp function "
-                    f"({name}); use reverse mode (kiln.grad, kiln.vjp), or define the "
-                    "function with kiln.custom_jvp for forward mode.")
+    raise TypeError(
+        f"can't apply forward-mode autodiff (jvp) to a custom_vjp function "
+        f"({name}); use reverse mode (kiln.grad, kiln.vjp), or define the "
+        "function with kiln.custom_jvp for forward mode."
+    )
 
 
 @custom_lin_p.def_transpose
@@ -151,25 +181,31 @@ def _custom_lin_transpose(cts, *args, num_res, bwd, out_avals, name):
 def _custom_lin_batching(args, dims, *, num_res, bwd, out_avals, name):
     from kiln.primitives.base import batch_size
     from kiln.transforms.batching import move_to
+
     size = batch_size(args, dims)
     args = [move_to(a, d, 0, size) for a, d in zip(args, dims)]
     res_dims = [0] * num_res
 
     def batched_bwd(residuals, cts):
         from kiln.transforms.batching import batch_flat
+
         n_in = len(args) - num_res
 
         def run(*flat):
             outs = bwd(list(flat[:num_res]), list(flat[num_res:]))
-            return [zeros_like_aval(a.aval) if o is None else o
-                    for o, a in zip(outs, _undefined_avals)]
-        return batch_flat(run, list(residuals) + list(cts), res_dims + [0] * len(cts), size,
-                          [0] * n_in)
+            return [
+                zeros_like_aval(a.aval) if o is None else o for o, a in zip(outs, _undefined_avals)
+            ]
+
+        return batch_flat(
+            run, list(residuals) + list(cts), res_dims + [0] * len(cts), size, [0] * n_in
+        )
 
     _undefined_avals = [_Aval(a, size) for a in args[num_res:]]
     batched_out_avals = [a.update(shape=(size,) + tuple(a.shape)) for a in out_avals]
-    outs = custom_lin_p.bind(*args, num_res=num_res, bwd=batched_bwd,
-                             out_avals=tuple(batched_out_avals), name=name)
+    outs = custom_lin_p.bind(
+        *args, num_res=num_res, bwd=batched_bwd, out_avals=tuple(batched_out_avals), name=name
+    )
     return outs, [0] * len(outs)
 
 
@@ -178,19 +214,31 @@ class _Aval:
 
     def __init__(self, batched, size):
         from kiln.core.avals import get_aval
+
         aval = get_aval(batched)
         self.aval = aval.update(shape=tuple(aval.shape[1:]))
 
 
 @custom_vjp_call_p.def_jvp
-def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd: Callable, bwd: Callable,
-                         num_consts: int, out_trees, symbolic_zeros: bool, name: str):
+def _custom_vjp_call_jvp(
+    primals,
+    tangents,
+    *,
+    call_jaxpr,
+    fwd: Callable,
+    bwd: Callable,
+    num_consts: int,
+    out_trees,
+    symbolic_zeros: bool,
+    name: str,
+):
     if any(t is not None for t in tangents[:num_consts]):
         raise TypeError(
             f"Detected differentiation of a custom_vjp function ({name}) with respect to a "
             "closed-over value. That isn't supported because the custom VJP rule only specifies "
             "how to differentiate the custom_vjp function with respect to explicit input "
-            "parameters. Pass the value as an explicit argument instead.")
+            "parameters. Pass the value as an explicit argument instead."
+        )
     args = primals[num_consts:]
     outs, residuals = fwd(list(args))
     arg_tangents = [_instantiate(t, p) for t, p in zip(tangents[num_consts:], args)]
@@ -200,25 +248,36 @@ def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, fwd: Callable, bwd: C
     def bwd_float(res, cts):
         cts_in = bwd(res, cts)
         return [c for c, m in zip(cts_in, mask) if m]
+
     bwd_float.__name__ = getattr(bwd, "__name__", "bwd")
 
     from kiln.core.avals import get_aval
+
     out_avals = tuple(get_aval(o) for o in outs)
-    out_tangents = custom_lin_p.bind(*residuals, *float_tangents, num_res=len(residuals),
-                                     bwd=bwd_float, out_avals=out_avals, name=name)
+    out_tangents = custom_lin_p.bind(
+        *residuals,
+        *float_tangents,
+        num_res=len(residuals),
+        bwd=bwd_float,
+        out_avals=out_avals,
+        name=name,
+    )
     return outs, [t if _has_tangent(o) else None for t, o in zip(out_tangents, outs)]
 
 
 def _has_tangent(x) -> bool:
     from kiln.core.avals import get_aval
+
     return has_tangent_space(get_aval(x).dtype)
 
 
 @custom_vjp_call_p.def_batching
-def _custom_vjp_call_batching(args, dims, *, call_jaxpr, fwd, bwd, num_consts, out_trees,
-                              symbolic_zeros, name):
+def _custom_vjp_call_batching(
+    args, dims, *, call_jaxpr, fwd, bwd, num_consts, out_trees, symbolic_zeros, name
+):
     from kiln.primitives.base import batch_size
     from kiln.transforms.batching import batch_flat, batch_jaxpr
+
     size = batch_size(args, dims)
     n_out = len(call_jaxpr.jaxpr.outvars)
     batched, _ = batch_jaxpr(call_jaxpr, size, dims, out_dims=[0] * n_out)
@@ -230,6 +289,7 @@ def _custom_vjp_call_batching(args, dims, *, call_jaxpr, fwd, bwd, num_consts, o
             outs, res = fwd(list(flat))
             box["n_res"] = len(res)
             return list(outs) + list(res)
+
         results = batch_flat(run, list(primals), arg_dims, size, lambda n: [0] * n)
         return results[:n_out], results[n_out:]
 
@@ -238,12 +298,15 @@ def _custom_vjp_call_batching(args, dims, *, call_jaxpr, fwd, bwd, num_consts, o
         from kiln.transforms.batching import move_to
 
         def run(*flat):
-            outs = bwd(list(flat[:len(res)]), list(flat[len(res):]))
-            return [zeros_like_aval(p.aval) if o is None else o
-                    for o, p in zip(outs, _example_args)]
+            outs = bwd(list(flat[: len(res)]), list(flat[len(res) :]))
+            return [
+                zeros_like_aval(p.aval) if o is None else o for o, p in zip(outs, _example_args)
+            ]
+
         _example_args = [_Example(a, d) for a, d in zip(args[num_consts:], arg_dims)]
-        cts_in = batch_flat(run, list(res) + list(cts), [0] * (len(res) + len(cts)), size,
-                            lambda n: [0] * n)
+        cts_in = batch_flat(
+            run, list(res) + list(cts), [0] * (len(res) + len(cts)), size, lambda n: [0] * n
+        )
         result = []
         for ct, d in zip(cts_in, arg_dims):
             result.append(reduce_sum(ct, (0,)) if d is None else move_to(ct, 0, d, size))
@@ -251,9 +314,16 @@ def _custom_vjp_call_batching(args, dims, *, call_jaxpr, fwd, bwd, num_consts, o
 
     batched_fwd.__name__ = getattr(fwd, "__name__", "fwd")
     batched_bwd.__name__ = getattr(bwd, "__name__", "bwd")
-    outs = custom_vjp_call_p.bind(*args, call_jaxpr=batched, fwd=batched_fwd, bwd=batched_bwd,
-                                  num_consts=num_consts, out_trees=out_trees,
-                                  symbolic_zeros=symbolic_zeros, name=name)
+    outs = custom_vjp_call_p.bind(
+        *args,
+        call_jaxpr=batched,
+        fwd=batched_fwd,
+        bwd=batched_bwd,
+        num_consts=num_consts,
+        out_trees=out_trees,
+        symbolic_zeros=symbolic_zeros,
+        name=name,
+    )
     return outs, [0] * n_out
 
 
@@ -262,10 +332,11 @@ class _Example:
 
     def __init__(self, arg, dim):
         from kiln.core.avals import get_aval
+
         aval = get_aval(arg)
         shape = tuple(aval.shape)
         if dim is not None:
-            shape = shape[:dim] + shape[dim + 1:]
+            shape = shape[:dim] + shape[dim + 1 :]
         self.aval = ShapedArray(shape, aval.dtype, aval.weak_type)
         self.shape, self.dtype = shape, aval.dtype
 
@@ -298,5 +369,6 @@ def stop_gradient(x):
         if not has_tangent_space(get_aval(leaf).dtype):
             return leaf
         return stop_gradient_p.bind(leaf)
+
     leaves, tree = api_util.flatten(x)
     return api_util.unflatten(tree, [stop(leaf) for leaf in leaves])

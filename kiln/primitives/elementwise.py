@@ -7,6 +7,7 @@ comparisons too, whose boolean result is then weak), which is also the default e
 Integer arithmetic follows XLA: division truncates toward zero, x / 0 == -1, x % 0 == x,
 INT_MIN / -1 == INT_MIN, and shifts by at least the bit width give 0 (or the sign fill).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -20,23 +21,79 @@ from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
 from kiln.core.ad_util import is_undefined_primal
 from kiln.core.primitive import Primitive
-from kiln.primitives.base import (ANY, BOOL, COMPLEX, FLOAT, INT, INTEGRAL, NUMBER,
-                                  SINT, batch_size, bdim_at_front, broadcast_to_shape,
-                                  check_dtype, check_same_dtypes, def_non_differentiable,
-                                  defjvp, defjvp_zero, deflinear, elementwise_batching,
-                                  ignore_fp_errors, lax_operands, real_dtype, scalar_to_array,
-                                  standard_binop, standard_unop, to_bool, unbroadcast,
-                                  zeros_like)
+from kiln.primitives.base import (
+    ANY,
+    BOOL,
+    COMPLEX,
+    FLOAT,
+    INT,
+    INTEGRAL,
+    NUMBER,
+    SINT,
+    batch_size,
+    bdim_at_front,
+    broadcast_to_shape,
+    check_dtype,
+    check_same_dtypes,
+    def_non_differentiable,
+    defjvp,
+    defjvp_zero,
+    deflinear,
+    elementwise_batching,
+    ignore_fp_errors,
+    lax_operands,
+    real_dtype,
+    scalar_to_array,
+    standard_binop,
+    standard_unop,
+    to_bool,
+    unbroadcast,
+    zeros_like,
+)
 from kiln.primitives.shape import broadcast_in_dim
 
 __all__ = [
-    "add", "sub", "mul", "div", "rem", "neg", "max", "min", "integer_pow", "abs", "sign",
-    "floor", "ceil", "round", "RoundingMethod", "is_finite", "nextafter",
-    "eq", "ne", "lt", "le", "gt", "ge",
-    "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "population_count", "clz",
-    "shift_left", "shift_right_logical", "shift_right_arithmetic",
-    "real", "imag", "conj", "complex",
-    "select_n", "select", "clamp", "convert_element_type", "bitcast_convert_type",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "rem",
+    "neg",
+    "max",
+    "min",
+    "integer_pow",
+    "abs",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "RoundingMethod",
+    "is_finite",
+    "nextafter",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "bitwise_not",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "population_count",
+    "clz",
+    "shift_left",
+    "shift_right_logical",
+    "shift_right_arithmetic",
+    "real",
+    "imag",
+    "conj",
+    "complex",
+    "select_n",
+    "select",
+    "clamp",
+    "convert_element_type",
+    "bitcast_convert_type",
 ]
 
 _SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16)
@@ -45,10 +102,12 @@ ORDERED = (BOOL, INT, FLOAT)  # dtypes with a total order (lt, max, clamp)
 
 # --- constructors ----------------------------------------------------------------------------
 
+
 def via_float32(fn: Callable) -> Callable:
     """Evaluate `fn` on float16/bfloat16 operands in float32 and round once, as NumPy and
     ml_dtypes do; wider dtypes are computed natively. The result keeps the operand dtype
     family (a complex result of a real op keeps `fn`'s own dtype)."""
+
     def impl(*args, **params):
         dtype = args[0].dtype
         with np.errstate(all="ignore"):
@@ -56,8 +115,8 @@ def via_float32(fn: Callable) -> Callable:
                 wide = [a.astype(np.float32) if a.dtype == dtype else a for a in args]
                 return np.asarray(fn(*wide, **params)).astype(dtype)
             out = np.asarray(fn(*args, **params))
-            return out if out.dtype == dtype or out.dtype.kind != dtype.kind else \
-                out.astype(dtype)
+            return out if out.dtype == dtype or out.dtype.kind != dtype.kind else out.astype(dtype)
+
     impl.__name__ = getattr(fn, "__name__", "impl")
     return impl
 
@@ -65,6 +124,7 @@ def via_float32(fn: Callable) -> Callable:
 def binary_wrapper(prim: Primitive, name: str | None = None, doc: str = "") -> Callable:
     def wrapper(x, y):
         return prim.bind(*lax_operands(x, y))
+
     wrapper.__name__ = name or prim.name
     wrapper.__doc__ = doc or f"Elementwise {prim.name} (lax-level: same dtypes, equal shapes)."
     return wrapper
@@ -73,12 +133,14 @@ def binary_wrapper(prim: Primitive, name: str | None = None, doc: str = "") -> C
 def unary_wrapper(prim: Primitive, name: str | None = None, doc: str = "") -> Callable:
     def wrapper(x):
         return prim.bind(x)
+
     wrapper.__name__ = name or prim.name
     wrapper.__doc__ = doc or f"Elementwise {prim.name}."
     return wrapper
 
 
 # --- pieces shared by derivative and batching rules ------------------------------------------
+
 
 def filled_like(x, value):
     """An array of x's shape and dtype (weakly typed) holding `value` everywhere."""
@@ -89,6 +151,7 @@ def defjvp_from_result(prim: Primitive, *jvp_fns: Callable) -> Callable:
     """Declare the jvp of an elementwise op whose derivative is best written with its result
     (exp, sqrt, max), as base.defjvp does otherwise: `jvp_fns[i](g, out, *primals)` is the
     output tangent that operand i's tangent g contributes."""
+
     def jvp_rule(primals, tangents):
         out = prim.bind(*primals)
         out_tangent = None
@@ -97,6 +160,7 @@ def defjvp_from_result(prim: Primitive, *jvp_fns: Callable) -> Callable:
                 term = broadcast_to_shape(jvp_fn(tangent, out, *primals), out.shape)
                 out_tangent = term if out_tangent is None else add(out_tangent, term)
         return out, out_tangent
+
     return prim.def_jvp(jvp_rule)
 
 
@@ -127,11 +191,15 @@ add_any_p = standard_binop("add_any", via_float32(np.add), NUMBER)
 # A rank-0 operand that the op broadcast receives its cotangent summed (unbroadcast).
 for _prim in (add_p, add_any_p):
     defjvp(_prim, lambda g, x, y: g, lambda g, x, y: g)
-    _prim.def_transpose(lambda ct, x, y: _linear_cotangents(
-        (x, y), lambda i, a: unbroadcast(ct, a.shape)))
+    _prim.def_transpose(
+        lambda ct, x, y: _linear_cotangents((x, y), lambda i, a: unbroadcast(ct, a.shape))
+    )
 defjvp(sub_p, lambda g, x, y: g, lambda g, x, y: neg(g))
-sub_p.def_transpose(lambda ct, x, y: _linear_cotangents(
-    (x, y), lambda i, a: unbroadcast(ct if i == 0 else neg(ct), a.shape)))
+sub_p.def_transpose(
+    lambda ct, x, y: _linear_cotangents(
+        (x, y), lambda i, a: unbroadcast(ct if i == 0 else neg(ct), a.shape)
+    )
+)
 defjvp(mul_p, lambda g, x, y: mul(g, y), lambda g, x, y: mul(x, g))
 
 
@@ -159,8 +227,11 @@ def _div_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if x.dtype.kind == "i":
         overflow = (y == -1) & (x == np.iinfo(x.dtype).min)
         safe_y = np.where(overflow, np.ones((), y.dtype), safe_y)
-        magnitude = np.abs(x.astype(np.int64)) // np.abs(safe_y.astype(np.int64)) \
-            if x.dtype.itemsize < 8 else _abs_uint64(x) // _abs_uint64(safe_y)
+        magnitude = (
+            np.abs(x.astype(np.int64)) // np.abs(safe_y.astype(np.int64))
+            if x.dtype.itemsize < 8
+            else _abs_uint64(x) // _abs_uint64(safe_y)
+        )
         negative = (x < 0) != (safe_y < 0)
         quotient = np.where(negative, -magnitude.astype(np.int64), magnitude.astype(np.int64))
         quotient = np.where(overflow, x, quotient.astype(x.dtype))
@@ -176,15 +247,15 @@ def _abs_uint64(x: np.ndarray) -> np.ndarray:
 
 
 div_p = standard_binop("div", ignore_fp_errors(via_float32(_div_impl)), NUMBER)
-defjvp(div_p, lambda g, x, y: div(g, y),
-       lambda g, x, y: mul(mul(neg(g), x), integer_pow(y, -2)))
+defjvp(div_p, lambda g, x, y: div(g, y), lambda g, x, y: mul(mul(neg(g), x), integer_pow(y, -2)))
 
 
 @div_p.def_transpose
 def _div_transpose_rule(ct, x, y):
     if is_undefined_primal(y):
-        raise TypeError("div is linear only in its numerator; a linear denominator cannot be "
-                        "transposed")
+        raise TypeError(
+            "div is linear only in its numerator; a linear denominator cannot be transposed"
+        )
     return [unbroadcast(div(ct, y), x.shape), None]
 
 
@@ -205,8 +276,11 @@ def _rem_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 rem_p = standard_binop("rem", ignore_fp_errors(via_float32(_rem_impl)), (INT, FLOAT))
 # rem(x, y) = x - y * trunc(x / y), and trunc(x / y) is piecewise constant.
-defjvp(rem_p, lambda g, x, y: g,
-       lambda g, x, y: mul(neg(g), mul(sign(div(x, y)), floor(abs(div(x, y))))))
+defjvp(
+    rem_p,
+    lambda g, x, y: g,
+    lambda g, x, y: mul(neg(g), mul(sign(div(x, y)), floor(abs(div(x, y))))),
+)
 elementwise_batching(rem_p)
 
 neg_p = standard_unop("neg", ignore_fp_errors(np.negative), NUMBER)
@@ -236,8 +310,9 @@ def _is_real_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f" or dtype == dtypes.bfloat16
 
 
-def _order_signed_zeros(out: np.ndarray, x: np.ndarray, y: np.ndarray,
-                        prefer_negative: bool) -> np.ndarray:
+def _order_signed_zeros(
+    out: np.ndarray, x: np.ndarray, y: np.ndarray, prefer_negative: bool
+) -> np.ndarray:
     """Fix the zeros of NumPy's maximum/minimum to IEEE 754's maximum/minimum, which XLA
     implements: -0.0 orders below +0.0, while NumPy returns either zero of a tie. Only a zero
     result can be affected, so arrays without one cost a comparison."""
@@ -266,8 +341,11 @@ def _balanced_choice(operand, out, other):
 
 
 for _prim in (max_p, min_p):
-    defjvp_from_result(_prim, lambda g, out, x, y: mul(g, _balanced_choice(x, out, y)),
-                       lambda g, out, x, y: mul(g, _balanced_choice(y, out, x)))
+    defjvp_from_result(
+        _prim,
+        lambda g, out, x, y: mul(g, _balanced_choice(x, out, y)),
+        lambda g, out, x, y: mul(g, _balanced_choice(y, out, x)),
+    )
     elementwise_batching(_prim)
 
 # --- integer_pow -----------------------------------------------------------------------------
@@ -297,15 +375,17 @@ def _integer_pow_impl(x: np.ndarray, *, y: int) -> np.ndarray:
 def _integer_pow_abstract_eval(x: ShapedArray, *, y: int) -> ShapedArray:
     check_dtype("integer_pow", x.dtype, NUMBER)
     if y < 0 and x.dtype.kind in "iu":
-        raise TypeError(f"integer_pow of an integer array ({x.dtype.name}) needs a "
-                        f"non-negative exponent y, got y={y}; convert x to a float dtype first.")
+        raise TypeError(
+            f"integer_pow of an integer array ({x.dtype.name}) needs a "
+            f"non-negative exponent y, got y={y}; convert x to a float dtype first."
+        )
     return ShapedArray(x.shape, x.dtype, x.weak_type)
 
 
 @integer_pow_p.def_jvp
 def _integer_pow_jvp_rule(primals, tangents, *, y: int):
-    x, = primals
-    g, = tangents
+    (x,) = primals
+    (g,) = tangents
     out = integer_pow_p.bind(x, y=y)
     if y == 0:  # a constant
         return out, None
@@ -321,14 +401,17 @@ elementwise_batching(integer_pow_p)
 def integer_pow(x, y: int):
     """x ** y for a static Python int exponent y (as a chain of multiplications)."""
     if isinstance(y, bool) or not isinstance(y, (int, np.integer)):
-        raise TypeError(f"integer_pow exponent y must be a Python int, got {y!r}; use lax.pow "
-                        "for array exponents.")
+        raise TypeError(
+            f"integer_pow exponent y must be a Python int, got {y!r}; use lax.pow "
+            "for array exponents."
+        )
     return integer_pow_p.bind(x, y=int(y))
 
 
 # --- abs, sign -------------------------------------------------------------------------------
-abs_p = standard_unop("abs", ignore_fp_errors(np.abs), (SINT, FLOAT, COMPLEX),
-                      result_dtype=real_dtype)
+abs_p = standard_unop(
+    "abs", ignore_fp_errors(np.abs), (SINT, FLOAT, COMPLEX), result_dtype=real_dtype
+)
 
 
 def _abs_jvp_rule(g, out, x):
@@ -398,8 +481,10 @@ def round(x, rounding_method=RoundingMethod.AWAY_FROM_ZERO):  # noqa: A001 (lax'
     try:
         method = RoundingMethod(int(rounding_method))
     except (TypeError, ValueError):
-        raise ValueError(f"round: rounding_method must be 0 (AWAY_FROM_ZERO) or 1 "
-                         f"(TO_NEAREST_EVEN), got {rounding_method!r}") from None
+        raise ValueError(
+            f"round: rounding_method must be 0 (AWAY_FROM_ZERO) or 1 "
+            f"(TO_NEAREST_EVEN), got {rounding_method!r}"
+        ) from None
     return round_p.bind(x, rounding_method=method)
 
 
@@ -412,8 +497,9 @@ for _prim in (floor_p, ceil_p, round_p, is_finite_p):
     defjvp_zero(_prim)
     elementwise_batching(_prim)
 
-def_non_differentiable(nextafter_p, "nextafter steps to an adjacent float; like JAX, kiln "
-                                    "defines no derivative for it")
+def_non_differentiable(
+    nextafter_p, "nextafter steps to an adjacent float; like JAX, kiln defines no derivative for it"
+)
 elementwise_batching(nextafter_p)
 
 # --- comparisons -----------------------------------------------------------------------------
@@ -423,6 +509,7 @@ def _compare(np_fn: Callable) -> Callable:
     def impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore"):  # bfloat16 comparisons with NaN warn
             return np.asarray(np_fn(x, y), dtype=np.bool_)
+
     impl.__name__ = np_fn.__name__
     return impl
 
@@ -459,7 +546,7 @@ def _clz_impl(x: np.ndarray) -> np.ndarray:
         length += np.where(high, step, 0)
         u = np.where(high, u >> np.asarray(step, u.dtype), u)
         step //= 2
-    length += (u > 0)
+    length += u > 0
     return (bits - length).astype(x.dtype)
 
 
@@ -497,13 +584,28 @@ def _shift_right_arithmetic_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 shift_left_p = standard_binop("shift_left", _shift_left_impl, INT)
 shift_right_logical_p = standard_binop("shift_right_logical", _shift_right_logical_impl, INT)
-shift_right_arithmetic_p = standard_binop("shift_right_arithmetic",
-                                          _shift_right_arithmetic_impl, INT)
+shift_right_arithmetic_p = standard_binop(
+    "shift_right_arithmetic", _shift_right_arithmetic_impl, INT
+)
 
 # Comparisons, bitwise ops and shifts have boolean or integer results: zero tangents.
-for _prim in (eq_p, ne_p, lt_p, le_p, gt_p, ge_p, not_p, and_p, or_p, xor_p,
-              population_count_p, clz_p, shift_left_p, shift_right_logical_p,
-              shift_right_arithmetic_p):
+for _prim in (
+    eq_p,
+    ne_p,
+    lt_p,
+    le_p,
+    gt_p,
+    ge_p,
+    not_p,
+    and_p,
+    or_p,
+    xor_p,
+    population_count_p,
+    clz_p,
+    shift_left_p,
+    shift_right_logical_p,
+    shift_right_arithmetic_p,
+):
     defjvp_zero(_prim)
     elementwise_batching(_prim)
 
@@ -519,8 +621,12 @@ def _complex_dtype(dtype: np.dtype) -> np.dtype:
 
 
 # lax.conj of a real operand gives the complex type, as JAX's does.
-conj_p = standard_unop("conj", lambda x: np.conj(x).astype(_complex_dtype(x.dtype)),
-                       (FLOAT, COMPLEX), result_dtype=_complex_dtype)
+conj_p = standard_unop(
+    "conj",
+    lambda x: np.conj(x).astype(_complex_dtype(x.dtype)),
+    (FLOAT, COMPLEX),
+    result_dtype=_complex_dtype,
+)
 
 
 def _complex_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -532,8 +638,10 @@ def _complex_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _complex_abstract_check(dtype: np.dtype) -> np.dtype:
     if dtype not in (dtypes.float32, dtypes.float64):
-        raise TypeError(f"complex requires float32 or float64 operands, got {dtype.name}; "
-                        "convert with lax.convert_element_type first.")
+        raise TypeError(
+            f"complex requires float32 or float64 operands, got {dtype.name}; "
+            "convert with lax.convert_element_type first."
+        )
     return _complex_dtype(dtype)
 
 
@@ -545,8 +653,12 @@ complex_p = standard_binop("complex", _complex_impl, FLOAT, result_dtype=_comple
 deflinear(real_p, lambda ct, x: [complex(ct, zeros_like(ct))])
 deflinear(imag_p, lambda ct, x: [complex(zeros_like(ct), neg(ct))])
 deflinear(conj_p, lambda ct, x: [conj(ct) if x.dtype.kind == "c" else real(ct)])
-deflinear(complex_p, lambda ct, x, y: _linear_cotangents(
-    (x, y), lambda i, a: unbroadcast(real(ct) if i == 0 else neg(imag(ct)), a.shape)))
+deflinear(
+    complex_p,
+    lambda ct, x, y: _linear_cotangents(
+        (x, y), lambda i, a: unbroadcast(real(ct) if i == 0 else neg(imag(ct)), a.shape)
+    ),
+)
 for _prim in (real_p, imag_p, conj_p, complex_p):
     elementwise_batching(_prim)
 
@@ -574,11 +686,15 @@ def _select_n_abstract_eval(which: ShapedArray, *cases: ShapedArray) -> ShapedAr
     first = cases[0]
     for c in cases[1:]:
         if c.shape != first.shape or c.dtype != first.dtype:
-            raise TypeError("select_n cases must all have the same shape and dtype, got "
-                            f"{', '.join(c.str_short() for c in cases)}")
+            raise TypeError(
+                "select_n cases must all have the same shape and dtype, got "
+                f"{', '.join(c.str_short() for c in cases)}"
+            )
     if which.shape not in ((), first.shape):
-        raise TypeError(f"select_n selector shape {which.shape} must be scalar or equal to "
-                        f"the case shape {first.shape}")
+        raise TypeError(
+            f"select_n selector shape {which.shape} must be scalar or equal to "
+            f"the case shape {first.shape}"
+        )
     return ShapedArray(first.shape, first.dtype, builtins.all(c.weak_type for c in cases))
 
 
@@ -597,8 +713,12 @@ def _select_n_transpose_rule(ct, which, *cases):
     # Case i receives the cotangent where it was selected: select_n with ct in its place and
     # zeros elsewhere, so out-of-range selectors clip exactly as the forward op does.
     zeros = zeros_like(ct)
-    return [None] + [select_n_p.bind(which, *(ct if j == i else zeros for j in range(len(cases))))
-                     if is_undefined_primal(case) else None for i, case in enumerate(cases)]
+    return [None] + [
+        select_n_p.bind(which, *(ct if j == i else zeros for j in range(len(cases))))
+        if is_undefined_primal(case)
+        else None
+        for i, case in enumerate(cases)
+    ]
 
 
 @select_n_p.def_batching
@@ -606,13 +726,16 @@ def _select_n_batching_rule(args, dims):
     which, *cases = args
     which_dim, *case_dims = dims
     size = batch_size(args, dims)
-    case_shape = next(tuple(c.shape[:d]) + tuple(c.shape[d + 1:]) if d is not None
-                      else tuple(c.shape) for c, d in zip(cases, case_dims))
+    case_shape = next(
+        tuple(c.shape[:d]) + tuple(c.shape[d + 1 :]) if d is not None else tuple(c.shape)
+        for c, d in zip(cases, case_dims)
+    )
     shape = (size,) + case_shape
     # The selector may stay an unbatched scalar; the cases all take the batched shape.
     operands = [batched_operand(which, which_dim, size, shape, keep_scalar=True)]
-    operands += [batched_operand(c, d, size, shape, keep_scalar=False)
-                 for c, d in zip(cases, case_dims)]
+    operands += [
+        batched_operand(c, d, size, shape, keep_scalar=False) for c, d in zip(cases, case_dims)
+    ]
     return select_n_p.bind(*operands), 0
 
 
@@ -643,37 +766,46 @@ def _clamp_abstract_eval(lo: ShapedArray, x: ShapedArray, hi: ShapedArray) -> Sh
     check_dtype("clamp", x.dtype, ORDERED)
     for bound, aval in (("min", lo), ("max", hi)):
         if aval.shape not in ((), x.shape):
-            raise TypeError(f"clamp {bound} must be a scalar or have the operand's shape "
-                            f"{x.shape}, got shape {aval.shape}")
+            raise TypeError(
+                f"clamp {bound} must be a scalar or have the operand's shape "
+                f"{x.shape}, got shape {aval.shape}"
+            )
     return ShapedArray(x.shape, x.dtype, lo.weak_type and x.weak_type and hi.weak_type)
 
 
 def _clamp_contribution(predicate: Callable) -> Callable:
     """The tangent an operand of clamp passes on where `predicate(lo, x, hi)` holds (a rank-0
     bound's tangent is broadcast to x's shape)."""
+
     def jvp_fn(g, lo, x, hi):
         g = broadcast_to_shape(g, x.shape)
         return select(predicate(lo, x, hi), g, zeros_like(g))
+
     return jvp_fn
 
 
 # As in JAX, a tie passes no tangent: the operand only strictly inside (lo, hi), the bound
 # only when strictly active.
-defjvp(clamp_p,
-       _clamp_contribution(lambda lo, x, hi: bitwise_and(gt(lo, x), lt(lo, hi))),
-       _clamp_contribution(lambda lo, x, hi: bitwise_and(gt(x, lo), lt(x, hi))),
-       _clamp_contribution(lambda lo, x, hi: lt(hi, x)))
+defjvp(
+    clamp_p,
+    _clamp_contribution(lambda lo, x, hi: bitwise_and(gt(lo, x), lt(lo, hi))),
+    _clamp_contribution(lambda lo, x, hi: bitwise_and(gt(x, lo), lt(x, hi))),
+    _clamp_contribution(lambda lo, x, hi: lt(hi, x)),
+)
 
 
 @clamp_p.def_batching
 def _clamp_batching_rule(args, dims):
     size = batch_size(args, dims)
     x, x_dim = args[1], dims[1]
-    shape = (size,) + (tuple(x.shape) if x_dim is None else
-                       tuple(x.shape[:x_dim]) + tuple(x.shape[x_dim + 1:]))
+    shape = (size,) + (
+        tuple(x.shape) if x_dim is None else tuple(x.shape[:x_dim]) + tuple(x.shape[x_dim + 1 :])
+    )
     # x takes the batched shape; an unbatched scalar bound stays a scalar.
-    lo, x, hi = (batched_operand(a, d, size, shape, keep_scalar=i != 1)
-                 for i, (a, d) in enumerate(zip(args, dims)))
+    lo, x, hi = (
+        batched_operand(a, d, size, shape, keep_scalar=i != 1)
+        for i, (a, d) in enumerate(zip(args, dims))
+    )
     return clamp_p.bind(lo, x, hi), 0
 
 
@@ -726,8 +858,7 @@ def _convert_element_type_jvp_rule(primals, tangents, *, new_dtype, weak_type):
     out = convert_element_type_p.bind(*primals, new_dtype=new_dtype, weak_type=weak_type)
     if not dtypes.is_inexact(new_dtype):  # an integer or bool result has no tangent
         return out, None
-    return out, convert_element_type_p.bind(tangents[0], new_dtype=new_dtype,
-                                            weak_type=weak_type)
+    return out, convert_element_type_p.bind(tangents[0], new_dtype=new_dtype, weak_type=weak_type)
 
 
 @convert_element_type_p.def_transpose
@@ -747,7 +878,8 @@ def convert_element_type(operand, new_dtype, weak_type: bool = False):
     """Convert to `new_dtype` (canonicalized). Python scalars convert on the host."""
     new_dtype = dtypes.canonicalize(new_dtype)
     if isinstance(operand, (bool, int, float, builtins.complex, np.generic)) or (
-            isinstance(operand, np.ndarray)):
+        isinstance(operand, np.ndarray)
+    ):
         with np.errstate(all="ignore"):
             value = np.asarray(operand)
             value = _convert_element_type_impl(value, new_dtype=new_dtype, weak_type=weak_type)
@@ -770,12 +902,15 @@ def _bitcast_convert_type_impl(x: np.ndarray, *, new_dtype) -> np.ndarray:
 @bitcast_convert_type_p.def_abstract_eval
 def _bitcast_convert_type_abstract_eval(x: ShapedArray, *, new_dtype) -> ShapedArray:
     if x.dtype.itemsize != new_dtype.itemsize:
-        raise TypeError(f"bitcast_convert_type needs dtypes of equal width here: "
-                        f"{x.dtype.name} is {x.dtype.itemsize} bytes, {new_dtype.name} is "
-                        f"{new_dtype.itemsize}.")
+        raise TypeError(
+            f"bitcast_convert_type needs dtypes of equal width here: "
+            f"{x.dtype.name} is {x.dtype.itemsize} bytes, {new_dtype.name} is "
+            f"{new_dtype.itemsize}."
+        )
     if x.dtype == np.bool_ or new_dtype == np.bool_:
-        raise TypeError("bitcast_convert_type does not convert to or from bool; use "
-                        "convert_element_type.")
+        raise TypeError(
+            "bitcast_convert_type does not convert to or from bool; use convert_element_type."
+        )
     return ShapedArray(x.shape, new_dtype, False)
 
 
@@ -801,11 +936,12 @@ bitwise_xor = binary_wrapper(xor_p, "bitwise_xor", "Elementwise XOR (logical for
 bitwise_not = unary_wrapper(not_p, "bitwise_not", "Elementwise NOT (logical for bools).")
 shift_left = binary_wrapper(shift_left_p, doc="x << y; shifts of the bit width or more give 0.")
 shift_right_logical = binary_wrapper(
-    shift_right_logical_p, doc="x >> y filling with zeros; shifts of the bit width or more "
-                               "give 0.")
+    shift_right_logical_p, doc="x >> y filling with zeros; shifts of the bit width or more give 0."
+)
 shift_right_arithmetic = binary_wrapper(
-    shift_right_arithmetic_p, doc="x >> y filling with the sign bit; shifts of the bit width "
-                                  "or more give 0 or -1.")
+    shift_right_arithmetic_p,
+    doc="x >> y filling with the sign bit; shifts of the bit width or more give 0 or -1.",
+)
 neg = unary_wrapper(neg_p)
 abs = unary_wrapper(abs_p, doc="|x|; the real dtype for complex x.")  # noqa: A001
 sign = unary_wrapper(sign_p, doc="-1, 0 or 1 (x / |x| for complex x); NaN and -0.0 kept.")

@@ -7,6 +7,7 @@ single-precision loops are up to a few ulps off (np.cbrt(27) is 2.9999998) and t
 reference compiled code is tested against. Special functions use scipy.special. Each block holds
 all the rules of one primitive.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -18,14 +19,35 @@ import scipy.special
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
-from kiln.primitives.base import (FLOAT, INEXACT, NUMBER, broadcast_scalar_shapes,
-                                  check_dtype, defjvp,
-                                  elementwise_batching, lax_operands, standard_binop,
-                                  standard_unop)
-from kiln.primitives.elementwise import (add, binary_wrapper, convert_element_type,
-                                         defjvp_from_result, div, eq, filled_like,
-                                         integer_pow, lt, mul, neg, select, sub, unary_wrapper,
-                                         via_float32)
+from kiln.primitives.base import (
+    FLOAT,
+    INEXACT,
+    NUMBER,
+    broadcast_scalar_shapes,
+    check_dtype,
+    defjvp,
+    elementwise_batching,
+    lax_operands,
+    standard_binop,
+    standard_unop,
+)
+from kiln.primitives.elementwise import (
+    add,
+    binary_wrapper,
+    convert_element_type,
+    defjvp_from_result,
+    div,
+    eq,
+    filled_like,
+    integer_pow,
+    lt,
+    mul,
+    neg,
+    select,
+    sub,
+    unary_wrapper,
+    via_float32,
+)
 
 _DOUBLE = {dtypes.float32: dtypes.float64, dtypes.complex64: dtypes.complex128}
 
@@ -41,18 +63,46 @@ def precise(fn):
         if wide is None:
             return small(*args, **params)
         with np.errstate(all="ignore"):
-            out = np.asarray(fn(*(a.astype(wide) if a.dtype == dtype else a for a in args),
-                                **params))
+            out = np.asarray(
+                fn(*(a.astype(wide) if a.dtype == dtype else a for a in args), **params)
+            )
             return out.astype(dtypes.complex64 if out.dtype.kind == "c" else dtypes.float32)
+
     impl.__name__ = getattr(fn, "__name__", "impl")
     return impl
 
 
 __all__ = [
-    "pow", "exp", "exp2", "log", "log1p", "expm1", "sqrt", "rsqrt", "cbrt",
-    "sin", "cos", "tan", "asin", "acos", "atan", "atan2",
-    "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-    "logistic", "erf", "erfc", "erf_inv", "lgamma", "digamma", "square", "reciprocal",
+    "pow",
+    "exp",
+    "exp2",
+    "log",
+    "log1p",
+    "expm1",
+    "sqrt",
+    "rsqrt",
+    "cbrt",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "logistic",
+    "erf",
+    "erfc",
+    "erf_inv",
+    "lgamma",
+    "digamma",
+    "square",
+    "reciprocal",
 ]
 
 # --- pow -------------------------------------------------------------------------------------
@@ -72,8 +122,10 @@ pow_p.def_impl(precise(_pow_impl))
 def _pow_abstract_eval(x: ShapedArray, y: ShapedArray) -> ShapedArray:
     check_dtype("pow", x.dtype, INEXACT)
     if y.dtype != x.dtype and y.dtype.kind not in "iu":
-        raise TypeError(f"pow requires the exponent to have the base's dtype or an integer "
-                        f"dtype, got base {x.dtype.name} and exponent {y.dtype.name}.")
+        raise TypeError(
+            f"pow requires the exponent to have the base's dtype or an integer "
+            f"dtype, got base {x.dtype.name} and exponent {y.dtype.name}."
+        )
     shape = broadcast_scalar_shapes("pow", x, y)
     return ShapedArray(shape, x.dtype, x.weak_type and y.weak_type)
 
@@ -115,6 +167,7 @@ def pow(x, y):  # noqa: A001 (lax's name)
         # An integer Python exponent stays an integer, as in JAX (it is not cast to x's dtype).
         from kiln.core import dtypes
         from kiln.primitives.elementwise import convert_element_type
+
         return pow_p.bind(x, convert_element_type(y, dtypes.default_int(), True))
     return pow_p.bind(*lax_operands(x, y))
 
@@ -157,8 +210,11 @@ defjvp(asin_p, lambda g, x: mul(g, rsqrt(sub(1, square(x)))))
 defjvp(acos_p, lambda g, x: neg(mul(g, rsqrt(sub(1, square(x))))))
 defjvp(atan_p, lambda g, x: div(g, add(square(x), 1)))
 # atan2(x, y) is the angle of the point (y, x).
-defjvp(atan2_p, lambda g, x, y: mul(g, div(y, add(square(x), square(y)))),
-       lambda g, x, y: mul(g, div(neg(x), add(square(x), square(y)))))
+defjvp(
+    atan2_p,
+    lambda g, x, y: mul(g, div(y, add(square(x), square(y)))),
+    lambda g, x, y: mul(g, div(neg(x), add(square(x), square(y)))),
+)
 
 # --- hyperbolic ------------------------------------------------------------------------------
 sinh_p = standard_unop("sinh", precise(np.sinh), INEXACT)
@@ -201,8 +257,7 @@ _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)  # erf'(x) = 2 / sqrt(pi) * exp(-x**2
 defjvp(erf_p, lambda g, x: mul(g, mul(exp(neg(square(x))), _TWO_OVER_SQRT_PI)))
 defjvp(erfc_p, lambda g, x: mul(g, mul(exp(neg(square(x))), -_TWO_OVER_SQRT_PI)))
 # erf_inv'(x) = 1 / erf'(erf_inv(x))
-defjvp_from_result(erf_inv_p,
-                   lambda g, out, x: mul(g, div(exp(square(out)), _TWO_OVER_SQRT_PI)))
+defjvp_from_result(erf_inv_p, lambda g, out, x: mul(g, div(exp(square(out)), _TWO_OVER_SQRT_PI)))
 defjvp(lgamma_p, lambda g, x: mul(g, digamma(x)))
 
 
@@ -211,8 +266,10 @@ def trigamma(x):
     the reflection psi1(x) = pi^2 / sin^2(pi x) - psi1(1 - x) below 1/2, six steps of the
     recurrence psi1(x) = 1/x^2 + psi1(x + 1), then the asymptotic series at z = x + 6 >= 6.5,
     whose first omitted term is below 1e-11."""
+
     def c(v):
         return filled_like(x, v)
+
     reflect = lt(x, c(0.5))
     y = select(reflect, sub(c(1.0), x), x)
     total = div(c(1.0), square(y))
@@ -226,22 +283,47 @@ def trigamma(x):
         series = add(mul(series, w), c(coefficient))
     tail = add(add(div(c(1.0), z), div(c(0.5), square(z))), mul(series, div(w, z)))
     positive = add(total, tail)
-    pole = div(c(math.pi ** 2), square(sin(mul(x, c(math.pi)))))
+    pole = div(c(math.pi**2), square(sin(mul(x, c(math.pi)))))
     return select(reflect, sub(pole, positive), positive)
 
 
 defjvp(digamma_p, lambda g, x: mul(g, trigamma(x)))
 
 # --- batching: every op here is elementwise, params (none) pass through ----------------------
-for _prim in (exp_p, exp2_p, log_p, log1p_p, expm1_p, sqrt_p, rsqrt_p, cbrt_p, square_p,
-              sin_p, cos_p, tan_p, asin_p, acos_p, atan_p, atan2_p, sinh_p, cosh_p, tanh_p,
-              asinh_p, acosh_p, atanh_p, logistic_p, erf_p, erfc_p, erf_inv_p, lgamma_p,
-              digamma_p):
+for _prim in (
+    exp_p,
+    exp2_p,
+    log_p,
+    log1p_p,
+    expm1_p,
+    sqrt_p,
+    rsqrt_p,
+    cbrt_p,
+    square_p,
+    sin_p,
+    cos_p,
+    tan_p,
+    asin_p,
+    acos_p,
+    atan_p,
+    atan2_p,
+    sinh_p,
+    cosh_p,
+    tanh_p,
+    asinh_p,
+    acosh_p,
+    atanh_p,
+    logistic_p,
+    erf_p,
+    erfc_p,
+    erf_inv_p,
+    lgamma_p,
+    digamma_p,
+):
     elementwise_batching(_prim)
 
 # --- wrappers (the lax API) ------------------------------------------------------------------
-exp, exp2, log, log1p, expm1 = (unary_wrapper(p) for p in (exp_p, exp2_p, log_p, log1p_p,
-                                                           expm1_p))
+exp, exp2, log, log1p, expm1 = (unary_wrapper(p) for p in (exp_p, exp2_p, log_p, log1p_p, expm1_p))
 sqrt, cbrt, square = unary_wrapper(sqrt_p), unary_wrapper(cbrt_p), unary_wrapper(square_p)
 rsqrt = unary_wrapper(rsqrt_p, doc="1 / sqrt(x).")
 sin, cos, tan = unary_wrapper(sin_p), unary_wrapper(cos_p), unary_wrapper(tan_p)
@@ -260,4 +342,3 @@ digamma = unary_wrapper(digamma_p, doc="The derivative of lgamma.")
 def reciprocal(x):
     """1 / x, as integer_pow(x, -1)."""
     return integer_pow(x, -1)
-

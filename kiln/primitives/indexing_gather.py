@@ -7,6 +7,7 @@ combines) a window of updates at every start. The NumPy impls are vectorized: th
 broadcastable index grids for all windows at once and use fancy indexing / `ufunc.at`, never a
 Python loop over windows.
 """
+
 from __future__ import annotations
 
 import enum
@@ -23,8 +24,13 @@ from kiln.core.shapes import canonicalize_shape
 from kiln.primitives.base import batch_size, move_bdim, scalar_to_array
 from kiln.primitives.shape import broadcast_in_dim
 
-__all__ = ["GatherScatterMode", "GatherDimensionNumbers", "ScatterDimensionNumbers", "gather",
-           "gather_p"]
+__all__ = [
+    "GatherScatterMode",
+    "GatherDimensionNumbers",
+    "ScatterDimensionNumbers",
+    "gather",
+    "gather_p",
+]
 
 
 class GatherScatterMode(enum.Enum):
@@ -51,14 +57,19 @@ class GatherScatterMode(enum.Enum):
             return GatherScatterMode.FILL_OR_DROP
         if mode == "promise_in_bounds":
             return GatherScatterMode.PROMISE_IN_BOUNDS
-        raise ValueError(f"Unknown gather/scatter mode {mode!r}; use 'clip', 'fill', 'drop' or "
-                         "'promise_in_bounds'.")
+        raise ValueError(
+            f"Unknown gather/scatter mode {mode!r}; use 'clip', 'fill', 'drop' or "
+            "'promise_in_bounds'."
+        )
 
 
 def _repr_dimension_numbers(dn: NamedTuple, batching_fields: tuple[str, str]) -> str:
     # Without batching dims, print the fields the seed's (older) jaxpr format shows.
-    fields = [f for f in dn._fields
-              if f not in batching_fields or any(getattr(dn, b) for b in batching_fields)]
+    fields = [
+        f
+        for f in dn._fields
+        if f not in batching_fields or any(getattr(dn, b) for b in batching_fields)
+    ]
     return f"{type(dn).__name__}({', '.join(f'{f}={getattr(dn, f)}' for f in fields)})"
 
 
@@ -79,7 +90,8 @@ class GatherDimensionNumbers(NamedTuple):
 
     def __repr__(self) -> str:
         return _repr_dimension_numbers(
-            self, ("operand_batching_dims", "start_indices_batching_dims"))
+            self, ("operand_batching_dims", "start_indices_batching_dims")
+        )
 
     __str__ = __repr__
 
@@ -101,7 +113,8 @@ class ScatterDimensionNumbers(NamedTuple):
 
     def __repr__(self) -> str:
         return _repr_dimension_numbers(
-            self, ("operand_batching_dims", "scatter_indices_batching_dims"))
+            self, ("operand_batching_dims", "scatter_indices_batching_dims")
+        )
 
     __str__ = __repr__
 
@@ -112,15 +125,17 @@ def _as_int_tuple(values: Sequence[int]) -> tuple:
 
 def _canonical_gather_dnums(dn: Any) -> GatherDimensionNumbers:
     if not isinstance(dn, GatherDimensionNumbers):
-        raise TypeError(f"gather dimension_numbers must be a GatherDimensionNumbers, got "
-                        f"{type(dn).__name__}.")
+        raise TypeError(
+            f"gather dimension_numbers must be a GatherDimensionNumbers, got {type(dn).__name__}."
+        )
     return GatherDimensionNumbers(*(_as_int_tuple(f) for f in dn))
 
 
 def _canonical_scatter_dnums(dn: Any) -> ScatterDimensionNumbers:
     if not isinstance(dn, ScatterDimensionNumbers):
-        raise TypeError(f"scatter dimension_numbers must be a ScatterDimensionNumbers, got "
-                        f"{type(dn).__name__}.")
+        raise TypeError(
+            f"scatter dimension_numbers must be a ScatterDimensionNumbers, got {type(dn).__name__}."
+        )
     return ScatterDimensionNumbers(*(_as_int_tuple(f) for f in dn))
 
 
@@ -139,48 +154,69 @@ def default_fill_value(dtype: np.dtype) -> Any:
 
 # --- shared validation ----------------------------------------------------------------------
 
+
 def _check_sorted_unique(name: str, field: str, dims: tuple, bound: int, what: str) -> None:
     if list(dims) != sorted(set(dims)):
-        raise TypeError(f"{name} {field} must be sorted and have no repeated entries, got "
-                        f"{field}={dims}.")
+        raise TypeError(
+            f"{name} {field} must be sorted and have no repeated entries, got {field}={dims}."
+        )
     for d in dims:
         if not 0 <= d < bound:
-            raise TypeError(f"{name} {field} entries must be in [0, {bound}) ({what}), got "
-                            f"{field}={dims}.")
+            raise TypeError(
+                f"{name} {field} entries must be in [0, {bound}) ({what}), got {field}={dims}."
+            )
 
 
 def _check_indices(name: str, indices: ShapedArray, index_map: tuple, field: str) -> None:
     if not dtypes.is_integer(indices.dtype):
-        raise TypeError(f"{name} indices must have an integer dtype, got "
-                        f"{indices.dtype.name}.")
+        raise TypeError(f"{name} indices must have an integer dtype, got {indices.dtype.name}.")
     if indices.ndim == 0 or indices.shape[-1] != len(index_map):
-        raise TypeError(f"{name} indices must have a last dimension holding one entry per "
-                        f"{field} entry: {field}={index_map} needs indices shape (..., "
-                        f"{len(index_map)}), got {indices.shape}.")
+        raise TypeError(
+            f"{name} indices must have a last dimension holding one entry per "
+            f"{field} entry: {field}={index_map} needs indices shape (..., "
+            f"{len(index_map)}), got {indices.shape}."
+        )
 
 
-def _check_batching(name: str, operand: ShapedArray, indices: ShapedArray,
-                    operand_batching: tuple, indices_batching: tuple, field: str) -> None:
+def _check_batching(
+    name: str,
+    operand: ShapedArray,
+    indices: ShapedArray,
+    operand_batching: tuple,
+    indices_batching: tuple,
+    field: str,
+) -> None:
     if len(operand_batching) != len(indices_batching):
-        raise TypeError(f"{name} operand_batching_dims {operand_batching} and {field} "
-                        f"{indices_batching} must have the same length.")
+        raise TypeError(
+            f"{name} operand_batching_dims {operand_batching} and {field} "
+            f"{indices_batching} must have the same length."
+        )
     if len(set(indices_batching)) != len(indices_batching):
-        raise TypeError(f"{name} {field} must have no repeated entries, got "
-                        f"{indices_batching}.")
+        raise TypeError(f"{name} {field} must have no repeated entries, got {indices_batching}.")
     for od, idim in zip(operand_batching, indices_batching):
         if not 0 <= idim < indices.ndim - 1:
-            raise TypeError(f"{name} {field} entries must be batch dims of the indices (in "
-                            f"[0, {indices.ndim - 1})), got {indices_batching}.")
+            raise TypeError(
+                f"{name} {field} entries must be batch dims of the indices (in "
+                f"[0, {indices.ndim - 1})), got {indices_batching}."
+            )
         if operand.shape[od] != indices.shape[idim]:
-            raise TypeError(f"{name} operand batching dim {od} (size {operand.shape[od]}) and "
-                            f"indices batching dim {idim} (size {indices.shape[idim]}) must "
-                            "have the same size.")
+            raise TypeError(
+                f"{name} operand batching dim {od} (size {operand.shape[od]}) and "
+                f"indices batching dim {idim} (size {indices.shape[idim]}) must "
+                "have the same size."
+            )
 
 
 # --- shared NumPy machinery -----------------------------------------------------------------
 
-def _window_starts(indices: np.ndarray, operand_ndim: int, index_map: tuple,
-                   operand_batching: tuple, indices_batching: tuple) -> np.ndarray:
+
+def _window_starts(
+    indices: np.ndarray,
+    operand_ndim: int,
+    index_map: tuple,
+    operand_batching: tuple,
+    indices_batching: tuple,
+) -> np.ndarray:
     """An (N, operand_ndim) int64 matrix: the full start position of every window, where N is
     the number of index vectors. Dims not started by the index vector start at 0, except
     batching dims, which start at the window's own batch coordinate."""
@@ -188,13 +224,14 @@ def _window_starts(indices: np.ndarray, operand_ndim: int, index_map: tuple,
     count = math.prod(batch_shape)
     vectors = indices.reshape(count, indices.shape[-1])
     if vectors.dtype == np.uint64:  # keep huge unsigned values huge (out of bounds), not < 0
-        vectors = np.minimum(vectors, np.uint64(2 ** 62))
+        vectors = np.minimum(vectors, np.uint64(2**62))
     starts = np.zeros((count, operand_ndim), dtype=np.int64)
     if index_map:
         starts[:, list(index_map)] = vectors.astype(np.int64)
     for od, idim in zip(operand_batching, indices_batching):
         coord = np.arange(batch_shape[idim], dtype=np.int64).reshape(
-            [-1 if j == idim else 1 for j in range(len(batch_shape))])
+            [-1 if j == idim else 1 for j in range(len(batch_shape))]
+        )
         starts[:, od] = np.broadcast_to(coord, batch_shape).reshape(count)
     return starts
 
@@ -207,7 +244,8 @@ def _window_grid(starts: np.ndarray, window: Sequence[int]) -> tuple:
     for d, size in enumerate(window):
         head = starts[:, d].reshape((-1,) + (1,) * ndim)
         offsets = np.arange(size, dtype=np.int64).reshape(
-            (1,) + tuple(size if j == d else 1 for j in range(ndim)))
+            (1,) + tuple(size if j == d else 1 for j in range(ndim))
+        )
         grid.append(head + offsets)
     return tuple(grid)
 
@@ -228,58 +266,104 @@ def _gather_output_shape(operand: ShapedArray, indices: ShapedArray, dn, slice_s
 
 
 @gather_p.def_abstract_eval
-def _gather_abstract_eval(operand: ShapedArray, indices: ShapedArray, *, dimension_numbers,
-                          slice_sizes, indices_are_sorted, unique_indices, mode,
-                          fill_value) -> ShapedArray:
+def _gather_abstract_eval(
+    operand: ShapedArray,
+    indices: ShapedArray,
+    *,
+    dimension_numbers,
+    slice_sizes,
+    indices_are_sorted,
+    unique_indices,
+    mode,
+    fill_value,
+) -> ShapedArray:
     dn = dimension_numbers
     _check_indices("gather", indices, dn.start_index_map, "start_index_map")
     if len(slice_sizes) != operand.ndim:
-        raise TypeError(f"gather slice_sizes must have one entry per operand dimension, got "
-                        f"slice_sizes={slice_sizes} for operand shape {operand.shape}.")
+        raise TypeError(
+            f"gather slice_sizes must have one entry per operand dimension, got "
+            f"slice_sizes={slice_sizes} for operand shape {operand.shape}."
+        )
     for d, (size, dim) in enumerate(zip(slice_sizes, operand.shape)):
         if not 0 <= size <= dim:
-            raise TypeError(f"gather slice size at index {d} must be within [0, {dim}] (the "
-                            f"operand dimension), got slice_sizes={slice_sizes}.")
-    _check_sorted_unique("gather", "collapsed_slice_dims", dn.collapsed_slice_dims,
-                         operand.ndim, "operand dims")
-    _check_sorted_unique("gather", "operand_batching_dims", dn.operand_batching_dims,
-                         operand.ndim, "operand dims")
+            raise TypeError(
+                f"gather slice size at index {d} must be within [0, {dim}] (the "
+                f"operand dimension), got slice_sizes={slice_sizes}."
+            )
+    _check_sorted_unique(
+        "gather", "collapsed_slice_dims", dn.collapsed_slice_dims, operand.ndim, "operand dims"
+    )
+    _check_sorted_unique(
+        "gather", "operand_batching_dims", dn.operand_batching_dims, operand.ndim, "operand dims"
+    )
     if len(set(dn.start_index_map)) != len(dn.start_index_map) or any(
-            not 0 <= d < operand.ndim for d in dn.start_index_map):
-        raise TypeError(f"gather start_index_map must hold distinct operand dims, got "
-                        f"{dn.start_index_map} for operand rank {operand.ndim}.")
+        not 0 <= d < operand.ndim for d in dn.start_index_map
+    ):
+        raise TypeError(
+            f"gather start_index_map must hold distinct operand dims, got "
+            f"{dn.start_index_map} for operand rank {operand.ndim}."
+        )
     for d in dn.collapsed_slice_dims + dn.operand_batching_dims:
         if slice_sizes[d] != 1:
-            raise TypeError(f"gather can only collapse (or batch) operand dims with slice size "
-                            f"1, but slice_sizes[{d}] = {slice_sizes[d]}.")
+            raise TypeError(
+                f"gather can only collapse (or batch) operand dims with slice size "
+                f"1, but slice_sizes[{d}] = {slice_sizes[d]}."
+            )
     if set(dn.collapsed_slice_dims) & set(dn.operand_batching_dims):
-        raise TypeError("gather collapsed_slice_dims and operand_batching_dims must be "
-                        f"disjoint, got {dn.collapsed_slice_dims} and "
-                        f"{dn.operand_batching_dims}.")
+        raise TypeError(
+            "gather collapsed_slice_dims and operand_batching_dims must be "
+            f"disjoint, got {dn.collapsed_slice_dims} and "
+            f"{dn.operand_batching_dims}."
+        )
     if set(dn.start_index_map) & set(dn.operand_batching_dims):
-        raise TypeError("gather start_index_map and operand_batching_dims must be disjoint, "
-                        f"got {dn.start_index_map} and {dn.operand_batching_dims}.")
-    _check_batching("gather", operand, indices, dn.operand_batching_dims,
-                    dn.start_indices_batching_dims, "start_indices_batching_dims")
+        raise TypeError(
+            "gather start_index_map and operand_batching_dims must be disjoint, "
+            f"got {dn.start_index_map} and {dn.operand_batching_dims}."
+        )
+    _check_batching(
+        "gather",
+        operand,
+        indices,
+        dn.operand_batching_dims,
+        dn.start_indices_batching_dims,
+        "start_indices_batching_dims",
+    )
     n_window = operand.ndim - len(dn.collapsed_slice_dims) - len(dn.operand_batching_dims)
     if len(dn.offset_dims) != n_window:
-        raise TypeError(f"gather offset_dims must have one entry per window dim that is not "
-                        f"collapsed or batched ({n_window}), got offset_dims={dn.offset_dims}.")
-    _check_sorted_unique("gather", "offset_dims", dn.offset_dims,
-                         n_window + indices.ndim - 1, "output dims")
+        raise TypeError(
+            f"gather offset_dims must have one entry per window dim that is not "
+            f"collapsed or batched ({n_window}), got offset_dims={dn.offset_dims}."
+        )
+    _check_sorted_unique(
+        "gather", "offset_dims", dn.offset_dims, n_window + indices.ndim - 1, "output dims"
+    )
     shape = _gather_output_shape(operand, indices, dn, slice_sizes)
     return ShapedArray(shape, operand.dtype, operand.weak_type)
 
 
 @gather_p.def_impl
-def _gather_impl(operand: np.ndarray, indices: np.ndarray, *, dimension_numbers, slice_sizes,
-                 indices_are_sorted, unique_indices, mode, fill_value) -> np.ndarray:
+def _gather_impl(
+    operand: np.ndarray,
+    indices: np.ndarray,
+    *,
+    dimension_numbers,
+    slice_sizes,
+    indices_are_sorted,
+    unique_indices,
+    mode,
+    fill_value,
+) -> np.ndarray:
     dn = dimension_numbers
     out_shape = _gather_output_shape(operand, indices, dn, slice_sizes)
     if math.prod(out_shape) == 0:
         return np.zeros(out_shape, dtype=operand.dtype)
-    starts = _window_starts(indices, operand.ndim, dn.start_index_map,
-                            dn.operand_batching_dims, dn.start_indices_batching_dims)
+    starts = _window_starts(
+        indices,
+        operand.ndim,
+        dn.start_index_map,
+        dn.operand_batching_dims,
+        dn.start_indices_batching_dims,
+    )
     upper = np.asarray(operand.shape, dtype=np.int64) - np.asarray(slice_sizes, dtype=np.int64)
     in_bounds = None
     if mode == GatherScatterMode.FILL_OR_DROP and dn.start_index_map:
@@ -303,26 +387,40 @@ def _gather_impl(operand: np.ndarray, indices: np.ndarray, *, dimension_numbers,
     return out if out.flags.c_contiguous else out.copy(order="C")
 
 
-def gather(operand, start_indices, dimension_numbers: GatherDimensionNumbers, slice_sizes, *,
-           unique_indices: bool = False, indices_are_sorted: bool = False,
-           mode: "str | GatherScatterMode | None" = None, fill_value=None):
+def gather(
+    operand,
+    start_indices,
+    dimension_numbers: GatherDimensionNumbers,
+    slice_sizes,
+    *,
+    unique_indices: bool = False,
+    indices_are_sorted: bool = False,
+    mode: "str | GatherScatterMode | None" = None,
+    fill_value=None,
+):
     """XLA's gather: for each index vector in `start_indices` (its last dimension), read the
     window of `slice_sizes` starting there (see GatherDimensionNumbers for the layout).
 
     mode None means PROMISE_IN_BOUNDS (windows are clamped to fit); 'fill' returns
     `fill_value` (default NaN / INT_MIN / UINT_MAX / True) for windows that do not fit."""
     dn = _canonical_gather_dnums(dimension_numbers)
-    parsed = GatherScatterMode.PROMISE_IN_BOUNDS if mode is None else \
-        GatherScatterMode.from_any(mode)
+    parsed = (
+        GatherScatterMode.PROMISE_IN_BOUNDS if mode is None else GatherScatterMode.from_any(mode)
+    )
     slice_sizes = canonicalize_shape(slice_sizes, context="gather slice_sizes: ")
     if fill_value is not None:
         if parsed != GatherScatterMode.FILL_OR_DROP:
             fill_value = None  # only meaningful when filling; keeps params canonical
         else:
             fill_value = np.asarray(fill_value).item()  # hashable Python scalar
-    params = dict(dimension_numbers=dn, slice_sizes=slice_sizes,
-                  indices_are_sorted=bool(indices_are_sorted),
-                  unique_indices=bool(unique_indices), mode=parsed, fill_value=fill_value)
+    params = dict(
+        dimension_numbers=dn,
+        slice_sizes=slice_sizes,
+        indices_are_sorted=bool(indices_are_sorted),
+        unique_indices=bool(unique_indices),
+        mode=parsed,
+        fill_value=fill_value,
+    )
     return gather_p.bind(operand, start_indices, **params)
 
 
@@ -332,6 +430,7 @@ def gather(operand, start_indices, dimension_numbers: GatherDimensionNumbers, sl
 # an inserted one), and its batching rule adds the batch as an operand window dim, an indices
 # batch dim, or a pair of batching dims, so the batched gather is again a single gather.
 
+
 def zeros(shape: tuple, dtype: np.dtype, weak: bool = False):
     """Zeros of `shape` and `dtype` (for a cotangent, or the base of a scatter)."""
     return broadcast_in_dim(scalar_to_array(0, dtype, weak), tuple(shape), ())
@@ -340,21 +439,26 @@ def zeros(shape: tuple, dtype: np.dtype, weak: bool = False):
 def scatter_dnums_for_gather(dn: GatherDimensionNumbers) -> ScatterDimensionNumbers:
     """The dimension numbers of the scatter that writes back what a gather read."""
     return ScatterDimensionNumbers(
-        update_window_dims=dn.offset_dims, inserted_window_dims=dn.collapsed_slice_dims,
+        update_window_dims=dn.offset_dims,
+        inserted_window_dims=dn.collapsed_slice_dims,
         scatter_dims_to_operand_dims=dn.start_index_map,
         operand_batching_dims=dn.operand_batching_dims,
-        scatter_indices_batching_dims=dn.start_indices_batching_dims)
+        scatter_indices_batching_dims=dn.start_indices_batching_dims,
+    )
 
 
-def gather_for_scatter(dn: ScatterDimensionNumbers, operand_shape: tuple,
-                       updates_shape: tuple) -> tuple[GatherDimensionNumbers, tuple]:
+def gather_for_scatter(
+    dn: ScatterDimensionNumbers, operand_shape: tuple, updates_shape: tuple
+) -> tuple[GatherDimensionNumbers, tuple]:
     """The dimension numbers and slice sizes of the gather that reads, from an array shaped
     like a scatter's operand, one value per element of its updates (at the same positions)."""
     gather_dn = GatherDimensionNumbers(
-        offset_dims=dn.update_window_dims, collapsed_slice_dims=dn.inserted_window_dims,
+        offset_dims=dn.update_window_dims,
+        collapsed_slice_dims=dn.inserted_window_dims,
         start_index_map=dn.scatter_dims_to_operand_dims,
         operand_batching_dims=dn.operand_batching_dims,
-        start_indices_batching_dims=dn.scatter_indices_batching_dims)
+        start_indices_batching_dims=dn.scatter_indices_batching_dims,
+    )
     sizes, window_sizes = [], iter(updates_shape[d] for d in dn.update_window_dims)
     for d in range(len(operand_shape)):
         pointwise = d in dn.inserted_window_dims or d in dn.operand_batching_dims
@@ -372,16 +476,33 @@ def _gather_jvp_rule(primals, tangents, **params):
     return out, gather_p.bind(tangents[0], indices, **{**params, "fill_value": fill})
 
 
-def _gather_transpose_rule(ct, operand, indices, *, dimension_numbers, slice_sizes,
-                           indices_are_sorted, unique_indices, mode, fill_value):
+def _gather_transpose_rule(
+    ct,
+    operand,
+    indices,
+    *,
+    dimension_numbers,
+    slice_sizes,
+    indices_are_sorted,
+    unique_indices,
+    mode,
+    fill_value,
+):
     from kiln.primitives.indexing_scatter import scatter_add_p
+
     if not is_undefined_primal(operand):
         return [None, None]
     base = zeros(operand.shape, operand.dtype, operand.aval.weak_type)
     # The same mode: windows a fill-mode gather filled are dropped, clamped ones clamp again.
     operand_ct = scatter_add_p.bind(
-        base, indices, ct, dimension_numbers=scatter_dnums_for_gather(dimension_numbers),
-        indices_are_sorted=indices_are_sorted, unique_indices=unique_indices, mode=mode)
+        base,
+        indices,
+        ct,
+        dimension_numbers=scatter_dnums_for_gather(dimension_numbers),
+        indices_are_sorted=indices_are_sorted,
+        unique_indices=unique_indices,
+        mode=mode,
+    )
     return [operand_ct, None]
 
 
@@ -389,12 +510,25 @@ def _shifted(dims: tuple) -> tuple:
     return tuple(d + 1 for d in dims)
 
 
-def _gather_batching_rule(args, dims, *, dimension_numbers, slice_sizes, indices_are_sorted,
-                          unique_indices, mode, fill_value):
+def _gather_batching_rule(
+    args,
+    dims,
+    *,
+    dimension_numbers,
+    slice_sizes,
+    indices_are_sorted,
+    unique_indices,
+    mode,
+    fill_value,
+):
     (operand, indices), (operand_bdim, indices_bdim) = args, dims
     dn = dimension_numbers
-    params = dict(indices_are_sorted=indices_are_sorted, unique_indices=unique_indices,
-                  mode=mode, fill_value=fill_value)
+    params = dict(
+        indices_are_sorted=indices_are_sorted,
+        unique_indices=unique_indices,
+        mode=mode,
+        fill_value=fill_value,
+    )
     if indices_bdim is None:
         # The batch is one more window dim, read whole: it leads the output.
         operand = move_bdim(operand, operand_bdim, 0)
@@ -403,9 +537,15 @@ def _gather_batching_rule(args, dims, *, dimension_numbers, slice_sizes, indices
             collapsed_slice_dims=_shifted(dn.collapsed_slice_dims),
             start_index_map=_shifted(dn.start_index_map),
             operand_batching_dims=_shifted(dn.operand_batching_dims),
-            start_indices_batching_dims=dn.start_indices_batching_dims)
-        out = gather_p.bind(operand, indices, dimension_numbers=batched_dn,
-                            slice_sizes=(operand.shape[0],) + tuple(slice_sizes), **params)
+            start_indices_batching_dims=dn.start_indices_batching_dims,
+        )
+        out = gather_p.bind(
+            operand,
+            indices,
+            dimension_numbers=batched_dn,
+            slice_sizes=(operand.shape[0],) + tuple(slice_sizes),
+            **params,
+        )
         return out, 0
     indices = move_bdim(indices, indices_bdim, 0)
     if operand_bdim is None:
@@ -413,10 +553,12 @@ def _gather_batching_rule(args, dims, *, dimension_numbers, slice_sizes, indices
         # repeat or be out of order.
         batched_dn = dn._replace(
             offset_dims=_shifted(dn.offset_dims),
-            start_indices_batching_dims=_shifted(dn.start_indices_batching_dims))
+            start_indices_batching_dims=_shifted(dn.start_indices_batching_dims),
+        )
         params.update(indices_are_sorted=False, unique_indices=False)
-        return gather_p.bind(operand, indices, dimension_numbers=batched_dn,
-                             slice_sizes=slice_sizes, **params), 0
+        return gather_p.bind(
+            operand, indices, dimension_numbers=batched_dn, slice_sizes=slice_sizes, **params
+        ), 0
     # Both batched: example b reads only its own operand slab, through a pair of batching dims.
     operand = move_bdim(operand, operand_bdim, 0)
     batched_dn = GatherDimensionNumbers(
@@ -424,12 +566,18 @@ def _gather_batching_rule(args, dims, *, dimension_numbers, slice_sizes, indices
         collapsed_slice_dims=_shifted(dn.collapsed_slice_dims),
         start_index_map=_shifted(dn.start_index_map),
         operand_batching_dims=(0,) + _shifted(dn.operand_batching_dims),
-        start_indices_batching_dims=(0,) + _shifted(dn.start_indices_batching_dims))
+        start_indices_batching_dims=(0,) + _shifted(dn.start_indices_batching_dims),
+    )
     if batch_size(args, dims) == 0:  # a batching dim needs a slice of size 1: nothing to read
         shape = _gather_output_shape(operand, indices, batched_dn, (1,) + tuple(slice_sizes))
         return zeros(shape, *dtypes.dtype_and_weak_of(operand)), 0
-    return gather_p.bind(operand, indices, dimension_numbers=batched_dn,
-                         slice_sizes=(1,) + tuple(slice_sizes), **params), 0
+    return gather_p.bind(
+        operand,
+        indices,
+        dimension_numbers=batched_dn,
+        slice_sizes=(1,) + tuple(slice_sizes),
+        **params,
+    ), 0
 
 
 gather_p.def_jvp(_gather_jvp_rule)

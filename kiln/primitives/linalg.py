@@ -1,4 +1,5 @@
 """dot_general: the one contraction primitive (matmul, dot, einsum and tensordot lower to it)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,8 +50,10 @@ _MATRIX_BLOCK = 4096
 _MATRIX_MIN_SIDE = 32
 # The float32 block results held at once, in elements (16 MiB).
 _PARTIALS_LIMIT = 1 << 22
-_WIDE_ACCUMULATOR = {np.dtype(np.float32): np.dtype(np.float64),
-                     np.dtype(np.complex64): np.dtype(np.complex128)}
+_WIDE_ACCUMULATOR = {
+    np.dtype(np.float32): np.dtype(np.float64),
+    np.dtype(np.complex64): np.dtype(np.complex128),
+}
 
 
 def _accumulates_in_blocks(compute: np.dtype, contracted: int) -> bool:
@@ -58,14 +61,20 @@ def _accumulates_in_blocks(compute: np.dtype, contracted: int) -> bool:
 
 
 @dot_general_p.def_impl
-def _dot_general_impl(lhs, rhs, *, dimension_numbers, precision=None,
-                      preferred_element_type=None):
+def _dot_general_impl(lhs, rhs, *, dimension_numbers, precision=None, preferred_element_type=None):
     (lc, rc), (lb, rb) = dimension_numbers
     out_dtype = preferred_element_type or lhs.dtype
-    if (not lb and lhs.dtype == rhs.dtype == out_dtype and out_dtype.kind in "fiuc"
-            and out_dtype.itemsize >= 4 and lhs.ndim <= 2 and rhs.ndim <= 2
-            and lc == (lhs.ndim - 1,) and rc == (0,)
-            and not _accumulates_in_blocks(out_dtype, lhs.shape[-1])):
+    if (
+        not lb
+        and lhs.dtype == rhs.dtype == out_dtype
+        and out_dtype.kind in "fiuc"
+        and out_dtype.itemsize >= 4
+        and lhs.ndim <= 2
+        and rhs.ndim <= 2
+        and lc == (lhs.ndim - 1,)
+        and rc == (0,)
+        and not _accumulates_in_blocks(out_dtype, lhs.shape[-1])
+    ):
         # The common vector/matrix products: np.dot is the reference and costs ~1 µs.
         with np.errstate(all="ignore"):
             if lhs.ndim == 2 and rhs.ndim == 2:
@@ -140,43 +149,67 @@ def _sum_blocks(a, b, a_blocks, b_blocks, out, count, step, main, k, wide):
 def _compute_dtype(in_dtype: np.dtype, out_dtype: np.dtype) -> np.dtype:
     """Half-precision floats accumulate in float32, as XLA does on CPU."""
     widest = np.promote_types(in_dtype, out_dtype) if out_dtype != dtypes.bfloat16 else in_dtype
-    if in_dtype in (dtypes.float16, dtypes.bfloat16) or out_dtype in (dtypes.float16,
-                                                                       dtypes.bfloat16):
+    if in_dtype in (dtypes.float16, dtypes.bfloat16) or out_dtype in (
+        dtypes.float16,
+        dtypes.bfloat16,
+    ):
         return np.dtype(np.float32) if widest.itemsize <= 4 else widest
     return np.dtype(out_dtype) if out_dtype.kind in "iu" else widest
 
 
 @dot_general_p.def_abstract_eval
-def _dot_general_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, dimension_numbers,
-                               precision=None, preferred_element_type=None):
+def _dot_general_abstract_eval(
+    lhs: ShapedArray,
+    rhs: ShapedArray,
+    *,
+    dimension_numbers,
+    precision=None,
+    preferred_element_type=None,
+):
     (lc, rc), (lb, rb) = dimension_numbers
     if lhs.dtype != rhs.dtype and preferred_element_type is None:
-        raise TypeError(f"dot_general requires operands of the same dtype, got "
-                        f"{lhs.dtype.name} and {rhs.dtype.name}; promote them first "
-                        "(kiln.numpy.matmul does).")
+        raise TypeError(
+            f"dot_general requires operands of the same dtype, got "
+            f"{lhs.dtype.name} and {rhs.dtype.name}; promote them first "
+            "(kiln.numpy.matmul does)."
+        )
     check_dtype("dot_general", lhs.dtype, NUMBER + (BOOL,))
     if len(lc) != len(rc) or len(lb) != len(rb):
-        raise TypeError(f"dot_general dimension_numbers {dimension_numbers} must pair up "
-                        "contracting and batch dimensions")
-    for name, dims, aval in (("lhs contracting", lc, lhs), ("rhs contracting", rc, rhs),
-                             ("lhs batch", lb, lhs), ("rhs batch", rb, rhs)):
+        raise TypeError(
+            f"dot_general dimension_numbers {dimension_numbers} must pair up "
+            "contracting and batch dimensions"
+        )
+    for name, dims, aval in (
+        ("lhs contracting", lc, lhs),
+        ("rhs contracting", rc, rhs),
+        ("lhs batch", lb, lhs),
+        ("rhs batch", rb, rhs),
+    ):
         if any(not 0 <= d < aval.ndim for d in dims) or len(set(dims)) != len(dims):
-            raise TypeError(f"dot_general {name} dimensions {dims} are invalid for an operand "
-                            f"of shape {aval.shape}")
+            raise TypeError(
+                f"dot_general {name} dimensions {dims} are invalid for an operand "
+                f"of shape {aval.shape}"
+            )
     if set(lc) & set(lb) or set(rc) & set(rb):
         raise TypeError("dot_general dimensions cannot be both batch and contracting")
     for a, b in zip(lc, rc):
         if lhs.shape[a] != rhs.shape[b]:
-            raise TypeError(f"dot_general requires contracting dimensions to have the same "
-                            f"shape, got {lhs.shape[a]} and {rhs.shape[b]} (lhs shape "
-                            f"{lhs.shape}, rhs shape {rhs.shape}).")
+            raise TypeError(
+                f"dot_general requires contracting dimensions to have the same "
+                f"shape, got {lhs.shape[a]} and {rhs.shape[b]} (lhs shape "
+                f"{lhs.shape}, rhs shape {rhs.shape})."
+            )
     for a, b in zip(lb, rb):
         if lhs.shape[a] != rhs.shape[b]:
-            raise TypeError(f"dot_general requires batch dimensions to have the same shape, "
-                            f"got {lhs.shape[a]} and {rhs.shape[b]}.")
-    shape = (tuple(lhs.shape[d] for d in lb)
-             + tuple(lhs.shape[d] for d in _free_dims(lhs.ndim, lc, lb))
-             + tuple(rhs.shape[d] for d in _free_dims(rhs.ndim, rc, rb)))
+            raise TypeError(
+                f"dot_general requires batch dimensions to have the same shape, "
+                f"got {lhs.shape[a]} and {rhs.shape[b]}."
+            )
+    shape = (
+        tuple(lhs.shape[d] for d in lb)
+        + tuple(lhs.shape[d] for d in _free_dims(lhs.ndim, lc, lb))
+        + tuple(rhs.shape[d] for d in _free_dims(rhs.ndim, rc, rb))
+    )
     dtype = preferred_element_type or lhs.dtype
     return ShapedArray(shape, dtype, lhs.weak_type and rhs.weak_type)
 
@@ -185,6 +218,7 @@ def _dot_general_abstract_eval(lhs: ShapedArray, rhs: ShapedArray, *, dimension_
 # dot_general is bilinear: its tangent is the sum of the products with one tangent each, and
 # its transpose with respect to one operand contracts the cotangent with the other operand over
 # the dimensions the result got from that other one.
+
 
 @dot_general_p.def_jvp
 def _dot_general_jvp_rule(primals, tangents, **params):
@@ -199,9 +233,18 @@ def _dot_general_jvp_rule(primals, tangents, **params):
     return out, out_tangent
 
 
-def _dot_general_operand_cotangent(cotangent, aval: ShapedArray, other, contract, other_contract,
-                                   batch, other_batch, precision, preferred_element_type,
-                                   operand_is_lhs: bool):
+def _dot_general_operand_cotangent(
+    cotangent,
+    aval: ShapedArray,
+    other,
+    contract,
+    other_contract,
+    batch,
+    other_batch,
+    precision,
+    preferred_element_type,
+    operand_is_lhs: bool,
+):
     """The cotangent of one operand (of `aval`) of a dot_general whose other operand is
     `other`; `contract`/`batch` are the operand's dimension numbers, `other_*` the other's."""
     free = _free_dims(len(aval.shape), contract, batch)
@@ -211,8 +254,13 @@ def _dot_general_operand_cotangent(cotangent, aval: ShapedArray, other, contract
     first_other = n_batch + (len(free) if operand_is_lhs else 0)
     cotangent_other_free = tuple(range(first_other, first_other + len(other_free)))
     dims = ((cotangent_other_free, tuple(other_free)), (tuple(range(n_batch)), tuple(other_batch)))
-    product = dot_general_p.bind(cotangent, other, dimension_numbers=dims, precision=precision,
-                                 preferred_element_type=preferred_element_type)
+    product = dot_general_p.bind(
+        cotangent,
+        other,
+        dimension_numbers=dims,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+    )
     # The product's dimensions are the operand's batch, free, then contracting dimensions, the
     # last in the order of the other operand's matching (uncontracted, so ascending) ones.
     by_other = sorted(range(len(contract)), key=lambda i: other_contract[i])
@@ -224,18 +272,37 @@ def _dot_general_operand_cotangent(cotangent, aval: ShapedArray, other, contract
 
 
 @dot_general_p.def_transpose
-def _dot_general_transpose_rule(cotangent, lhs, rhs, *, dimension_numbers, precision=None,
-                                preferred_element_type=None):
+def _dot_general_transpose_rule(
+    cotangent, lhs, rhs, *, dimension_numbers, precision=None, preferred_element_type=None
+):
     (lc, rc), (lb, rb) = dimension_numbers
     lhs_cotangent = rhs_cotangent = None
     if is_undefined_primal(lhs):
         lhs_cotangent = _dot_general_operand_cotangent(
-            cotangent, lhs.aval, rhs, lc, rc, lb, rb, precision, preferred_element_type,
-            operand_is_lhs=True)
+            cotangent,
+            lhs.aval,
+            rhs,
+            lc,
+            rc,
+            lb,
+            rb,
+            precision,
+            preferred_element_type,
+            operand_is_lhs=True,
+        )
     if is_undefined_primal(rhs):
         rhs_cotangent = _dot_general_operand_cotangent(
-            cotangent, rhs.aval, lhs, rc, lc, rb, lb, precision, preferred_element_type,
-            operand_is_lhs=False)
+            cotangent,
+            rhs.aval,
+            lhs,
+            rc,
+            lc,
+            rb,
+            lb,
+            precision,
+            preferred_element_type,
+            operand_is_lhs=False,
+        )
     return [lhs_cotangent, rhs_cotangent]
 
 
@@ -250,8 +317,10 @@ def _batched_dimension_numbers(ndims: tuple, bdims: tuple, dimension_numbers):
         return tuple(d + (d >= bdim) for d in dims)
 
     if lbd is not None and rbd is not None:
-        new = ((shifted(lc, lbd), shifted(rc, rbd)),
-               ((lbd,) + shifted(lb, lbd), (rbd,) + shifted(rb, rbd)))
+        new = (
+            (shifted(lc, lbd), shifted(rc, rbd)),
+            ((lbd,) + shifted(lb, lbd), (rbd,) + shifted(rb, rbd)),
+        )
         return new, 0
     if lbd is not None:
         lhs_free = _free_dims(ndims[0] - 1, lc, lb)
@@ -267,7 +336,8 @@ def _batched_dimension_numbers(ndims: tuple, bdims: tuple, dimension_numbers):
 def _dot_general_batching_rule(args, dims, *, dimension_numbers, **params):
     lhs, rhs = args
     new_numbers, out_dim = _batched_dimension_numbers(
-        (len(lhs.shape), len(rhs.shape)), tuple(dims), dimension_numbers)
+        (len(lhs.shape), len(rhs.shape)), tuple(dims), dimension_numbers
+    )
     return dot_general_p.bind(lhs, rhs, dimension_numbers=new_numbers, **params), out_dim
 
 
@@ -275,22 +345,32 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     """General contraction: `dimension_numbers = ((lhs_contract, rhs_contract),
     (lhs_batch, rhs_batch))`. Result dims: batch, lhs free, rhs free."""
     (lc, rc), (lb, rb) = dimension_numbers
-    dims = ((tuple(int(d) for d in lc), tuple(int(d) for d in rc)),
-            (tuple(int(d) for d in lb), tuple(int(d) for d in rb)))
+    dims = (
+        (tuple(int(d) for d in lc), tuple(int(d) for d in rc)),
+        (tuple(int(d) for d in lb), tuple(int(d) for d in rb)),
+    )
     if preferred_element_type is not None:
         preferred_element_type = dtypes.canonicalize(preferred_element_type)
     lhs, rhs = lax_operands(lhs, rhs)
-    return dot_general_p.bind(lhs, rhs, dimension_numbers=dims, precision=None,
-                              preferred_element_type=preferred_element_type)
+    return dot_general_p.bind(
+        lhs,
+        rhs,
+        dimension_numbers=dims,
+        precision=None,
+        preferred_element_type=preferred_element_type,
+    )
 
 
 def dot(lhs, rhs, precision=None, preferred_element_type=None):
     """lax.dot: vector·vector, matrix·vector or matrix·matrix."""
     if lhs.ndim not in (1, 2) or rhs.ndim not in (1, 2):
-        raise TypeError(f"lax.dot takes 1-D or 2-D operands, got shapes {lhs.shape} and "
-                        f"{rhs.shape}; use dot_general for higher ranks.")
-    return dot_general(lhs, rhs, (((lhs.ndim - 1,), (0,)), ((), ())),
-                       preferred_element_type=preferred_element_type)
+        raise TypeError(
+            f"lax.dot takes 1-D or 2-D operands, got shapes {lhs.shape} and "
+            f"{rhs.shape}; use dot_general for higher ranks."
+        )
+    return dot_general(
+        lhs, rhs, (((lhs.ndim - 1,), (0,)), ((), ())), preferred_element_type=preferred_element_type
+    )
 
 
 def batch_matmul(lhs, rhs, precision=None):

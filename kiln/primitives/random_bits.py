@@ -16,6 +16,7 @@ follows XLA's float64 algorithms, which call the C library's log and erf). They 
 the LLVM IR and machine code XLA emits on x86-64 with FMA; a JAX run on a CPU without FMA (or
 on a GPU) draws slightly different floats.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,21 +27,48 @@ from kiln.config import config
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
-from kiln.primitives.base import (FLOAT, broadcast_scalar_shapes, defjvp, defjvp_zero,
-                                  elementwise_batching, standard_binop, standard_unop)
-from kiln.primitives.elementwise import (add, bitwise_and, bitwise_or, bitwise_xor,
-                                         convert_element_type, div, mul, neg, shift_left,
-                                         shift_right_logical)
+from kiln.primitives.base import (
+    FLOAT,
+    broadcast_scalar_shapes,
+    defjvp,
+    defjvp_zero,
+    elementwise_batching,
+    standard_binop,
+    standard_unop,
+)
+from kiln.primitives.elementwise import (
+    add,
+    bitwise_and,
+    bitwise_or,
+    bitwise_xor,
+    convert_element_type,
+    div,
+    mul,
+    neg,
+    shift_left,
+    shift_right_logical,
+)
 from kiln.primitives.elementwise_math import exp, square
 from kiln.primitives.shape import broadcast_in_dim, expand_dims, full, reshape
-from kiln.primitives.shape_slice import (broadcasted_iota, concatenate, iota, pad,
-                                         slice as lax_slice)
+from kiln.primitives.shape_slice import broadcasted_iota, concatenate, iota, pad, slice as lax_slice
 
 __all__ = [
-    "threefry2x32", "threefry_2x32", "threefry2x32_p", "threefry_split", "threefry_fold_in",
+    "threefry2x32",
+    "threefry_2x32",
+    "threefry2x32_p",
+    "threefry_split",
+    "threefry_fold_in",
     "threefry_random_bits",
-    "fma", "xla_log", "xla_log1p", "xla_erf", "xla_erf_inv",
-    "fma_p", "xla_log_p", "xla_log1p_p", "xla_erf_p", "xla_erf_inv_p",
+    "fma",
+    "xla_log",
+    "xla_log1p",
+    "xla_erf",
+    "xla_erf_inv",
+    "fma_p",
+    "xla_log_p",
+    "xla_log1p_p",
+    "xla_erf_p",
+    "xla_erf_inv_p",
 ]
 
 # Rotation distances of the 2x32 variant: rounds alternate between the two groups of four.
@@ -55,8 +83,9 @@ def _rotate_left(x: np.ndarray, distance: int) -> np.ndarray:
     return (x << np.uint32(distance)) | (x >> np.uint32(32 - distance))
 
 
-def _threefry2x32_numpy(k1: np.ndarray, k2: np.ndarray, x1: np.ndarray,
-                        x2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _threefry2x32_numpy(
+    k1: np.ndarray, k2: np.ndarray, x1: np.ndarray, x2: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The hash in NumPy uint32 arithmetic (which wraps modulo 2**32, as the cipher needs)."""
     k1 = np.asarray(k1, _UINT32)
     k2 = np.asarray(k2, _UINT32)
@@ -82,20 +111,24 @@ threefry2x32_p = Primitive("threefry2x32", multiple_results=True)
 
 
 @threefry2x32_p.def_impl
-def _threefry2x32_impl(k1: np.ndarray, k2: np.ndarray, x1: np.ndarray,
-                       x2: np.ndarray) -> list[np.ndarray]:
+def _threefry2x32_impl(
+    k1: np.ndarray, k2: np.ndarray, x1: np.ndarray, x2: np.ndarray
+) -> list[np.ndarray]:
     with np.errstate(over="ignore"):
         v0, v1 = _threefry2x32_numpy(k1, k2, x1, x2)
     return [v0, v1]
 
 
 @threefry2x32_p.def_abstract_eval
-def _threefry2x32_abstract_eval(k1: ShapedArray, k2: ShapedArray, x1: ShapedArray,
-                                x2: ShapedArray) -> list[ShapedArray]:
+def _threefry2x32_abstract_eval(
+    k1: ShapedArray, k2: ShapedArray, x1: ShapedArray, x2: ShapedArray
+) -> list[ShapedArray]:
     avals = (k1, k2, x1, x2)
     if any(a.dtype != _UINT32 for a in avals):
-        raise TypeError("Arguments to threefry2x32 must have uint32 type, got "
-                        f"{', '.join(a.dtype.name for a in avals)}.")
+        raise TypeError(
+            "Arguments to threefry2x32 must have uint32 type, got "
+            f"{', '.join(a.dtype.name for a in avals)}."
+        )
     shape = broadcast_scalar_shapes("threefry2x32", *avals)
     out = ShapedArray(shape, dtypes.uint32, False)
     return [out, out]
@@ -122,8 +155,10 @@ def threefry_2x32(keypair, count):
     against the second half, and the two outputs are concatenated back (dropping the pad)."""
     for name, value in (("key", keypair), ("count", count)):
         if getattr(value, "dtype", None) != _UINT32:
-            raise TypeError(f"threefry_2x32 requires uint32 arguments, got {name} of dtype "
-                            f"{getattr(value, 'dtype', type(value).__name__)}.")
+            raise TypeError(
+                f"threefry_2x32 requires uint32 arguments, got {name} of dtype "
+                f"{getattr(value, 'dtype', type(value).__name__)}."
+            )
     k1, k2 = _key_words(keypair)
     shape = tuple(count.shape)
     size = math.prod(shape)
@@ -152,10 +187,11 @@ def _key_words(key):
 # each output position hashes its own 64-bit index (high word, low word), so any slice of the
 # result can be computed independently.
 
+
 def _iota_2x32(shape: tuple):
     """The row-major index of every position of `shape` as (high, low) uint32 words."""
     size = math.prod(shape)
-    if size > 2 ** 32:
+    if size > 2**32:
         raise NotImplementedError("kiln.random draws at most 2**32 values per call.")
     low = reshape(iota(_UINT32, size), shape)
     return full(shape, 0, _UINT32), low
@@ -167,8 +203,9 @@ def threefry_split(key, shape: tuple):
         k1, k2 = _key_words(key)
         high, low = _iota_2x32(shape)
         bits1, bits2 = threefry2x32(k1, k2, high, low)
-        return concatenate([expand_dims(bits1, (len(shape),)),
-                            expand_dims(bits2, (len(shape),))], len(shape))
+        return concatenate(
+            [expand_dims(bits1, (len(shape),)), expand_dims(bits2, (len(shape),))], len(shape)
+        )
     counts = iota(_UINT32, math.prod(shape) * 2)
     return reshape(threefry_2x32(key, counts), (*shape, 2))
 
@@ -180,8 +217,12 @@ def threefry_fold_in(key, data):
     return threefry_2x32(key, counts)
 
 
-_UINT_DTYPES = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: _UINT32,
-                64: np.dtype(np.uint64)}
+_UINT_DTYPES = {
+    8: np.dtype(np.uint8),
+    16: np.dtype(np.uint16),
+    32: _UINT32,
+    64: np.dtype(np.uint64),
+}
 
 
 def threefry_random_bits(key, bit_width: int, shape: tuple):
@@ -198,7 +239,7 @@ def threefry_random_bits(key, bit_width: int, shape: tuple):
         return mixed if bit_width == 32 else convert_element_type(mixed, dtype)
     size = math.prod(shape)
     count = -(-bit_width * size // 32)
-    if count >= 2 ** 32 - 1:
+    if count >= 2**32 - 1:
         raise NotImplementedError("kiln.random draws fewer than 2**32 words per call.")
     words = threefry_2x32(key, iota(_UINT32, count))
     if bit_width == 64:
@@ -248,8 +289,9 @@ def _fma32(a, b, c) -> np.ndarray:
         back = t - p
         error = (p - (t - back)) + (q - back)
         total = np.array(total)
-        total[halfway] = np.where(error == 0, t,
-                                  np.nextafter(t, np.where(error > 0, np.inf, -np.inf)))
+        total[halfway] = np.where(
+            error == 0, t, np.nextafter(t, np.where(error > 0, np.inf, -np.inf))
+        )
     return total.astype(_F32)
 
 
@@ -334,10 +376,28 @@ def _log1p_f32(x: np.ndarray) -> np.ndarray:
 
 # Giles' single-precision erf_inv ("Approximating the erfinv function", GPU Computing Gems):
 # one polynomial in w - 2.5 for w = -log(1 - x*x) < 5, another in sqrt(w) - 3 beyond.
-_ERF_INV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
-                    0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
-_ERF_INV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
-                 0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+_ERF_INV_CENTRAL = (
+    2.81022636e-08,
+    3.43273939e-07,
+    -3.5233877e-06,
+    -4.39150654e-06,
+    0.00021858087,
+    -0.00125372503,
+    -0.00417768164,
+    0.246640727,
+    1.50140941,
+)
+_ERF_INV_TAIL = (
+    -0.000200214257,
+    0.000100950558,
+    0.00134934322,
+    -0.00367342844,
+    0.00573950773,
+    -0.0076224613,
+    0.00943887047,
+    1.00167406,
+    2.83297682,
+)
 
 
 def _erf_inv_f32(x: np.ndarray) -> np.ndarray:
@@ -352,8 +412,15 @@ def _erf_inv_f32(x: np.ndarray) -> np.ndarray:
 
 # XLA's float32 erf: x * P(x^2) / Q(x^2), saturating to +-1 beyond |x| >= 3.832.
 _ERF_NUMERATOR = (0x39702D51, 0x3B5F5DA2, 0x3D50B6EB, 0x3E3DA740, 0x3F906EBA)
-_ERF_DENOMINATOR = (0xB3FD3906, 0x37C588DF, 0x3A856D28, 0x3C6687D4, 0x3DE34C21, 0x3EFEB44A,
-                    0x3F800000)
+_ERF_DENOMINATOR = (
+    0xB3FD3906,
+    0x37C588DF,
+    0x3A856D28,
+    0x3C6687D4,
+    0x3DE34C21,
+    0x3EFEB44A,
+    0x3F800000,
+)
 
 
 def _erf_f32(x: np.ndarray) -> np.ndarray:
@@ -365,8 +432,9 @@ def _erf_f32(x: np.ndarray) -> np.ndarray:
     for c in _ERF_DENOMINATOR[1:]:
         denominator = _fma32(x2, denominator, _f32(c))
     ratio = (x * numerator) / denominator
-    return np.where(np.abs(x) >= _f32(0x407547CB), np.copysign(np.float32(1), x),
-                    ratio).astype(_F32)
+    return np.where(np.abs(x) >= _f32(0x407547CB), np.copysign(np.float32(1), x), ratio).astype(
+        _F32
+    )
 
 
 # --- float64 ----------------------------------------------------------------------------------
@@ -388,10 +456,22 @@ def _log_f64(x: np.ndarray) -> np.ndarray:
     return out
 
 
-_LOG1P_DENOMINATOR_F64 = (0x402E20359E903E37, 0x4054C30B52213498, 0x406BB86590FCFB56,
-                          0x407351945DC908A5, 0x406B0DB13E48E066, 0x404E0F304466448E)
-_LOG1P_NUMERATOR_F64 = (0x3FDFE818A0FE1A83, 0x401A509F46F4FA53, 0x403DE9738B8CB9C9,
-                        0x404E798EB86C3351, 0x404C8E7597479A10, 0x40340A202D99830A)
+_LOG1P_DENOMINATOR_F64 = (
+    0x402E20359E903E37,
+    0x4054C30B52213498,
+    0x406BB86590FCFB56,
+    0x407351945DC908A5,
+    0x406B0DB13E48E066,
+    0x404E0F304466448E,
+)
+_LOG1P_NUMERATOR_F64 = (
+    0x3FDFE818A0FE1A83,
+    0x401A509F46F4FA53,
+    0x403DE9738B8CB9C9,
+    0x404E798EB86C3351,
+    0x404C8E7597479A10,
+    0x40340A202D99830A,
+)
 
 
 def _log1p_f64(x: np.ndarray) -> np.ndarray:
@@ -411,27 +491,71 @@ def _log1p_f64(x: np.ndarray) -> np.ndarray:
 # Giles' double-precision erf_inv: polynomials in w - 3.125 (w < 6.25), sqrt(w) - 3.25
 # (w < 16) and sqrt(w) - 5 beyond, for w = -log(1 - x*x).
 _ERF_INV_F64 = (
-    (-3.6444120640178196996e-21, -1.685059138182016589e-19, 1.2858480715256400167e-18,
-     1.115787767802518096e-17, -1.333171662854620906e-16, 2.0972767875968561637e-17,
-     6.6376381343583238325e-15, -4.0545662729752068639e-14, -8.1519341976054721522e-14,
-     2.6335093153082322977e-12, -1.2975133253453532498e-11, -5.4154120542946279317e-11,
-     1.051212273321532285e-09, -4.1126339803469836976e-09, -2.9070369957882005086e-08,
-     4.2347877827932403518e-07, -1.3654692000834678645e-06, -1.3882523362786468719e-05,
-     0.0001867342080340571352, -0.00074070253416626697512, -0.0060336708714301490533,
-     0.24015818242558961693, 1.6536545626831027356),
-    (2.2137376921775787049e-09, 9.0756561938885390979e-08, -2.7517406297064545428e-07,
-     1.8239629214389227755e-08, 1.5027403968909827627e-06, -4.013867526981545969e-06,
-     2.9234449089955446044e-06, 1.2475304481671778723e-05, -4.7318229009055733981e-05,
-     6.8284851459573175448e-05, 2.4031110387097893999e-05, -0.0003550375203628474796,
-     0.00095328937973738049703, -0.0016882755560235047313, 0.0024914420961078508066,
-     -0.0037512085075692412107, 0.005370914553590063617, 1.0052589676941592334,
-     3.0838856104922207635),
-    (-2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076572693500548083e-09,
-     -3.7894654401267369937e-09, 7.6157012080783393804e-09, -1.4960026627149240478e-08,
-     2.9147953450901080826e-08, -6.7711997758452339498e-08, 2.2900482228026654717e-07,
-     -9.9298272942317002539e-07, 4.5260625972231537039e-06, -1.9681778105531670567e-05,
-     7.5995277030017761139e-05, -0.00021503011930044477347, -0.00013871931833623122026,
-     1.0103004648645343977, 4.8499064014085844221),
+    (
+        -3.6444120640178196996e-21,
+        -1.685059138182016589e-19,
+        1.2858480715256400167e-18,
+        1.115787767802518096e-17,
+        -1.333171662854620906e-16,
+        2.0972767875968561637e-17,
+        6.6376381343583238325e-15,
+        -4.0545662729752068639e-14,
+        -8.1519341976054721522e-14,
+        2.6335093153082322977e-12,
+        -1.2975133253453532498e-11,
+        -5.4154120542946279317e-11,
+        1.051212273321532285e-09,
+        -4.1126339803469836976e-09,
+        -2.9070369957882005086e-08,
+        4.2347877827932403518e-07,
+        -1.3654692000834678645e-06,
+        -1.3882523362786468719e-05,
+        0.0001867342080340571352,
+        -0.00074070253416626697512,
+        -0.0060336708714301490533,
+        0.24015818242558961693,
+        1.6536545626831027356,
+    ),
+    (
+        2.2137376921775787049e-09,
+        9.0756561938885390979e-08,
+        -2.7517406297064545428e-07,
+        1.8239629214389227755e-08,
+        1.5027403968909827627e-06,
+        -4.013867526981545969e-06,
+        2.9234449089955446044e-06,
+        1.2475304481671778723e-05,
+        -4.7318229009055733981e-05,
+        6.8284851459573175448e-05,
+        2.4031110387097893999e-05,
+        -0.0003550375203628474796,
+        0.00095328937973738049703,
+        -0.0016882755560235047313,
+        0.0024914420961078508066,
+        -0.0037512085075692412107,
+        0.005370914553590063617,
+        1.0052589676941592334,
+        3.0838856104922207635,
+    ),
+    (
+        -2.7109920616438573243e-11,
+        -2.5556418169965252055e-10,
+        1.5076572693500548083e-09,
+        -3.7894654401267369937e-09,
+        7.6157012080783393804e-09,
+        -1.4960026627149240478e-08,
+        2.9147953450901080826e-08,
+        -6.7711997758452339498e-08,
+        2.2900482228026654717e-07,
+        -9.9298272942317002539e-07,
+        4.5260625972231537039e-06,
+        -1.9681778105531670567e-05,
+        7.5995277030017761139e-05,
+        -0.00021503011930044477347,
+        -0.00013871931833623122026,
+        1.0103004648645343977,
+        4.8499064014085844221,
+    ),
 )
 
 
@@ -445,8 +569,9 @@ def _horner64(coefficients, t: np.ndarray) -> np.ndarray:
 def _erf_inv_f64(x: np.ndarray) -> np.ndarray:
     w = -_log1p_f64(x * -x)
     root = np.sqrt(w)
-    central, middle, tail = (_horner64(c, t) for c, t in zip(
-        _ERF_INV_F64, (w - 3.125, root - 3.25, root - 5.0)))
+    central, middle, tail = (
+        _horner64(c, t) for c, t in zip(_ERF_INV_F64, (w - 3.125, root - 3.25, root - 5.0))
+    )
     poly = np.where(w < 6.25, central, np.where(w < 16, middle, tail))
     return np.where(np.abs(x) == 1, x * np.inf, poly * x)
 
@@ -458,12 +583,14 @@ def _erf_f64(x: np.ndarray) -> np.ndarray:
 def _xla_unary(f32_impl, f64_impl):
     """An impl: float32 and float64 by XLA:CPU's algorithms, float16/bfloat16 through
     float32."""
+
     def impl(x: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             if x.dtype == _F64:
                 return np.asarray(f64_impl(np.asarray(x, _F64)), _F64)
             out = f32_impl(np.asarray(x, _F32))
             return out.astype(x.dtype) if x.dtype != _F32 else out
+
     impl.__name__ = f32_impl.__name__
     return impl
 
@@ -482,10 +609,7 @@ xla_erf_inv_p = standard_unop("xla_erf_inv", _xla_unary(_erf_inv_f32, _erf_inv_f
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 _SQRT_PI_OVER_TWO = math.sqrt(math.pi) / 2
 
-defjvp(fma_p,
-       lambda g, a, b, c: mul(g, b),
-       lambda g, a, b, c: mul(a, g),
-       lambda g, a, b, c: g)
+defjvp(fma_p, lambda g, a, b, c: mul(g, b), lambda g, a, b, c: mul(a, g), lambda g, a, b, c: g)
 defjvp(xla_log_p, lambda g, x: div(g, x))
 defjvp(xla_log1p_p, lambda g, x: div(g, add(x, 1)))
 defjvp(xla_erf_p, lambda g, x: mul(mul(g, exp(neg(square(x)))), _TWO_OVER_SQRT_PI))

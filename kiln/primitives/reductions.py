@@ -6,6 +6,7 @@ The NumPy impls are the reference semantics and keep exact dtypes: integer sums 
 operand's type, and float16/bfloat16 accumulate in float32 and round once at the end, as XLA
 does on the CPU.
 """
+
 from __future__ import annotations
 
 import operator
@@ -15,24 +16,75 @@ import numpy as np
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
-from kiln.primitives.base import (ANY, BOOL, FLOAT, INT, INTEGRAL, NUMBER, check_dtype,
-                                  deflinear, defjvp_zero, elementwise_batching)
+from kiln.primitives.base import (
+    ANY,
+    BOOL,
+    FLOAT,
+    INT,
+    INTEGRAL,
+    NUMBER,
+    check_dtype,
+    deflinear,
+    defjvp_zero,
+    elementwise_batching,
+)
 from kiln.primitives import elementwise
 from kiln.primitives.elementwise import abs as absolute
 from kiln.primitives.elementwise import max as maximum
-from kiln.primitives.elementwise import (add, convert_element_type, div, eq, is_finite, mul, neg,
-                                         select, sub)
+from kiln.primitives.elementwise import (
+    add,
+    convert_element_type,
+    div,
+    eq,
+    is_finite,
+    mul,
+    neg,
+    select,
+    sub,
+)
 from kiln.primitives.elementwise_math import exp, log1p
-from kiln.primitives.shape import (broadcast_in_dim, expand_dims, full, reshape, rev,
-                                   transpose, zeros_like_array)
+from kiln.primitives.shape import (
+    broadcast_in_dim,
+    expand_dims,
+    full,
+    reshape,
+    rev,
+    transpose,
+    zeros_like_array,
+)
 from kiln.primitives.shape_slice import concatenate, slice_in_dim
 
 __all__ = [
-    "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_and", "reduce_or",
-    "reduce_xor", "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp",
-    "reduce_precision", "reduce_sum_p", "reduce_prod_p", "reduce_max_p", "reduce_min_p",
-    "reduce_and_p", "reduce_or_p", "reduce_xor_p", "argmax_p", "argmin_p", "cumsum_p",
-    "cumprod_p", "cummax_p", "cummin_p", "cumlogsumexp_p", "reduce_precision_p",
+    "reduce_sum",
+    "reduce_prod",
+    "reduce_max",
+    "reduce_min",
+    "reduce_and",
+    "reduce_or",
+    "reduce_xor",
+    "argmax",
+    "argmin",
+    "cumsum",
+    "cumprod",
+    "cummax",
+    "cummin",
+    "cumlogsumexp",
+    "reduce_precision",
+    "reduce_sum_p",
+    "reduce_prod_p",
+    "reduce_max_p",
+    "reduce_min_p",
+    "reduce_and_p",
+    "reduce_or_p",
+    "reduce_xor_p",
+    "argmax_p",
+    "argmin_p",
+    "cumsum_p",
+    "cumprod_p",
+    "cummax_p",
+    "cummin_p",
+    "cumlogsumexp_p",
+    "reduce_precision_p",
 ]
 
 _LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
@@ -54,13 +106,16 @@ def canonicalize_axes(axes, ndim: int, name: str = "axes") -> tuple[int, ...]:
     try:
         axes = tuple(operator.index(a) for a in axes)
     except TypeError:
-        raise TypeError(f"{name} must be a sequence of concrete Python ints, got {axes!r}. "
-                        "Axes are static; they cannot be traced values.") from None
+        raise TypeError(
+            f"{name} must be a sequence of concrete Python ints, got {axes!r}. "
+            "Axes are static; they cannot be traced values."
+        ) from None
     out = []
     for a in axes:
         if not -ndim <= a < ndim:
-            raise ValueError(f"{name} {axes} contains out-of-bounds index {a} for an array of "
-                             f"rank {ndim}.")
+            raise ValueError(
+                f"{name} {axes} contains out-of-bounds index {a} for an array of rank {ndim}."
+            )
         out.append(a % ndim)
     if len(set(out)) != len(out):
         raise ValueError(f"duplicate value in {name}: {axes}")
@@ -74,8 +129,9 @@ def _check_axes(prim_name: str, operand: ShapedArray, axes: tuple) -> None:
         raise ValueError(f"duplicate value in 'axes' of {prim_name}: {axes}")
     for a in axes:
         if not 0 <= a < operand.ndim:
-            raise ValueError(f"{prim_name} axes {axes} contains out-of-bounds indices for "
-                             f"{operand.str_short()}")
+            raise ValueError(
+                f"{prim_name} axes {axes} contains out-of-bounds indices for {operand.str_short()}"
+            )
 
 
 def _reduced_shape(shape: tuple, axes: tuple) -> tuple:
@@ -83,6 +139,7 @@ def _reduced_shape(shape: tuple, axes: tuple) -> tuple:
 
 
 # --- the monoid reductions -------------------------------------------------------------------
+
 
 def _lowest(dtype: np.dtype):
     """The identity of max: the smallest value of the dtype (-inf for floats)."""
@@ -152,14 +209,15 @@ def _strided_float32_sum(x: np.ndarray, axis: int) -> np.ndarray:
     if length <= _SUM_BLOCK:
         return np.sum(x, axis=axis, dtype=x.dtype)
     whole = length // _SUM_BLOCK * _SUM_BLOCK
-    before, after = x.shape[:axis], x.shape[axis + 1:]
+    before, after = x.shape[:axis], x.shape[axis + 1 :]
     head = x[(slice(None),) * axis + (slice(0, whole),)]
     blocks = head.reshape(before + (whole // _SUM_BLOCK, _SUM_BLOCK) + after)
     partial = np.sum(blocks, axis=axis + 1, dtype=x.dtype)
     total = np.sum(partial, axis=axis, dtype=np.float64)
     if whole < length:
-        total += np.sum(x[(slice(None),) * axis + (slice(whole, None),)], axis=axis,
-                        dtype=np.float64)
+        total += np.sum(
+            x[(slice(None),) * axis + (slice(whole, None),)], axis=axis, dtype=np.float64
+        )
     return total.astype(x.dtype)
 
 
@@ -182,11 +240,13 @@ def _extremum_impl(ufunc, identity):
         if work.dtype.kind == "f" and np.count_nonzero(out) != out.size:
             out = _signed_zero_extremum(out, work, axes, prefer_negative)
         return out.astype(x.dtype)
+
     return impl
 
 
-def _signed_zero_extremum(out: np.ndarray, x: np.ndarray, axes: tuple,
-                          prefer_negative: bool) -> np.ndarray:
+def _signed_zero_extremum(
+    out: np.ndarray, x: np.ndarray, axes: tuple, prefer_negative: bool
+) -> np.ndarray:
     """XLA's max and min order -0.0 below +0.0 (IEEE 754's maximum/minimum), which NumPy's
     reductions ignore: a zero maximum is +0.0 if any reduced element is +0.0, a zero minimum
     -0.0 if any is -0.0."""
@@ -200,6 +260,7 @@ def _bitwise_impl(ufunc, identity):
     def impl(x: np.ndarray, *, axes) -> np.ndarray:
         initial = np.array(identity(x.dtype)).astype(x.dtype)[()]
         return np.asarray(ufunc.reduce(x, axis=axes, initial=initial)).astype(x.dtype)
+
     return impl
 
 
@@ -210,8 +271,7 @@ def _make_reduction(name: str, impl, allowed) -> Primitive:
     def abstract_eval(operand: ShapedArray, *, axes) -> ShapedArray:
         check_dtype(name, operand.dtype, allowed)
         _check_axes(name, operand, axes)
-        return ShapedArray(_reduced_shape(operand.shape, axes), operand.dtype,
-                           operand.weak_type)
+        return ShapedArray(_reduced_shape(operand.shape, axes), operand.dtype, operand.weak_type)
 
     prim.def_impl(impl)
     prim.def_abstract_eval(abstract_eval)
@@ -222,21 +282,22 @@ reduce_sum_p = _make_reduction("reduce_sum", _sum_impl, NUMBER)
 reduce_prod_p = _make_reduction("reduce_prod", _prod_impl, NUMBER)
 reduce_max_p = _make_reduction("reduce_max", _extremum_impl(np.maximum, _lowest), ANY)
 reduce_min_p = _make_reduction("reduce_min", _extremum_impl(np.minimum, _highest), ANY)
-reduce_and_p = _make_reduction("reduce_and", _bitwise_impl(np.bitwise_and, _all_bits),
-                               INTEGRAL)
+reduce_and_p = _make_reduction("reduce_and", _bitwise_impl(np.bitwise_and, _all_bits), INTEGRAL)
 reduce_or_p = _make_reduction("reduce_or", _bitwise_impl(np.bitwise_or, lambda d: 0), INTEGRAL)
-reduce_xor_p = _make_reduction("reduce_xor", _bitwise_impl(np.bitwise_xor, lambda d: 0),
-                               INTEGRAL)
+reduce_xor_p = _make_reduction("reduce_xor", _bitwise_impl(np.bitwise_xor, lambda d: 0), INTEGRAL)
 
 
 def _reduction_wrapper(prim: Primitive):
     def wrapper(operand, axes):
         axes = canonicalize_axes(axes, len(_shape_of(operand)))
         return prim.bind(operand, axes=axes)
+
     wrapper.__name__ = prim.name
     wrapper.__qualname__ = prim.name
-    wrapper.__doc__ = (f"{prim.name} of `operand` over `axes` (a sequence of ints; negative "
-                       "axes count from the end). The result keeps the operand's dtype.")
+    wrapper.__doc__ = (
+        f"{prim.name} of `operand` over `axes` (a sequence of ints; negative "
+        "axes count from the end). The result keeps the operand's dtype."
+    )
     return wrapper
 
 
@@ -253,6 +314,7 @@ reduce_xor = _reduction_wrapper(reduce_xor_p)
 # is the sum of each tangent times the product of the other elements, formed from exclusive
 # running products so that zeros in the operand need no division; reduce_max/min pass on the
 # tangent at the maximal (minimal) elements, averaged over ties, as JAX does.
+
 
 def _kept_dims(ndim: int, axes: tuple) -> tuple:
     return tuple(d for d in range(ndim) if d not in axes)
@@ -306,6 +368,7 @@ def _reduce_chooser_jvp_rule(prim: Primitive):
         indicators = convert_element_type(chosen, tangent.dtype)
         counts = reduce_sum(indicators, axes)
         return out, div(reduce_sum(mul(tangent, indicators), axes), counts)
+
     return jvp_rule
 
 
@@ -318,20 +381,30 @@ for _prim in (reduce_and_p, reduce_or_p, reduce_xor_p):
 def _reduction_batching_rule(prim: Primitive):
     """The reduction over the same axes, renumbered around the batch dimension (which stays
     where it is, less the reduced axes before it)."""
+
     def batching_rule(args, dims, *, axes, **params):
         (operand,), (bdim,) = args, dims
         moved_axes = tuple(a + (a >= bdim) for a in axes)
         out = prim.bind(operand, axes=moved_axes, **params)
         return out, bdim - sum(a < bdim for a in axes)
+
     return prim.def_batching(batching_rule)
 
 
-for _prim in (reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, reduce_and_p,
-              reduce_or_p, reduce_xor_p):
+for _prim in (
+    reduce_sum_p,
+    reduce_prod_p,
+    reduce_max_p,
+    reduce_min_p,
+    reduce_and_p,
+    reduce_or_p,
+    reduce_xor_p,
+):
     _reduction_batching_rule(_prim)
 
 
 # --- argmax / argmin -------------------------------------------------------------------------
+
 
 def _arg_extremum_impl(np_fn):
     def impl(x: np.ndarray, *, axes, index_dtype) -> np.ndarray:
@@ -339,6 +412,7 @@ def _arg_extremum_impl(np_fn):
         work = x.astype(dtypes.float32) if x.dtype in _LOW_PRECISION else x
         # NumPy's argmax/argmin return the first NaN, which is what JAX and XLA do too.
         return np.asarray(np_fn(work, axis=axis)).astype(index_dtype)
+
     return impl
 
 
@@ -351,8 +425,10 @@ def _make_arg_reduction(name: str, np_fn) -> Primitive:
             raise ValueError(f"{name} takes exactly one axis, got axes={axes}")
         _check_axes(name, operand, axes)
         if operand.shape[axes[0]] == 0:
-            raise ValueError(f"{name} requires a non-empty reduced dimension, got operand "
-                             f"shape {operand.shape} and axis {axes[0]}.")
+            raise ValueError(
+                f"{name} requires a non-empty reduced dimension, got operand "
+                f"shape {operand.shape} and axis {axes[0]}."
+            )
         if not isinstance(index_dtype, np.dtype) or index_dtype.kind not in "iu":
             raise TypeError(f"{name} index_dtype must be an integer dtype, got {index_dtype}")
         return ShapedArray(_reduced_shape(operand.shape, axes), index_dtype, False)
@@ -370,10 +446,13 @@ def _arg_wrapper(prim: Primitive, word: str):
     def wrapper(operand, axis: int, index_dtype):
         (axis,) = canonicalize_axes(axis, len(_shape_of(operand)), "axis")
         return prim.bind(operand, axes=(axis,), index_dtype=dtypes.canonicalize(index_dtype))
+
     wrapper.__name__ = prim.name
     wrapper.__qualname__ = prim.name
-    wrapper.__doc__ = (f"Index of the {word} element along `axis`, as `index_dtype`. Ties and "
-                       "NaNs resolve to the first occurrence (a NaN beats every number).")
+    wrapper.__doc__ = (
+        f"Index of the {word} element along `axis`, as `index_dtype`. Ties and "
+        "NaNs resolve to the first occurrence (a NaN beats every number)."
+    )
     return wrapper
 
 
@@ -388,6 +467,7 @@ for _prim in (argmax_p, argmin_p):
 
 # --- cumulative reductions -------------------------------------------------------------------
 
+
 def _cumulative_impl(accumulate):
     def impl(x: np.ndarray, *, axis, reverse) -> np.ndarray:
         acc = _accumulation_dtype(x.dtype)
@@ -399,6 +479,7 @@ def _cumulative_impl(accumulate):
         if reverse:
             out = np.flip(out, axis)
         return np.ascontiguousarray(out).astype(x.dtype)
+
     return impl
 
 
@@ -408,8 +489,9 @@ def _make_cumulative(name: str, accumulate, allowed) -> Primitive:
     def abstract_eval(operand: ShapedArray, *, axis, reverse) -> ShapedArray:
         check_dtype(name, operand.dtype, allowed)
         if not isinstance(axis, int) or not 0 <= axis < operand.ndim:
-            raise ValueError(f"{name} axis {axis} is out of bounds for an array of rank "
-                             f"{operand.ndim}")
+            raise ValueError(
+                f"{name} axis {axis} is out of bounds for an array of rank {operand.ndim}"
+            )
         if not isinstance(reverse, bool):
             raise TypeError(f"{name} param reverse must be a bool, got {reverse!r}")
         return ShapedArray(operand.shape, operand.dtype, operand.weak_type)
@@ -428,8 +510,9 @@ def _cumsum(x: np.ndarray, axis: int, acc: np.dtype) -> np.ndarray:
 
 
 cumsum_p = _make_cumulative("cumsum", _cumsum, NUMBER)
-cumprod_p = _make_cumulative("cumprod", lambda x, axis, acc: np.cumprod(x, axis, dtype=acc),
-                             NUMBER)
+cumprod_p = _make_cumulative("cumprod", lambda x, axis, acc: np.cumprod(x, axis, dtype=acc), NUMBER)
+
+
 def _running_extremum(ufunc):
     """ufunc.accumulate with XLA's ordering of -0.0 below +0.0 (see _signed_zero_extremum):
     a zero running maximum is +0.0 once a +0.0 has been seen, a zero running minimum -0.0
@@ -444,23 +527,28 @@ def _running_extremum(ufunc):
         seen = np.logical_or.accumulate(wanted, axis)
         zero = np.asarray(-0.0 if prefer_negative else 0.0, dtype=out.dtype)
         return np.where(out == 0, np.where(seen, zero, -zero), out)
+
     return accumulate
 
 
 cummax_p = _make_cumulative("cummax", _running_extremum(np.maximum), (INT, FLOAT))
 cummin_p = _make_cumulative("cummin", _running_extremum(np.minimum), (INT, FLOAT))
 cumlogsumexp_p = _make_cumulative(
-    "cumlogsumexp", lambda x, axis, acc: np.logaddexp.accumulate(x, axis), FLOAT)
+    "cumlogsumexp", lambda x, axis, acc: np.logaddexp.accumulate(x, axis), FLOAT
+)
 
 
 def _cumulative_wrapper(prim: Primitive, what: str):
     def wrapper(operand, axis: int = 0, reverse: bool = False):
         (axis,) = canonicalize_axes(axis, len(_shape_of(operand)), "axis")
         return prim.bind(operand, axis=axis, reverse=bool(reverse))
+
     wrapper.__name__ = prim.name
     wrapper.__qualname__ = prim.name
-    wrapper.__doc__ = (f"Running {what} along `axis` (from the end when `reverse`); the result "
-                       "has the operand's shape and dtype.")
+    wrapper.__doc__ = (
+        f"Running {what} along `axis` (from the end when `reverse`); the result "
+        "has the operand's shape and dtype."
+    )
     return wrapper
 
 
@@ -476,6 +564,7 @@ cumlogsumexp = _cumulative_wrapper(cumlogsumexp_p, "log-sum-exp")
 # JAX does: the tangent combination of two partial results is the jvp of the combining op, so
 # ties of cummax/cummin split the tangent the way the scan's tree of max/min ops does in JAX.
 
+
 def _interleave(evens, odds, axis: int):
     """evens[0], odds[0], evens[1], odds[1], ... along `axis` (evens has as many elements as
     odds, or one more)."""
@@ -484,8 +573,7 @@ def _interleave(evens, odds, axis: int):
     if evens.shape[axis] > n_odd:
         last = slice_in_dim(evens, n_odd, None, axis=axis)
         evens = slice_in_dim(evens, 0, n_odd, axis=axis)
-    pairs = concatenate([expand_dims(evens, (axis + 1,)), expand_dims(odds, (axis + 1,))],
-                        axis + 1)
+    pairs = concatenate([expand_dims(evens, (axis + 1,)), expand_dims(odds, (axis + 1,))], axis + 1)
     shape = list(evens.shape)
     shape[axis] = 2 * n_odd
     out = reshape(pairs, tuple(shape))
@@ -499,14 +587,18 @@ def _prefix_scan(combine, elems: list, axis: int) -> list:
     length = elems[0].shape[axis]
     if length < 2:
         return elems
-    pair_results = combine([slice_in_dim(e, 0, length - 1, 2, axis) for e in elems],
-                           [slice_in_dim(e, 1, None, 2, axis) for e in elems])
-    odd_scans = _prefix_scan(combine, pair_results, axis)    # at positions 1, 3, 5, ...
-    before_evens = odd_scans if length % 2 else [
-        slice_in_dim(s, 0, -1, axis=axis) for s in odd_scans]
+    pair_results = combine(
+        [slice_in_dim(e, 0, length - 1, 2, axis) for e in elems],
+        [slice_in_dim(e, 1, None, 2, axis) for e in elems],
+    )
+    odd_scans = _prefix_scan(combine, pair_results, axis)  # at positions 1, 3, 5, ...
+    before_evens = (
+        odd_scans if length % 2 else [slice_in_dim(s, 0, -1, axis=axis) for s in odd_scans]
+    )
     even_scans = combine(before_evens, [slice_in_dim(e, 2, None, 2, axis) for e in elems])
-    even_scans = [concatenate([slice_in_dim(e, 0, 1, axis=axis), s], axis)
-                  for e, s in zip(elems, even_scans)]
+    even_scans = [
+        concatenate([slice_in_dim(e, 0, 1, axis=axis), s], axis) for e, s in zip(elems, even_scans)
+    ]
     return [_interleave(e, o, axis) for e, o in zip(even_scans, odd_scans)]
 
 
@@ -517,6 +609,7 @@ def _combine_with_jvp(prim: Primitive):
     def combine(first, second):
         out, out_tangent = jvp_rule((first[0], second[0]), (first[1], second[1]))
         return [out, out_tangent]
+
     return combine
 
 
@@ -552,11 +645,16 @@ def _cumulative_jvp_rule(prim: Primitive, combine):
         if reverse:
             out_tangent = rev(out_tangent, (axis,))
         return out, out_tangent
+
     return prim.def_jvp(jvp_rule)
 
 
-deflinear(cumsum_p, lambda cotangent, operand, *, axis, reverse: [
-    cumsum_p.bind(cotangent, axis=axis, reverse=not reverse)])
+deflinear(
+    cumsum_p,
+    lambda cotangent, operand, *, axis, reverse: [
+        cumsum_p.bind(cotangent, axis=axis, reverse=not reverse)
+    ],
+)
 _cumulative_jvp_rule(cumprod_p, _combine_with_jvp(elementwise.mul_p))
 _cumulative_jvp_rule(cummax_p, _combine_with_jvp(elementwise.max_p))
 _cumulative_jvp_rule(cummin_p, _combine_with_jvp(elementwise.min_p))
@@ -567,6 +665,7 @@ def _cumulative_batching_rule(prim: Primitive):
     def batching_rule(args, dims, *, axis, reverse):
         (operand,), (bdim,) = args, dims
         return prim.bind(operand, axis=axis + (axis >= bdim), reverse=reverse), bdim
+
     return prim.def_batching(batching_rule)
 
 
@@ -582,15 +681,15 @@ def _round_to_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -
     """Round float64 values to a float with the given exponent and mantissa widths: mantissa
     rounding to nearest even, overflow to inf, results below the normal range flushed through
     the subnormal grid. NaN stays NaN."""
-    max_exp = 2 ** (exponent_bits - 1) - 1           # the largest unbiased exponent
-    min_exp = 1 - max_exp                             # the smallest normal exponent
+    max_exp = 2 ** (exponent_bits - 1) - 1  # the largest unbiased exponent
+    min_exp = 1 - max_exp  # the smallest normal exponent
     finite = np.isfinite(x)
     safe = np.where(finite, x, 0.0)
-    _, exp = np.frexp(safe)                           # safe = m * 2**exp with 0.5 <= |m| < 1
-    exp = np.maximum(exp - 1, min_exp)                # subnormals share the smallest exponent
+    _, exp = np.frexp(safe)  # safe = m * 2**exp with 0.5 <= |m| < 1
+    exp = np.maximum(exp - 1, min_exp)  # subnormals share the smallest exponent
     quantum = np.ldexp(1.0, exp - mantissa_bits)
-    rounded = np.round(safe / quantum) * quantum      # np.round rounds half to even
-    largest = (2.0 - 2.0 ** -mantissa_bits) * 2.0 ** max_exp
+    rounded = np.round(safe / quantum) * quantum  # np.round rounds half to even
+    largest = (2.0 - 2.0**-mantissa_bits) * 2.0**max_exp
     rounded = np.where(np.abs(rounded) > largest, np.copysign(np.inf, rounded), rounded)
     return np.where(finite, rounded, x)
 
@@ -606,19 +705,26 @@ def _reduce_precision_impl(x: np.ndarray, *, exponent_bits, mantissa_bits) -> np
 def _reduce_precision_abstract_eval(operand: ShapedArray, *, exponent_bits, mantissa_bits):
     check_dtype("reduce_precision", operand.dtype, FLOAT)
     if exponent_bits < 1 or mantissa_bits < 0:
-        raise ValueError("reduce_precision needs exponent_bits >= 1 and mantissa_bits >= 0, "
-                         f"got {exponent_bits} and {mantissa_bits}")
+        raise ValueError(
+            "reduce_precision needs exponent_bits >= 1 and mantissa_bits >= 0, "
+            f"got {exponent_bits} and {mantissa_bits}"
+        )
     return ShapedArray(operand.shape, operand.dtype, operand.weak_type)
 
 
 def reduce_precision(operand, exponent_bits: int, mantissa_bits: int):
     """Round `operand` as if stored in a float with the given exponent and mantissa widths
     (e.g. 5 and 10 for float16), keeping its dtype."""
-    return reduce_precision_p.bind(operand, exponent_bits=operator.index(exponent_bits),
-                                   mantissa_bits=operator.index(mantissa_bits))
+    return reduce_precision_p.bind(
+        operand,
+        exponent_bits=operator.index(exponent_bits),
+        mantissa_bits=operator.index(mantissa_bits),
+    )
 
 
 # Rounding is treated as linear, as in JAX: the tangent and the cotangent are rounded too.
-deflinear(reduce_precision_p, lambda cotangent, operand, **params: [
-    reduce_precision_p.bind(cotangent, **params)])
+deflinear(
+    reduce_precision_p,
+    lambda cotangent, operand, **params: [reduce_precision_p.bind(cotangent, **params)],
+)
 elementwise_batching(reduce_precision_p)

@@ -8,6 +8,7 @@ it (`call_jaxpr_param`), so it costs nothing once compiled.
 
 `name` is the identity; it tags a value so that a policy can save it by name.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -44,21 +45,27 @@ remat_p = RematPrimitive("checkpoint", multiple_results=True)
 @remat_p.def_impl
 def _remat_impl(*args, jaxpr: ClosedJaxpr, prevent_cse, differentiated, policy):
     from kiln.core.array import Array
+
     values = [a if isinstance(a, Array) else Array._wrap(a) for a in args]
-    return [o._value if isinstance(o, Array) else o
-            for o in eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *values)]
+    return [
+        o._value if isinstance(o, Array) else o
+        for o in eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *values)
+    ]
 
 
 @remat_p.def_abstract_eval
-def _remat_abstract_eval(*in_avals: ShapedArray, jaxpr: ClosedJaxpr, prevent_cse,
-                         differentiated, policy):
+def _remat_abstract_eval(
+    *in_avals: ShapedArray, jaxpr: ClosedJaxpr, prevent_cse, differentiated, policy
+):
     expected = jaxpr.jaxpr.in_avals
     if len(in_avals) != len(expected) or any(
-            tuple(a.shape) != tuple(e.shape) or a.dtype != e.dtype
-            for a, e in zip(in_avals, expected)):
-        raise TypeError(f"checkpoint: called with arguments "
-                        f"({', '.join(a.str_short() for a in in_avals)}) but its jaxpr takes "
-                        f"({', '.join(e.str_short() for e in expected)})")
+        tuple(a.shape) != tuple(e.shape) or a.dtype != e.dtype for a, e in zip(in_avals, expected)
+    ):
+        raise TypeError(
+            f"checkpoint: called with arguments "
+            f"({', '.join(a.str_short() for a in in_avals)}) but its jaxpr takes "
+            f"({', '.join(e.str_short() for e in expected)})"
+        )
     return list(jaxpr.jaxpr.out_avals)
 
 
@@ -77,54 +84,66 @@ def _remat_dce_rule(used_outputs: list[bool], eqn: JaxprEqn):
     new_eqn = eqn.replace(
         invars=[a for a, u in zip(eqn.invars, used_inputs) if u],
         outvars=[v for v, u in zip(eqn.outvars, used_outputs) if u],
-        params={**eqn.params, "jaxpr": ClosedJaxpr(inner, closed.consts)})
+        params={**eqn.params, "jaxpr": ClosedJaxpr(inner, closed.consts)},
+    )
     return used_inputs, new_eqn
 
 
 # --- forward mode and batching: the transformed body stays under checkpoint ---------------------
 
+
 @remat_p.def_jvp
-def _remat_jvp_rule(primals, tangents, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated,
-                    policy):
+def _remat_jvp_rule(primals, tangents, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated, policy):
     from kiln.transforms.jvp import jvp_jaxpr
+
     nonzeros = [t is not None for t in tangents]
     jvp_closed, out_nonzeros = jvp_jaxpr(jaxpr, nonzeros, instantiate=False)
-    outs = remat_p.bind(*primals, *(t for t in tangents if t is not None), jaxpr=jvp_closed,
-                        prevent_cse=prevent_cse, differentiated=differentiated, policy=policy)
+    outs = remat_p.bind(
+        *primals,
+        *(t for t in tangents if t is not None),
+        jaxpr=jvp_closed,
+        prevent_cse=prevent_cse,
+        differentiated=differentiated,
+        policy=policy,
+    )
     n = len(jaxpr.jaxpr.outvars)
     out_tangents = iter(outs[n:])
     return outs[:n], [next(out_tangents) if nz else None for nz in out_nonzeros]
 
 
 @remat_p.def_batching
-def _remat_batching_rule(args, dims, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated,
-                         policy):
+def _remat_batching_rule(args, dims, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated, policy):
     from kiln.primitives.base import batch_size
     from kiln.transforms.batching import batch_jaxpr
+
     batched, out_dims = batch_jaxpr(jaxpr, batch_size(args, dims), dims)
-    outs = remat_p.bind(*args, jaxpr=batched, prevent_cse=prevent_cse,
-                        differentiated=differentiated, policy=policy)
+    outs = remat_p.bind(
+        *args, jaxpr=batched, prevent_cse=prevent_cse, differentiated=differentiated, policy=policy
+    )
     return outs, out_dims
 
 
 # --- reverse mode: save what the policy allows, recompute the rest ------------------------------
 
+
 @remat_p.def_partial_eval
-def _remat_partial_eval_rule(trace, args, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated,
-                             policy):
+def _remat_partial_eval_rule(
+    trace, args, *, jaxpr: ClosedJaxpr, prevent_cse, differentiated, policy
+):
     """Run the known part now (inlined: only the unknown part is rematerialized) and stage the
     unknown part as another checkpoint that recomputes what was not saved."""
     unknowns = [trace.is_unknown(a) for a in args]
-    known, unknown, out_unknowns, num_res = partial_eval_jaxpr_with_policy(
-        jaxpr, unknowns, policy)
+    known, unknown, out_unknowns, num_res = partial_eval_jaxpr_with_policy(jaxpr, unknowns, policy)
     known_args = [a for a, uk in zip(args, unknowns) if not uk]
     known_outs = trace.run_known(eval_jaxpr, known.jaxpr, known.consts, *known_args)
     n_known = len(known_outs) - num_res
     residuals = list(known_outs[n_known:])
     unknown_args = [a for a, uk in zip(args, unknowns) if uk]
-    unknown_outs = trace.stage(remat_p, residuals + unknown_args,
-                               dict(jaxpr=unknown, prevent_cse=prevent_cse, differentiated=True,
-                                    policy=policy))
+    unknown_outs = trace.stage(
+        remat_p,
+        residuals + unknown_args,
+        dict(jaxpr=unknown, prevent_cse=prevent_cse, differentiated=True, policy=policy),
+    )
     known_iter, unknown_iter = iter(known_outs[:n_known]), iter(unknown_outs)
     return [next(unknown_iter) if uk else next(known_iter) for uk in out_unknowns]
 
@@ -135,13 +154,21 @@ def _remat_transpose_rule(cts, *args, jaxpr: ClosedJaxpr, prevent_cse, different
     recomputation) run inside the backward call."""
     from kiln.primitives.base import zeros_like_aval
     from kiln.transforms.transpose import transpose_jaxpr
+
     linear = [is_undefined_primal(a) for a in args]
     transposed = transpose_jaxpr(jaxpr, linear)
-    cts = [zeros_like_aval(v.aval) if ct is None else ct
-           for ct, v in zip(cts, jaxpr.jaxpr.outvars)]
+    cts = [zeros_like_aval(v.aval) if ct is None else ct for ct, v in zip(cts, jaxpr.jaxpr.outvars)]
     nonlinear = [a for a, lin in zip(args, linear) if not lin]
-    outs = iter(remat_p.bind(*nonlinear, *cts, jaxpr=transposed, prevent_cse=prevent_cse,
-                             differentiated=differentiated, policy=policy))
+    outs = iter(
+        remat_p.bind(
+            *nonlinear,
+            *cts,
+            jaxpr=transposed,
+            prevent_cse=prevent_cse,
+            differentiated=differentiated,
+            policy=policy,
+        )
+    )
     return [next(outs) if lin else None for lin in linear]
 
 
@@ -156,10 +183,12 @@ def is_saveable(policy: Callable | None, eqn: JaxprEqn) -> bool:
     return bool(policy(eqn.primitive, *avals, **eqn.params))
 
 
-def partial_eval_jaxpr_with_policy(closed: ClosedJaxpr, in_unknowns: Sequence[bool],
-                                   policy: Callable | None,
-                                   instantiate: bool | Sequence[bool] = False
-                                   ) -> tuple[ClosedJaxpr, ClosedJaxpr, list[bool], int]:
+def partial_eval_jaxpr_with_policy(
+    closed: ClosedJaxpr,
+    in_unknowns: Sequence[bool],
+    policy: Callable | None,
+    instantiate: bool | Sequence[bool] = False,
+) -> tuple[ClosedJaxpr, ClosedJaxpr, list[bool], int]:
     """Split `closed` by which inputs are unknown, saving only what `policy` allows.
 
     As `partial_eval_jaxpr`: returns (known, unknown, out_unknowns, num_res), `known` taking the
@@ -217,8 +246,9 @@ def partial_eval_jaxpr_with_policy(closed: ClosedJaxpr, in_unknowns: Sequence[bo
             unknown_closed = trace.to_jaxpr([o for o, uk in zip(outs, out_unknowns) if uk])
         finally:
             trace.invalidate()
-        unknown_jaxpr, residuals = _recompute_unsaved(unknown_closed, env, origin, recomputable,
-                                                      jaxpr.eqns)
+        unknown_jaxpr, residuals = _recompute_unsaved(
+            unknown_closed, env, origin, recomputable, jaxpr.eqns
+        )
         box["unknown"] = ClosedJaxpr(unknown_jaxpr, [])
         box["out_unknowns"] = out_unknowns
         box["num_res"] = len(residuals)
@@ -229,12 +259,17 @@ def partial_eval_jaxpr_with_policy(closed: ClosedJaxpr, in_unknowns: Sequence[bo
     # The known side ran every known equation; only what feeds the known outputs and the
     # residuals remains.
     known_jaxpr, _ = dce_jaxpr(known.jaxpr)
-    return (ClosedJaxpr(known_jaxpr, known.consts), box["unknown"], box["out_unknowns"],
-            box["num_res"])
+    return (
+        ClosedJaxpr(known_jaxpr, known.consts),
+        box["unknown"],
+        box["out_unknowns"],
+        box["num_res"],
+    )
 
 
-def _recompute_unsaved(unknown: ClosedJaxpr, env: dict, origin: dict, recomputable: dict,
-                       body_eqns: list) -> tuple[Jaxpr, list]:
+def _recompute_unsaved(
+    unknown: ClosedJaxpr, env: dict, origin: dict, recomputable: dict, body_eqns: list
+) -> tuple[Jaxpr, list]:
     """Rewrite the unknown side so that the known values it reads that may not be saved are
     recomputed in it. Returns the jaxpr (residuals then unknown inputs) and the residual
     values."""

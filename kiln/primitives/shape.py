@@ -6,6 +6,7 @@ Impls may hand back a view of their input instead of a copy, but only when the i
 buffer nothing can write to (a kiln array's) and the view is C-contiguous, because compiled code
 reads kiln buffers as dense row-major memory.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,13 +24,30 @@ from kiln.core.trace import Tracer
 from kiln.primitives.base import deflinear
 
 __all__ = [
-    "broadcast_in_dim", "broadcast", "broadcast_to_rank", "full", "full_like",
-    "zeros_like_array", "reshape", "squeeze", "expand_dims", "transpose", "rev", "collapse",
-    "copy", "broadcast_in_dim_p", "reshape_p", "squeeze_p", "transpose_p", "rev_p", "copy_p",
+    "broadcast_in_dim",
+    "broadcast",
+    "broadcast_to_rank",
+    "full",
+    "full_like",
+    "zeros_like_array",
+    "reshape",
+    "squeeze",
+    "expand_dims",
+    "transpose",
+    "rev",
+    "collapse",
+    "copy",
+    "broadcast_in_dim_p",
+    "reshape_p",
+    "squeeze_p",
+    "transpose_p",
+    "rev_p",
+    "copy_p",
 ]
 
 
 # --- helpers shared by the shape primitives ---------------------------------------------------
+
 
 def operand_shape(x: Any) -> tuple:
     """The shape of an array, tracer, NumPy value or Python scalar."""
@@ -64,14 +82,16 @@ def result_from_view(view: np.ndarray, source: np.ndarray) -> np.ndarray:
 
 def index_tuple(values: Any, what: str) -> tuple[int, ...]:
     """A tuple of Python ints from an int or a sequence of ints (for static params)."""
-    if isinstance(values, (int, np.integer)) or (hasattr(values, "__index__")
-                                                  and not hasattr(values, "__len__")):
+    if isinstance(values, (int, np.integer)) or (
+        hasattr(values, "__index__") and not hasattr(values, "__len__")
+    ):
         values = (values,)
     try:
         return tuple(operator.index(v) for v in values)
     except TypeError:
-        raise TypeError(f"{what} must be a sequence of static Python integers, got "
-                        f"{values!r}.") from None
+        raise TypeError(
+            f"{what} must be a sequence of static Python integers, got {values!r}."
+        ) from None
 
 
 def canonicalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
@@ -97,15 +117,21 @@ def _broadcast_in_dim_impl(x: np.ndarray, *, shape, broadcast_dimensions) -> np.
 @broadcast_in_dim_p.def_abstract_eval
 def _broadcast_in_dim_abstract_eval(x: ShapedArray, *, shape, broadcast_dimensions):
     if len(broadcast_dimensions) != x.ndim:
-        raise TypeError(f"broadcast_in_dim broadcast_dimensions {broadcast_dimensions} must "
-                        f"have one entry per operand dimension ({x.ndim})")
+        raise TypeError(
+            f"broadcast_in_dim broadcast_dimensions {broadcast_dimensions} must "
+            f"have one entry per operand dimension ({x.ndim})"
+        )
     if list(broadcast_dimensions) != sorted(set(broadcast_dimensions)):
-        raise TypeError("broadcast_in_dim broadcast_dimensions must be strictly increasing, "
-                        f"got {broadcast_dimensions}")
+        raise TypeError(
+            "broadcast_in_dim broadcast_dimensions must be strictly increasing, "
+            f"got {broadcast_dimensions}"
+        )
     for src, dst in enumerate(broadcast_dimensions):
         if not 0 <= dst < len(shape) or x.shape[src] not in (1, shape[dst]):
-            raise TypeError(f"broadcast_in_dim cannot broadcast operand shape {x.shape} to "
-                            f"{shape} along dimensions {broadcast_dimensions}")
+            raise TypeError(
+                f"broadcast_in_dim cannot broadcast operand shape {x.shape} to "
+                f"{shape} along dimensions {broadcast_dimensions}"
+            )
     return ShapedArray(shape, x.dtype, x.weak_type)
 
 
@@ -113,20 +139,26 @@ def broadcast_in_dim(operand, shape, broadcast_dimensions):
     """Broadcast `operand` to `shape`; operand dim i becomes result dim broadcast_dimensions[i]."""
     shape = canonicalize_shape(shape)
     broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
-    if (operand_shape(operand) == shape and broadcast_dimensions == tuple(range(len(shape)))
-            and is_kiln_value(operand)):
+    if (
+        operand_shape(operand) == shape
+        and broadcast_dimensions == tuple(range(len(shape)))
+        and is_kiln_value(operand)
+    ):
         return operand
-    return broadcast_in_dim_p.bind(operand, shape=shape,
-                                   broadcast_dimensions=broadcast_dimensions)
+    return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=broadcast_dimensions)
 
 
 def _broadcast_in_dim_transpose_rule(ct, operand, *, shape, broadcast_dimensions):
     from kiln.primitives.reductions import reduce_sum
+
     # Every result dim the operand lacks, and every size-1 operand dim that was stretched,
     # holds copies of one operand element: their cotangents add up.
     summed = [d for d in range(len(shape)) if d not in broadcast_dimensions]
-    summed += [dst for src, dst in enumerate(broadcast_dimensions)
-               if operand.shape[src] == 1 and shape[dst] != 1]
+    summed += [
+        dst
+        for src, dst in enumerate(broadcast_dimensions)
+        if operand.shape[src] == 1 and shape[dst] != 1
+    ]
     if summed:
         ct = reduce_sum(ct, tuple(sorted(summed)))
     return [reshape(ct, operand.shape)]
@@ -166,13 +198,16 @@ def broadcast_to_rank(x, rank: int):
 def full(shape, fill_value, dtype=None):
     """An array of `shape` filled with `fill_value` (lax.full)."""
     from kiln.primitives.elementwise import convert_element_type
+
     shape = canonicalize_shape(shape)
     if operand_ndim(fill_value):
-        raise TypeError(f"full must be called with scalar fill_value, got shape "
-                        f"{operand_shape(fill_value)}")
+        raise TypeError(
+            f"full must be called with scalar fill_value, got shape {operand_shape(fill_value)}"
+        )
     weak = dtype is None and dtypes.dtype_and_weak_of(fill_value)[1]
-    dtype = dtypes.canonicalize(dtype) if dtype is not None else \
-        dtypes.dtype_and_weak_of(fill_value)[0]
+    dtype = (
+        dtypes.canonicalize(dtype) if dtype is not None else dtypes.dtype_and_weak_of(fill_value)[0]
+    )
     value = convert_element_type(fill_value, dtype, weak)
     return broadcast(value, shape)
 
@@ -182,13 +217,16 @@ def full_like(x, fill_value, dtype=None, shape=None):
 
     The result is weakly typed exactly when `x` is and no dtype was requested."""
     from kiln.primitives.elementwise import convert_element_type
+
     x_dtype, x_weak = _dtype_and_weak_like(x)
     weak = dtype is None and x_weak
     dtype = dtypes.canonicalize(dtype if dtype is not None else x_dtype)
     shape = operand_shape(x) if shape is None else canonicalize_shape(shape)
     if operand_ndim(fill_value):
-        raise TypeError(f"full_like must be called with scalar fill_value, got shape "
-                        f"{operand_shape(fill_value)}")
+        raise TypeError(
+            f"full_like must be called with scalar fill_value, got shape "
+            f"{operand_shape(fill_value)}"
+        )
     return broadcast(convert_element_type(fill_value, dtype, weak), shape)
 
 
@@ -221,12 +259,16 @@ def _reshape_abstract_eval(x: ShapedArray, *, new_sizes, dimensions) -> ShapedAr
         raise TypeError(f"reshape new_sizes must all be non-negative, got {new_sizes}.")
     new_size, old_size = math.prod(new_sizes), math.prod(x.shape)
     if new_size != old_size:
-        raise TypeError(f"reshape total size must be unchanged, got new_sizes {new_sizes} "
-                        f"(of total size {new_size}) for shape {x.shape} (of total size "
-                        f"{old_size}).")
+        raise TypeError(
+            f"reshape total size must be unchanged, got new_sizes {new_sizes} "
+            f"(of total size {new_size}) for shape {x.shape} (of total size "
+            f"{old_size})."
+        )
     if dimensions is not None and sorted(dimensions) != list(range(x.ndim)):
-        raise TypeError(f"reshape dimensions must be a permutation of operand dimensions, got "
-                        f"dimensions {dimensions} for shape {x.shape}.")
+        raise TypeError(
+            f"reshape dimensions must be a permutation of operand dimensions, got "
+            f"dimensions {dimensions} for shape {x.shape}."
+        )
     return ShapedArray(new_sizes, x.dtype, x.weak_type)
 
 
@@ -268,14 +310,15 @@ def collapse(operand, start_dimension: int, stop_dimension: int | None = None):
     """Merge dimensions [start_dimension, stop_dimension) into one (lax.collapse)."""
     shape = operand_shape(operand)
     ndim = len(shape)
-    start = canonicalize_axis(start_dimension, ndim, "collapse start_dimension") \
-        if ndim else 0
+    start = canonicalize_axis(start_dimension, ndim, "collapse start_dimension") if ndim else 0
     stop = ndim if stop_dimension is None else operator.index(stop_dimension)
     if stop < 0:
         stop += ndim
     if not start <= stop <= ndim:
-        raise ValueError(f"collapse dimensions [{start_dimension}, {stop_dimension}) are not a "
-                         f"valid range for an array of shape {shape}")
+        raise ValueError(
+            f"collapse dimensions [{start_dimension}, {stop_dimension}) are not a "
+            f"valid range for an array of shape {shape}"
+        )
     size = math.prod(shape[start:stop])
     return reshape(operand, shape[:start] + (size,) + shape[stop:])
 
@@ -292,11 +335,15 @@ def _squeeze_impl(x: np.ndarray, *, dimensions) -> np.ndarray:
 @squeeze_p.def_abstract_eval
 def _squeeze_abstract_eval(x: ShapedArray, *, dimensions) -> ShapedArray:
     if any(not 0 <= d < x.ndim for d in dimensions) or len(set(dimensions)) != len(dimensions):
-        raise ValueError(f"squeeze dimensions must be distinct and in [0, {x.ndim}), got "
-                         f"dimensions={dimensions} for shape={x.shape}")
+        raise ValueError(
+            f"squeeze dimensions must be distinct and in [0, {x.ndim}), got "
+            f"dimensions={dimensions} for shape={x.shape}"
+        )
     if any(x.shape[d] != 1 for d in dimensions):
-        raise ValueError("cannot select an axis to squeeze out which has size not equal to "
-                         f"one, got shape={x.shape} and dimensions={dimensions}")
+        raise ValueError(
+            "cannot select an axis to squeeze out which has size not equal to "
+            f"one, got shape={x.shape} and dimensions={dimensions}"
+        )
     shape = tuple(s for i, s in enumerate(x.shape) if i not in dimensions)
     return ShapedArray(shape, x.dtype, x.weak_type)
 
@@ -304,8 +351,10 @@ def _squeeze_abstract_eval(x: ShapedArray, *, dimensions) -> ShapedArray:
 def squeeze(array, dimensions: Sequence[int]):
     """Remove the size-1 `dimensions` (negative values count from the end)."""
     ndim = operand_ndim(array)
-    dims = [canonicalize_axis(d, ndim, "squeeze dimension")
-            for d in index_tuple(dimensions, "squeeze dimensions")]
+    dims = [
+        canonicalize_axis(d, ndim, "squeeze dimension")
+        for d in index_tuple(dimensions, "squeeze dimensions")
+    ]
     if len(set(dims)) != len(dims):
         raise ValueError(f"repeated dimension in squeeze: {tuple(dimensions)}")
     dims = tuple(sorted(dims))
@@ -357,8 +406,10 @@ def _transpose_impl(x: np.ndarray, *, permutation) -> np.ndarray:
 @transpose_p.def_abstract_eval
 def _transpose_abstract_eval(x: ShapedArray, *, permutation) -> ShapedArray:
     if tuple(sorted(permutation)) != tuple(range(x.ndim)):
-        raise TypeError("transpose permutation isn't a permutation of operand dimensions, "
-                        f"got permutation {permutation} for operand shape {x.shape}.")
+        raise TypeError(
+            "transpose permutation isn't a permutation of operand dimensions, "
+            f"got permutation {permutation} for operand shape {x.shape}."
+        )
     return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype, x.weak_type)
 
 
@@ -400,8 +451,10 @@ def _rev_abstract_eval(x: ShapedArray, *, dimensions) -> ShapedArray:
     if len(set(dimensions)) != len(dimensions):
         raise TypeError(f"rev dimensions must be unique, got {dimensions}.")
     if any(not 0 <= d < x.ndim for d in dimensions):
-        raise TypeError("rev dimensions must all be less than operand ndim, got dimensions "
-                        f"{dimensions} for operand ndim {x.ndim}.")
+        raise TypeError(
+            "rev dimensions must all be less than operand ndim, got dimensions "
+            f"{dimensions} for operand ndim {x.ndim}."
+        )
     return ShapedArray(x.shape, x.dtype, x.weak_type)
 
 

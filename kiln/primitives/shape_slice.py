@@ -1,6 +1,7 @@
 """Shape primitives that select, extend or generate elements: slice, pad, concatenate and iota,
 with the lax helpers built on them (slice_in_dim, index_in_dim, broadcasted_iota). Each block
 holds all the rules of one primitive."""
+
 from __future__ import annotations
 
 import operator
@@ -13,14 +14,40 @@ from kiln.core.ad_util import is_undefined_primal
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
 from kiln.core.shapes import canonicalize_shape
-from kiln.primitives.base import (check_dtype, FLOAT, INT, COMPLEX, bdim_at_front, batch_size,
-                                  deflinear, defjvp_zero, lax_operands)
-from kiln.primitives.shape import (broadcast_in_dim, canonicalize_axis, full, index_tuple,
-                                   is_kiln_value, operand_shape, result_from_view, squeeze)
+from kiln.primitives.base import (
+    check_dtype,
+    FLOAT,
+    INT,
+    COMPLEX,
+    bdim_at_front,
+    batch_size,
+    deflinear,
+    defjvp_zero,
+    lax_operands,
+)
+from kiln.primitives.shape import (
+    broadcast_in_dim,
+    canonicalize_axis,
+    full,
+    index_tuple,
+    is_kiln_value,
+    operand_shape,
+    result_from_view,
+    squeeze,
+)
 
 __all__ = [
-    "slice", "slice_in_dim", "index_in_dim", "pad", "concatenate", "iota",
-    "broadcasted_iota", "slice_p", "pad_p", "concatenate_p", "iota_p",
+    "slice",
+    "slice_in_dim",
+    "index_in_dim",
+    "pad",
+    "concatenate",
+    "iota",
+    "broadcasted_iota",
+    "slice_p",
+    "pad_p",
+    "concatenate_p",
+    "iota_p",
 ]
 
 _builtin_slice = slice
@@ -33,31 +60,39 @@ slice_p = Primitive("slice")
 @slice_p.def_impl
 def _slice_impl(x: np.ndarray, *, start_indices, limit_indices, strides) -> np.ndarray:
     steps = strides if strides is not None else (1,) * x.ndim
-    index = tuple(_builtin_slice(s, l, st)
-                  for s, l, st in zip(start_indices, limit_indices, steps))
+    index = tuple(_builtin_slice(s, l, st) for s, l, st in zip(start_indices, limit_indices, steps))
     # x[()] of a 0-d array would be a NumPy scalar, not an array.
     return result_from_view(x[index] if x.ndim else x, x)
 
 
 @slice_p.def_abstract_eval
-def _slice_abstract_eval(x: ShapedArray, *, start_indices, limit_indices,
-                         strides) -> ShapedArray:
+def _slice_abstract_eval(x: ShapedArray, *, start_indices, limit_indices, strides) -> ShapedArray:
     if not len(start_indices) == len(limit_indices) == x.ndim:
-        raise TypeError(f"slice start_indices {start_indices} and limit_indices "
-                        f"{limit_indices} must each have one entry per operand dimension "
-                        f"(operand shape {x.shape}).")
+        raise TypeError(
+            f"slice start_indices {start_indices} and limit_indices "
+            f"{limit_indices} must each have one entry per operand dimension "
+            f"(operand shape {x.shape})."
+        )
     if strides is not None and len(strides) != x.ndim:
-        raise TypeError(f"slice strides {strides} must have one entry per operand dimension "
-                        f"(operand shape {x.shape}).")
+        raise TypeError(
+            f"slice strides {strides} must have one entry per operand dimension "
+            f"(operand shape {x.shape})."
+        )
     if any(s < 0 for s in start_indices):
-        raise TypeError(f"slice start_indices must be greater than or equal to zero, got "
-                        f"start_indices of {start_indices}.")
+        raise TypeError(
+            f"slice start_indices must be greater than or equal to zero, got "
+            f"start_indices of {start_indices}."
+        )
     if any(l > d for l, d in zip(limit_indices, x.shape)):
-        raise TypeError(f"slice limit_indices must be less than or equal to operand shape, got "
-                        f"limit_indices {limit_indices} for operand shape {x.shape}.")
+        raise TypeError(
+            f"slice limit_indices must be less than or equal to operand shape, got "
+            f"limit_indices {limit_indices} for operand shape {x.shape}."
+        )
     if any(l < s for s, l in zip(start_indices, limit_indices)):
-        raise TypeError(f"slice limit_indices must be greater than or equal to start_indices, "
-                        f"got start_indices {start_indices} and limit_indices {limit_indices}.")
+        raise TypeError(
+            f"slice limit_indices must be greater than or equal to start_indices, "
+            f"got start_indices {start_indices} and limit_indices {limit_indices}."
+        )
     steps = strides if strides is not None else (1,) * x.ndim
     if any(st <= 0 for st in steps):
         raise TypeError(f"slice strides must be positive, got {strides}.")
@@ -65,8 +100,12 @@ def _slice_abstract_eval(x: ShapedArray, *, start_indices, limit_indices,
     return ShapedArray(shape, x.dtype, x.weak_type)
 
 
-def slice(operand, start_indices: Sequence[int], limit_indices: Sequence[int],  # noqa: A001
-          strides: Sequence[int] | None = None):
+def slice(
+    operand,
+    start_indices: Sequence[int],
+    limit_indices: Sequence[int],  # noqa: A001
+    strides: Sequence[int] | None = None,
+):
     """The elements from `start_indices` up to (excluding) `limit_indices`, every `strides`-th
     along each dimension (static bounds; lax.dynamic_slice takes traced starts)."""
     start = index_tuple(start_indices, "slice start_indices")
@@ -75,8 +114,7 @@ def slice(operand, start_indices: Sequence[int], limit_indices: Sequence[int],  
     if steps is not None and all(s == 1 for s in steps):
         steps = None  # the common case prints as JAX's does: strides=None
     shape = operand_shape(operand)
-    if (steps is None and all(s == 0 for s in start) and limit == shape
-            and is_kiln_value(operand)):
+    if steps is None and all(s == 0 for s in start) and limit == shape and is_kiln_value(operand):
         return operand
     return slice_p.bind(operand, start_indices=start, limit_indices=limit, strides=steps)
 
@@ -108,8 +146,9 @@ def _slice_batching_rule(args, dims, *, start_indices, limit_indices, strides):
     return slice(x, start, limit, steps), bdim
 
 
-def slice_in_dim(operand, start_index: int | None, limit_index: int | None, stride: int = 1,
-                 axis: int = 0):
+def slice_in_dim(
+    operand, start_index: int | None, limit_index: int | None, stride: int = 1, axis: int = 0
+):
     """lax.slice along one axis; None bounds mean the ends and negative ones count from it."""
     shape = operand_shape(operand)
     axis = canonicalize_axis(axis, len(shape))
@@ -133,8 +172,7 @@ def index_in_dim(operand, index: int, axis: int = 0, keepdims: bool = True):
     index = operator.index(index)
     wrapped = index + shape[axis] if index < 0 else index
     if not 0 <= wrapped < shape[axis]:
-        raise IndexError(f"index {index} is out of bounds for axis {axis} with size "
-                         f"{shape[axis]}")
+        raise IndexError(f"index {index} is out of bounds for axis {axis} with size {shape[axis]}")
     out = slice_in_dim(operand, wrapped, wrapped + 1, 1, axis)
     return out if keepdims else squeeze(out, (axis,))
 
@@ -160,25 +198,36 @@ def _pad_impl(x: np.ndarray, padding_value: np.ndarray, *, padding_config) -> np
 
 
 @pad_p.def_abstract_eval
-def _pad_abstract_eval(x: ShapedArray, padding_value: ShapedArray, *,
-                       padding_config) -> ShapedArray:
+def _pad_abstract_eval(
+    x: ShapedArray, padding_value: ShapedArray, *, padding_config
+) -> ShapedArray:
     if x.dtype != padding_value.dtype:
-        raise TypeError(f"pad operand and padding_value must be same dtype: got "
-                        f"{x.dtype.name} and {padding_value.dtype.name}.")
+        raise TypeError(
+            f"pad operand and padding_value must be same dtype: got "
+            f"{x.dtype.name} and {padding_value.dtype.name}."
+        )
     if padding_value.shape != ():
         raise TypeError(f"pad padding_value must be a scalar, got shape {padding_value.shape}.")
     if len(padding_config) != x.ndim:
-        raise TypeError(f"pad padding_config {padding_config} must have one (lo, hi, interior) "
-                        f"triple per operand dimension (operand shape {x.shape}).")
+        raise TypeError(
+            f"pad padding_config {padding_config} must have one (lo, hi, interior) "
+            f"triple per operand dimension (operand shape {x.shape})."
+        )
     if any(interior < 0 for _, _, interior in padding_config):
-        raise ValueError("interior padding in padding_config must be nonnegative, got "
-                         f"padding_config {padding_config}")
-    shape = tuple(lo + hi + d + max(d - 1, 0) * interior
-                  for d, (lo, hi, interior) in zip(x.shape, padding_config))
+        raise ValueError(
+            "interior padding in padding_config must be nonnegative, got "
+            f"padding_config {padding_config}"
+        )
+    shape = tuple(
+        lo + hi + d + max(d - 1, 0) * interior
+        for d, (lo, hi, interior) in zip(x.shape, padding_config)
+    )
     if any(s < 0 for s in shape):
-        raise ValueError(f"Dimension size after padding is not at least 0, got result shape "
-                         f"{shape}, for padding_config {padding_config} and operand shape "
-                         f"{x.shape}")
+        raise ValueError(
+            f"Dimension size after padding is not at least 0, got result shape "
+            f"{shape}, for padding_config {padding_config} and operand shape "
+            f"{x.shape}"
+        )
     return ShapedArray(shape, x.dtype, x.weak_type and padding_value.weak_type)
 
 
@@ -196,11 +245,16 @@ def pad(operand, padding_value, padding_config: Sequence[tuple[int, int, int]]):
 def _pad_transpose_rule(ct, operand, padding_value, *, padding_config):
     from kiln.primitives.elementwise import sub
     from kiln.primitives.reductions import reduce_sum
+
     # Negated edge padding undoes the edges (crops what was added and restores what was
     # cropped, as zeros); the operand's elements then sit every interior + 1 positions.
     unpadded = pad(ct, 0, [(-lo, -hi, 0) for lo, hi, _ in padding_config])
-    operand_ct = slice(unpadded, (0,) * len(unpadded.shape), unpadded.shape,
-                       [interior + 1 for _, _, interior in padding_config])
+    operand_ct = slice(
+        unpadded,
+        (0,) * len(unpadded.shape),
+        unpadded.shape,
+        [interior + 1 for _, _, interior in padding_config],
+    )
     padding_ct = None
     if is_undefined_primal(padding_value):
         # The padding value fills every result position the operand does not.
@@ -220,6 +274,7 @@ def _pad_batching_rule(args, dims, *, padding_config):
         config.insert(operand_bdim, (0, 0, 0))
         return pad(operand, padding_value, config), operand_bdim
     from kiln.primitives.elementwise import select
+
     # One padding value per batch element: pad with anything, then select each element's
     # value wherever a mask, padded the same way, says the operand is absent.
     size = batch_size(args, dims)
@@ -246,21 +301,27 @@ def _concatenate_abstract_eval(*operands: ShapedArray, dimension) -> ShapedArray
         raise TypeError("concatenate requires a non-empty sequence of operands.")
     first = operands[0]
     if any(o.dtype != first.dtype for o in operands[1:]):
-        raise TypeError("lax.concatenate requires arguments to have the same dtypes, got "
-                        f"{', '.join(o.dtype.name for o in operands)}. (Tip: jnp.concatenate "
-                        "is a similar function that does automatic type promotion on inputs).")
+        raise TypeError(
+            "lax.concatenate requires arguments to have the same dtypes, got "
+            f"{', '.join(o.dtype.name for o in operands)}. (Tip: jnp.concatenate "
+            "is a similar function that does automatic type promotion on inputs)."
+        )
     shapes = ", ".join(str(o.shape) for o in operands)
     if any(o.ndim != first.ndim for o in operands[1:]):
-        raise TypeError(f"Cannot concatenate arrays with different numbers of dimensions: "
-                        f"got {shapes}.")
+        raise TypeError(
+            f"Cannot concatenate arrays with different numbers of dimensions: got {shapes}."
+        )
     if not 0 <= dimension < first.ndim:
-        raise TypeError(f"concatenate dimension out of bounds: dimension {dimension} for "
-                        f"shapes {shapes}.")
+        raise TypeError(
+            f"concatenate dimension out of bounds: dimension {dimension} for shapes {shapes}."
+        )
     for o in operands[1:]:
         if any(a != b for i, (a, b) in enumerate(zip(o.shape, first.shape)) if i != dimension):
-            raise TypeError("Cannot concatenate arrays with shapes that differ in dimensions "
-                            "other than the one being concatenated: concatenating along "
-                            f"dimension {dimension} for shapes {shapes}.")
+            raise TypeError(
+                "Cannot concatenate arrays with shapes that differ in dimensions "
+                "other than the one being concatenated: concatenating along "
+                f"dimension {dimension} for shapes {shapes}."
+            )
     shape = list(first.shape)
     shape[dimension] = sum(o.shape[dimension] for o in operands)
     return ShapedArray(tuple(shape), first.dtype, all(o.weak_type for o in operands))
@@ -316,8 +377,10 @@ def _iota_impl(*, dtype, shape, dimension) -> np.ndarray:
 def _iota_abstract_eval(*, dtype, shape, dimension) -> ShapedArray:
     check_dtype("iota", dtype, (INT, FLOAT, COMPLEX))
     if not 0 <= dimension < len(shape):
-        raise ValueError("iota dimension must be between 0 and len(shape), got "
-                         f"dimension={dimension} for shape={shape}")
+        raise ValueError(
+            "iota dimension must be between 0 and len(shape), got "
+            f"dimension={dimension} for shape={shape}"
+        )
     return ShapedArray(shape, dtype, False)
 
 

@@ -3,6 +3,7 @@
 Floats sort in NumPy's order: NaNs last, -0.0 equal to 0.0; complex numbers sort by real part,
 then imaginary part. Each block holds all the rules of one primitive.
 """
+
 from __future__ import annotations
 
 import operator
@@ -55,15 +56,20 @@ def _sort_abstract_eval(*operands: ShapedArray, dimension, is_stable, num_keys):
     shape = operands[0].shape
     for op in operands:
         if op.shape != shape:
-            raise TypeError("sort operands must all have the same shape, got "
-                            f"{', '.join(o.str_short() for o in operands)}")
+            raise TypeError(
+                "sort operands must all have the same shape, got "
+                f"{', '.join(o.str_short() for o in operands)}"
+            )
         check_dtype("sort", op.dtype, ANY)
     if not isinstance(num_keys, int) or not 1 <= num_keys <= len(operands):
-        raise ValueError(f"sort num_keys={num_keys} must be between 1 and the number of "
-                         f"operands ({len(operands)})")
+        raise ValueError(
+            f"sort num_keys={num_keys} must be between 1 and the number of "
+            f"operands ({len(operands)})"
+        )
     if not isinstance(dimension, int) or not 0 <= dimension < len(shape):
-        raise ValueError(f"sort dimension {dimension} is out of bounds for operands of rank "
-                         f"{len(shape)}")
+        raise ValueError(
+            f"sort dimension {dimension} is out of bounds for operands of rank {len(shape)}"
+        )
     return [ShapedArray(op.shape, op.dtype, op.weak_type) for op in operands]
 
 
@@ -75,14 +81,16 @@ def sort(operand, dimension: int = -1, is_stable: bool = True, num_keys: int = 1
     operands = (operand,) if single else tuple(operand)
     if not operands:
         raise TypeError("sort requires at least one operand")
-    ndim = len(np.shape(operands[0]) if not hasattr(operands[0], "shape")
-               else operands[0].shape)
+    ndim = len(np.shape(operands[0]) if not hasattr(operands[0], "shape") else operands[0].shape)
     dimension = operator.index(dimension)
     if not -ndim <= dimension < ndim:
-        raise ValueError(f"sort dimension {dimension} is out of bounds for an array of rank "
-                         f"{ndim}")
-    out = sort_p.bind(*operands, dimension=dimension % ndim, is_stable=bool(is_stable),
-                      num_keys=operator.index(num_keys))
+        raise ValueError(f"sort dimension {dimension} is out of bounds for an array of rank {ndim}")
+    out = sort_p.bind(
+        *operands,
+        dimension=dimension % ndim,
+        is_stable=bool(is_stable),
+        num_keys=operator.index(num_keys),
+    )
     return out[0] if single else tuple(out)
 
 
@@ -99,12 +107,13 @@ def _take_along_axis(x, indices, axis: int):
     if 0 in tuple(x.shape):
         # No element to take (the result is empty too); a gather's windows would not fit.
         return reshape(x, shape)
-    coordinates = [indices if d == axis else broadcasted_iota(indices.dtype, shape, d)
-                   for d in range(rank)]
+    coordinates = [
+        indices if d == axis else broadcasted_iota(indices.dtype, shape, d) for d in range(rank)
+    ]
     index_vectors = concatenate([expand_dims(c, (rank,)) for c in coordinates], rank)
     dimension_numbers = GatherDimensionNumbers(
-        offset_dims=(), collapsed_slice_dims=tuple(range(rank)),
-        start_index_map=tuple(range(rank)))
+        offset_dims=(), collapsed_slice_dims=tuple(range(rank)), start_index_map=tuple(range(rank))
+    )
     return gather(x, index_vectors, dimension_numbers, (1,) * rank)
 
 
@@ -114,10 +123,12 @@ def _take_along_axis(x, indices, axis: int):
 def _sort_jvp_rule(primals, tangents, *, dimension, is_stable, num_keys):
     shape = tuple(primals[0].shape)
     positions = broadcasted_iota(dtypes.int32, shape, dimension)
-    *outs, permutation = sort_p.bind(*primals, positions, dimension=dimension,
-                                     is_stable=is_stable, num_keys=num_keys)
-    out_tangents = [None if t is None else _take_along_axis(t, permutation, dimension)
-                    for t in tangents]
+    *outs, permutation = sort_p.bind(
+        *primals, positions, dimension=dimension, is_stable=is_stable, num_keys=num_keys
+    )
+    out_tangents = [
+        None if t is None else _take_along_axis(t, permutation, dimension) for t in tangents
+    ]
     return outs, out_tangents
 
 
@@ -128,10 +139,13 @@ def _sort_batching_rule(args, dims, *, dimension, is_stable, num_keys):
     template, bdim = next((x, d) for x, d in zip(args, dims) if d is not None)
     shape = tuple(template.shape)
     example_dims = tuple(d for d in range(len(shape)) if d != bdim)
-    operands = [broadcast_in_dim(x, shape, example_dims) if d is None
-                else move_bdim(x, d, bdim) for x, d in zip(args, dims)]
-    outs = sort_p.bind(*operands, dimension=dimension + (dimension >= bdim),
-                       is_stable=is_stable, num_keys=num_keys)
+    operands = [
+        broadcast_in_dim(x, shape, example_dims) if d is None else move_bdim(x, d, bdim)
+        for x, d in zip(args, dims)
+    ]
+    outs = sort_p.bind(
+        *operands, dimension=dimension + (dimension >= bdim), is_stable=is_stable, num_keys=num_keys
+    )
     return outs, [bdim] * len(outs)
 
 
@@ -169,11 +183,14 @@ def _top_k_abstract_eval(operand: ShapedArray, *, k):
     if not isinstance(k, int) or k < 0:
         raise ValueError(f"top_k k must be a non-negative int, got {k!r}")
     if k > operand.shape[-1]:
-        raise TypeError(f"top_k k={k} is larger than the last dimension of the operand "
-                        f"({operand.shape[-1]})")
+        raise TypeError(
+            f"top_k k={k} is larger than the last dimension of the operand ({operand.shape[-1]})"
+        )
     shape = operand.shape[:-1] + (k,)
-    return [ShapedArray(shape, operand.dtype, operand.weak_type),
-            ShapedArray(shape, dtypes.int32, False)]
+    return [
+        ShapedArray(shape, operand.dtype, operand.weak_type),
+        ShapedArray(shape, dtypes.int32, False),
+    ]
 
 
 def top_k(operand, k: int):
@@ -187,8 +204,9 @@ def top_k(operand, k: int):
 def _top_k_jvp_rule(primals, tangents, *, k):
     (operand,), (tangent,) = primals, tangents
     values, indices = top_k_p.bind(operand, k=k)
-    out_tangent = None if tangent is None else _take_along_axis(
-        tangent, indices, len(operand.shape) - 1)
+    out_tangent = (
+        None if tangent is None else _take_along_axis(tangent, indices, len(operand.shape) - 1)
+    )
     return [values, indices], [out_tangent, None]
 
 

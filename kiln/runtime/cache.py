@@ -16,6 +16,7 @@ checking that every guard is still current. An entry whose guards went stale kee
 objects that already use it (a jitted function keeps its trace-time values, as in JAX), while a
 new object moves to a fresh FunctionCache (`successor`) and traces with today's values.
 """
+
 from __future__ import annotations
 
 import dis
@@ -84,18 +85,25 @@ def function_key(fun: Callable, depth: int = 0) -> Any:
     t = type(fun)
     if t is types.FunctionType:
         closure = fun.__closure__
-        cells = () if closure is None else tuple(
-            _value_key(_cell_value(c), depth) for c in closure)
+        cells = () if closure is None else tuple(_value_key(_cell_value(c), depth) for c in closure)
         kwdefaults = fun.__kwdefaults__
-        return ("function", fun.__code__, Identity(fun.__globals__),
-                _value_key(fun.__defaults__, depth),
-                None if not kwdefaults else tuple(sorted(
-                    (k, _value_key(v, depth)) for k, v in kwdefaults.items())),
-                cells)
+        return (
+            "function",
+            fun.__code__,
+            Identity(fun.__globals__),
+            _value_key(fun.__defaults__, depth),
+            None
+            if not kwdefaults
+            else tuple(sorted((k, _value_key(v, depth)) for k, v in kwdefaults.items())),
+            cells,
+        )
     if t is functools.partial:
-        return ("partial", function_key(fun.func, depth),
-                tuple(_value_key(a, depth) for a in fun.args),
-                tuple(sorted((k, _value_key(v, depth)) for k, v in fun.keywords.items())))
+        return (
+            "partial",
+            function_key(fun.func, depth),
+            tuple(_value_key(a, depth) for a in fun.args),
+            tuple(sorted((k, _value_key(v, depth)) for k, v in fun.keywords.items())),
+        )
     if t is types.MethodType:
         return ("method", function_key(fun.__func__, depth), Identity(fun.__self__))
     return Identity(fun)
@@ -110,14 +118,21 @@ def _cell_value(cell) -> Any:
 
 # --- entries and per-function tables --------------------------------------------------------
 
+
 class Traced:
     """One trace of a function for one signature."""
 
-    __slots__ = ("jaxpr", "out_tree", "in_avals", "arg_names", "static_names", "guards",
-                 "trace_seconds")
+    __slots__ = (
+        "jaxpr",
+        "out_tree",
+        "in_avals",
+        "arg_names",
+        "static_names",
+        "guards",
+        "trace_seconds",
+    )
 
-    def __init__(self, jaxpr, out_tree, in_avals, arg_names, static_names, guards,
-                 trace_seconds):
+    def __init__(self, jaxpr, out_tree, in_avals, arg_names, static_names, guards, trace_seconds):
         self.jaxpr = jaxpr
         self.out_tree = out_tree
         self.in_avals = in_avals
@@ -135,8 +150,21 @@ class Entry:
     when one is rebound. `fast` is True when a hit needs no check (compiled, nothing watched).
     `tables` are the AdoptedTables holding the entry, emptied when it is evicted."""
 
-    __slots__ = ("key", "fc", "traced", "executable", "execute", "fast", "stamp", "in_avals",
-                 "out_tree", "single_output", "guards", "watched", "tables")
+    __slots__ = (
+        "key",
+        "fc",
+        "traced",
+        "executable",
+        "execute",
+        "fast",
+        "stamp",
+        "in_avals",
+        "out_tree",
+        "single_output",
+        "guards",
+        "watched",
+        "tables",
+    )
 
     def __init__(self, key, fc: "FunctionCache", traced: Traced):
         self.key = key
@@ -148,8 +176,7 @@ class Entry:
         self.out_tree = traced.out_tree
         self.single_output = traced.out_tree.num_nodes == 1 and traced.out_tree.num_leaves == 1
         self.guards = traced.guards
-        self.watched = tuple(g for g in traced.guards if g.watched) \
-            if fc.watch_captures else ()
+        self.watched = tuple(g for g in traced.guards if g.watched) if fc.watch_captures else ()
         self.tables: weakref.WeakSet = weakref.WeakSet()
         self.fast = False
         self.stamp = 0
@@ -198,9 +225,21 @@ class FunctionCache:
     (their entries still record guards, so that new function objects never reuse stale
     traces)."""
 
-    __slots__ = ("name", "source", "watch_captures", "entries", "pending", "hits", "misses",
-                 "traces", "compiles", "warned_recompiles", "warned_stale", "seen_keys",
-                 "__weakref__")
+    __slots__ = (
+        "name",
+        "source",
+        "watch_captures",
+        "entries",
+        "pending",
+        "hits",
+        "misses",
+        "traces",
+        "compiles",
+        "warned_recompiles",
+        "warned_stale",
+        "seen_keys",
+        "__weakref__",
+    )
 
     def __init__(self, name: str, source: str | None, watch_captures: bool = True):
         self.name = name
@@ -239,8 +278,9 @@ class _Stats:
 stats = _Stats()
 
 
-def function_cache(key: Any, name: str, source: str | None,
-                   watch_captures: bool = True) -> FunctionCache:
+def function_cache(
+    key: Any, name: str, source: str | None, watch_captures: bool = True
+) -> FunctionCache:
     """The shared FunctionCache for a function content key plus jit options."""
     fc = _registry.get(key)
     if fc is None:
@@ -300,9 +340,14 @@ def insert(fc: FunctionCache, key, entry: Entry) -> None:
             stats.evictions += 1
 
 
-def lookup_or_build(fc: FunctionCache, key, trace: Callable[[], Traced],
-                    compile_traced: Callable[[Traced], Any] | None,
-                    retrace: bool = False, on_miss: Callable[[], None] | None = None) -> Entry:
+def lookup_or_build(
+    fc: FunctionCache,
+    key,
+    trace: Callable[[], Traced],
+    compile_traced: Callable[[Traced], Any] | None,
+    retrace: bool = False,
+    on_miss: Callable[[], None] | None = None,
+) -> Entry:
     """The entry for `key`, tracing (and compiling, when `compile_traced` is given) on a miss.
 
     Concurrent callers of one key trace and compile once: the first becomes the owner, the
@@ -311,8 +356,11 @@ def lookup_or_build(fc: FunctionCache, key, trace: Callable[[], Traced],
     while True:
         with _lock:
             entry = fc.entries.get(key)
-            ready = entry is not None and not retrace and (
-                compile_traced is None or entry.executable is not None)
+            ready = (
+                entry is not None
+                and not retrace
+                and (compile_traced is None or entry.executable is not None)
+            )
             if ready:
                 return entry
             pending = fc.pending.get(key)
@@ -322,8 +370,10 @@ def lookup_or_build(fc: FunctionCache, key, trace: Callable[[], Traced],
         if owner:
             break
         if pending.thread == threading.get_ident():
-            raise RuntimeError(f"kiln.jit: {fc.name} was called with the same signature while "
-                               "it was being compiled in the same thread (recursion?).")
+            raise RuntimeError(
+                f"kiln.jit: {fc.name} was called with the same signature while "
+                "it was being compiled in the same thread (recursion?)."
+            )
         pending.event.wait()
         if pending.error is not None:
             raise pending.error
@@ -373,9 +423,15 @@ def add_traced(fc: FunctionCache, key, traced: Traced) -> Entry:
 def cache_stats() -> dict:
     """Process-wide jit cache statistics."""
     with _lock:
-        return {"hits": stats.hits, "misses": stats.misses, "traces": stats.traces,
-                "compiles": stats.compiles, "evictions": stats.evictions,
-                "entries": len(_all_entries), "capacity": int(config.compile_cache_size)}
+        return {
+            "hits": stats.hits,
+            "misses": stats.misses,
+            "traces": stats.traces,
+            "compiles": stats.compiles,
+            "evictions": stats.evictions,
+            "entries": len(_all_entries),
+            "capacity": int(config.compile_cache_size),
+        }
 
 
 def clear_all() -> None:
@@ -457,7 +513,7 @@ class Guard:
     __slots__ = ("kind", "container", "name", "value", "key", "watched")
 
     def __init__(self, kind: str, container: Any, name: str, value: Any):
-        self.kind = kind            # "global", "closure", "attribute" or "bound"
+        self.kind = kind  # "global", "closure", "attribute" or "bound"
         self.container = container
         self.name = name
         self.value = value
@@ -540,7 +596,7 @@ def _collect(fun: Any, owner: Any, guards: dict, seen: set, depth: int) -> None:
             if attr in namespace:
                 _add(guards, "global", namespace, attr, namespace[attr], seen, depth)
     defaults = fun.__defaults__ or ()
-    names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount]
+    names = code.co_varnames[code.co_argcount - len(defaults) : code.co_argcount]
     for name, value in list(zip(names, defaults)) + list((fun.__kwdefaults__ or {}).items()):
         _add_bound(guards, name, value, seen, depth)
     for name, cell in zip(code.co_freevars, fun.__closure__ or ()):
@@ -553,8 +609,7 @@ def _collect(fun: Any, owner: Any, guards: dict, seen: set, depth: int) -> None:
         _collect_attributes(code, owner, guards, seen, depth)
 
 
-def _add(guards: dict, kind: str, namespace, name: str, value: Any, seen: set,
-         depth: int) -> None:
+def _add(guards: dict, kind: str, namespace, name: str, value: Any, seen: set, depth: int) -> None:
     """Guard `namespace[name]` if it holds data; follow it if it is one of the user's functions."""
     if _is_data(value):
         guards.setdefault((kind, id(namespace), name), Guard(kind, namespace, name, value))
@@ -575,8 +630,9 @@ def _add_bound(guards: dict, name: str, value: Any, seen: set, depth: int) -> No
         _collect(value, None, guards, seen, depth + 1)
 
 
-def _collect_attributes(code: types.CodeType, owner: Any, guards: dict, seen: set,
-                        depth: int) -> None:
+def _collect_attributes(
+    code: types.CodeType, owner: Any, guards: dict, seen: set, depth: int
+) -> None:
     """Guard the `self.name` reads of a method: instance attributes holding data, and class
     attributes holding data; follow `self.helper(...)` into the helper."""
     instance_dict = getattr(owner, "__dict__", None)
@@ -613,11 +669,17 @@ def _attribute_loads_after(code: types.CodeType, first_op: tuple, first_name) ->
     pairs = []
     previous = None
     for ins in dis.get_instructions(code):
-        if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and previous is not None and \
-                isinstance(ins.argval, str):
+        if (
+            ins.opname in ("LOAD_ATTR", "LOAD_METHOD")
+            and previous is not None
+            and isinstance(ins.argval, str)
+        ):
             pairs.append((previous, ins.argval))
-        previous = ins.argval if ins.opname in first_op and (
-            first_name is None or ins.argval == first_name) else None
+        previous = (
+            ins.argval
+            if ins.opname in first_op and (first_name is None or ins.argval == first_name)
+            else None
+        )
     return pairs
 
 
@@ -638,13 +700,21 @@ def _self_attribute_loads(code: types.CodeType) -> tuple[str, ...]:
         return ()
     this = code.co_varnames[0]
     pairs = _attribute_loads_after(
-        code, ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW", "LOAD_DEREF"), this)
+        code, ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW", "LOAD_DEREF"), this
+    )
     return tuple(dict.fromkeys(attr for _, attr in pairs))
 
 
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in (
-    sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")) if p})
+_LIBRARY_DIRS = tuple(
+    {
+        os.path.abspath(p) + os.sep
+        for p in (
+            sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+        )
+        if p
+    }
+)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -667,6 +737,7 @@ def _is_user_module(module: types.ModuleType) -> bool:
 
 # --- cache-miss explanations ------------------------------------------------------------------
 
+
 def describe_value(value: Any) -> str:
     """A short description of a captured value for warnings."""
     aval = getattr(value, "aval", None)
@@ -686,15 +757,21 @@ def explain_miss(key, previous: list, names: list[str], static_names) -> str:
         o_tree, o_sig, o_context, o_backend, o_static = other
         if o_tree != in_tree or len(o_sig) != len(sig):
             return 1000
-        return sum(a != b for a, b in zip(sig, o_sig)) + (o_static != static) * 100 + \
-            (o_context != context) + (o_backend != backend)
+        return (
+            sum(a != b for a, b in zip(sig, o_sig))
+            + (o_static != static) * 100
+            + (o_context != context)
+            + (o_backend != backend)
+        )
 
     closest = min(previous, key=distance)
     o_tree, o_sig, o_context, o_backend, o_static = closest
     reasons = []
     if o_tree != in_tree:
-        reasons.append(f"the pytree structure of the arguments changed from "
-                       f"{_describe_tree(o_tree)} to {_describe_tree(in_tree)}")
+        reasons.append(
+            f"the pytree structure of the arguments changed from "
+            f"{_describe_tree(o_tree)} to {_describe_tree(in_tree)}"
+        )
     else:
         for name, now, before in zip(names, sig, o_sig):
             if now == before:
@@ -723,8 +800,7 @@ def explain_miss(key, previous: list, names: list[str], static_names) -> str:
     if o_backend != backend:
         reasons.append(f"backend changed: {o_backend} -> {backend}")
     if not reasons:
-        reasons.append("this signature was compiled before, but its entry was evicted or "
-                       "cleared")
+        reasons.append("this signature was compiled before, but its entry was evicted or cleared")
     return "; ".join(reasons)
 
 

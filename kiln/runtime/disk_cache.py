@@ -13,6 +13,7 @@ compiles afresh and the new entry replaces it. Entries are written to a temporar
 same directory and renamed into place, so concurrent processes only ever see whole entries.
 The directory is created user-only, and one that others may write to is not trusted.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,12 +43,14 @@ _MAX_HEADER = 1 << 16
 
 def _kiln_version() -> str:
     from kiln import __version__  # the package is initialized by the time anything compiles
+
     return __version__
 
 
 @dataclass
 class CacheStats:
     """What the disk cache did in this process."""
+
     hits: int = 0
     misses: int = 0
     rejected: int = 0
@@ -56,9 +59,14 @@ class CacheStats:
     reasons: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {"hits": self.hits, "misses": self.misses, "rejected": self.rejected,
-                "writes": self.writes, "write_errors": self.write_errors,
-                "rejected_by_reason": dict(self.reasons)}
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "rejected": self.rejected,
+            "writes": self.writes,
+            "write_errors": self.write_errors,
+            "rejected_by_reason": dict(self.reasons),
+        }
 
 
 class CorruptEntry(Exception):
@@ -100,7 +108,7 @@ class DiskCache:
         if header_length > _MAX_HEADER or start + header_length > len(data):
             raise CorruptEntry("bad header length")
         try:
-            header = json.loads(data[start:start + header_length].decode("utf-8"))
+            header = json.loads(data[start : start + header_length].decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             raise CorruptEntry("unreadable header") from None
         if not isinstance(header, dict):
@@ -111,15 +119,18 @@ class DiskCache:
         if header.get("key") != key:
             raise CorruptEntry("key mismatch")
         sizes = header.get("sizes")
-        payload = data[start + header_length:]
-        if (not isinstance(sizes, list) or len(sizes) != 2
-                or not all(isinstance(s, int) and s >= 0 for s in sizes)
-                or sum(sizes) != len(payload)):
+        payload = data[start + header_length :]
+        if (
+            not isinstance(sizes, list)
+            or len(sizes) != 2
+            or not all(isinstance(s, int) and s >= 0 for s in sizes)
+            or sum(sizes) != len(payload)
+        ):
             raise CorruptEntry("payload length mismatch")
         if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
             raise CorruptEntry("checksum mismatch")
-        object_bytes = payload[:sizes[0]]
-        ir_text = payload[sizes[0]:].decode("utf-8", "replace") if sizes[1] else None
+        object_bytes = payload[: sizes[0]]
+        ir_text = payload[sizes[0] :].decode("utf-8", "replace") if sizes[1] else None
         self._count("hits")
         return object_bytes, ir_text
 
@@ -128,13 +139,18 @@ class DiskCache:
         """Write an entry atomically (temporary file + rename); failures are only counted."""
         ir_bytes = (llvm_ir or "").encode("utf-8")
         payload = object_bytes + ir_bytes
-        header = dict(self.identity, key=key, sizes=[len(object_bytes), len(ir_bytes)],
-                      sha256=hashlib.sha256(payload).hexdigest())
+        header = dict(
+            self.identity,
+            key=key,
+            sizes=[len(object_bytes), len(ir_bytes)],
+            sha256=hashlib.sha256(payload).hexdigest(),
+        )
         header_bytes = json.dumps(header, sort_keys=True).encode("utf-8")
         path = self._path(key)
         try:
-            descriptor, temporary = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp",
-                                                     dir=self.directory)
+            descriptor, temporary = tempfile.mkstemp(
+                prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory
+            )
             try:
                 with os.fdopen(descriptor, "wb") as out:
                     out.write(MAGIC + _LENGTH.pack(len(header_bytes)) + header_bytes + payload)
@@ -161,16 +177,24 @@ class DiskCache:
         with self._lock:
             self.stats.rejected += 1
             self.stats.reasons[reason] = self.stats.reasons.get(reason, 0) + 1
-        logger.warning("kiln: ignoring the disk cache entry %s (%s); recompiling and "
-                       "rewriting it", path, reason)
+        logger.warning(
+            "kiln: ignoring the disk cache entry %s (%s); recompiling and rewriting it",
+            path,
+            reason,
+        )
 
 
 def identity(target) -> dict:
     """What an entry must have been written for: versions and the target."""
-    return {"format": FORMAT_VERSION, "kiln": _kiln_version(),
-            "llvmlite": llvmlite.__version__,
-            "llvm": ".".join(map(str, llvm.llvm_version_info)),
-            "triple": target.triple, "cpu": target.cpu_name, "features": target.features}
+    return {
+        "format": FORMAT_VERSION,
+        "kiln": _kiln_version(),
+        "llvmlite": llvmlite.__version__,
+        "llvm": ".".join(map(str, llvm.llvm_version_info)),
+        "triple": target.triple,
+        "cpu": target.cpu_name,
+        "features": target.features,
+    }
 
 
 _warned_paths: set[str] = set()
@@ -195,8 +219,11 @@ def usable_directory(path: str | os.PathLike) -> Path | None:
         reason = err.strerror or str(err)
         if str(directory) not in _warned_paths:
             _warned_paths.add(str(directory))
-            warnings.warn(f"kiln: the disk cache directory {str(directory)!r} (KILN_CACHE_DIR) "
-                          f"cannot be used ({reason}); compiling without the disk cache.",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"kiln: the disk cache directory {str(directory)!r} (KILN_CACHE_DIR) "
+                f"cannot be used ({reason}); compiling without the disk cache.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return None
     return directory

@@ -7,6 +7,7 @@ external symbol the object needs must resolve (libm, libc, kiln's own builtins):
 raises UnresolvedSymbolError naming it instead of binding it to address 0. Objects can persist
 on disk (kiln.runtime.disk_cache) when KILN_CACHE_DIR is set.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -42,8 +43,9 @@ class _Library:
     """One MCJIT instance holding one program's machine code; freed with this object."""
 
     def __init__(self, object_bytes: bytes, target_: target.Target):
-        empty = llvm.parse_assembly(f'target triple = "{target_.triple}"\n'
-                                    f'target datalayout = "{target_.data_layout}"\n')
+        empty = llvm.parse_assembly(
+            f'target triple = "{target_.triple}"\ntarget datalayout = "{target_.data_layout}"\n'
+        )
         # MCJIT owns (and frees) the machine it is given: each instance gets a fresh one.
         self.jit = llvm.create_mcjit_compiler(empty, target_.create_machine())
         self.object_file = llvm.ObjectFileRef.from_data(object_bytes)
@@ -70,15 +72,23 @@ class NativeProgram:
     as long as this object or its `entry` (which refers back to it).
     """
 
-    def __init__(self, program: kir.Program, symbol: str, library: _Library,
-                 unoptimized_ir: str, llvm_ir: str | None, engine: "Engine"):
+    def __init__(
+        self,
+        program: kir.Program,
+        symbol: str,
+        library: _Library,
+        unoptimized_ir: str,
+        llvm_ir: str | None,
+        engine: "Engine",
+    ):
         self.program = program
         self.symbol = symbol
         self._library = library
         self.address = library.address(symbol)
         if not self.address:
-            raise UnresolvedSymbolError(f"kiln: the compiled object of {program.name} does "
-                                        f"not define its entry {symbol}")
+            raise UnresolvedSymbolError(
+                f"kiln: the compiled object of {program.name} does not define its entry {symbol}"
+            )
         self.unoptimized_ir = unoptimized_ir
         self.llvm_ir = llvm_ir
         self.arguments: tuple[kir.Buffer, ...] = program.arguments
@@ -104,8 +114,10 @@ class NativeProgram:
         """
         if isinstance(pointers, np.ndarray):
             if pointers.dtype.itemsize != 8 or pointers.shape != (len(self.arguments),):
-                raise ValueError(f"{self.program.name}: expected {len(self.arguments)} 64-bit "
-                                 f"addresses, got an array of {pointers.dtype} {pointers.shape}")
+                raise ValueError(
+                    f"{self.program.name}: expected {len(self.arguments)} 64-bit "
+                    f"addresses, got an array of {pointers.dtype} {pointers.shape}"
+                )
             self.entry(pointers.ctypes.data)
         elif isinstance(pointers, int):
             self.entry(pointers)
@@ -116,8 +128,7 @@ class NativeProgram:
         """Convenience for tests and tools: run on NumPy inputs, return fresh output arrays."""
         program = self.program
         if len(inputs) != len(program.inputs):
-            raise TypeError(f"{program.name} takes {len(program.inputs)} inputs, "
-                            f"got {len(inputs)}")
+            raise TypeError(f"{program.name} takes {len(program.inputs)} inputs, got {len(inputs)}")
         arrays = [_as_buffer(x, b) for x, b in zip(inputs, program.inputs)]
         outputs = tuple(np.empty(b.shape, b.dtype) for b in program.outputs)
         pointers = np.array([a.ctypes.data for a in arrays + list(outputs)], dtype=np.uint64)
@@ -133,8 +144,7 @@ def _as_buffer(value, buffer: kir.Buffer) -> np.ndarray:
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)  # (ascontiguousarray alone turns 0-d into 1-d)
     if array.shape != buffer.shape:
-        raise ValueError(f"input {buffer.name!r} must have shape {buffer.shape}, "
-                         f"got {array.shape}")
+        raise ValueError(f"input {buffer.name!r} must have shape {buffer.shape}, got {array.shape}")
     return array
 
 
@@ -159,8 +169,9 @@ def _load_process_symbols() -> None:
                 except RuntimeError:
                     pass
         baseline = target.make_target(support.SUPPORT_CPU)
-        module = llvm.parse_assembly(str(support.support_module(baseline.triple,
-                                                               baseline.data_layout)))
+        module = llvm.parse_assembly(
+            str(support.support_module(baseline.triple, baseline.data_layout))
+        )
         module.verify()
         machine = baseline.create_machine()
         target.optimize(module, machine)
@@ -177,8 +188,9 @@ def _load_process_symbols() -> None:
 def unresolved_symbols(object_bytes: bytes) -> list[str]:
     """The external symbols of an object that nothing in the process provides."""
     _load_process_symbols()
-    return [name for name in objects.undefined_symbols(object_bytes)
-            if not llvm.address_of_symbol(name)]
+    return [
+        name for name in objects.undefined_symbols(object_bytes) if not llvm.address_of_symbol(name)
+    ]
 
 
 def load_object(object_bytes: bytes, target_: target.Target, what: str = "an object"):
@@ -190,11 +202,13 @@ def load_object(object_bytes: bytes, target_: target.Target, what: str = "an obj
             f"kiln: the native code of {what} (target {target_.describe()}) calls "
             f"{', '.join(missing)}, which nothing in this process provides; running it would "
             "jump to address 0. This is a bug in kiln's code generation: please report it; "
-            "jit(..., backend='interpret') avoids native code meanwhile.")
+            "jit(..., backend='interpret') avoids native code meanwhile."
+        )
     return _Library(object_bytes, target_)
 
 
 # --- where modules are optimized ---------------------------------------------------------------
+
 
 class _Optimizer:
     """Runs LLVM's pipeline on a module's text and emits its object file: in this process for
@@ -212,8 +226,9 @@ class _Optimizer:
         self._worker: subprocess.Popen | None = None
         self._worker_jobs = 0
 
-    def optimize(self, ir_text: str, target_: target.Target,
-                 machine: llvm.TargetMachine) -> tuple[str, bytes]:
+    def optimize(
+        self, ir_text: str, target_: target.Target, machine: llvm.TargetMachine
+    ) -> tuple[str, bytes]:
         with self._lock:
             if self.in_process < config.llvm_in_process_compiles:
                 self.in_process += 1
@@ -225,15 +240,18 @@ class _Optimizer:
         if self._worker is None or self._worker_jobs >= self.WORKER_JOBS:
             self._stop_worker()
             self._worker = subprocess.Popen(
-                [sys.executable, llvm_worker.__file__], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE)
+                [sys.executable, llvm_worker.__file__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
             self._worker_jobs = 0
             self.workers_started += 1
         worker = self._worker
         self._worker_jobs += 1
         try:
-            llvm_worker.write_frame(worker.stdin, (target_.triple, target_.cpu_name,
-                                                   target_.features, ir_text))
+            llvm_worker.write_frame(
+                worker.stdin, (target_.triple, target_.cpu_name, target_.features, ir_text)
+            )
             reply = llvm_worker.read_frame(worker.stdout)
         except OSError:
             reply = None
@@ -266,6 +284,7 @@ atexit.register(_optimizer.close)
 
 # --- the engine --------------------------------------------------------------------------------
 
+
 class Engine:
     """Compiles programs for one target; identical programs share one NativeProgram while it
     lives. Compilation is serialized by a lock (the optimizing machine is shared)."""
@@ -276,8 +295,9 @@ class Engine:
         self._lock = threading.RLock()
         # Used for optimizing, emitting objects and printing assembly; never given to a JIT.
         self._machine = target_.create_machine()
-        self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = \
+        self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = (
             weakref.WeakValueDictionary()
+        )
         self.disk_cache = cache
 
     def compile(self, program: kir.Program, verify: bool = True) -> NativeProgram:
@@ -325,8 +345,11 @@ class Engine:
         try:
             return self._link(program, symbol, object_bytes, unoptimized, optimized)
         except (UnresolvedSymbolError, objects.ObjectFormatError) as err:
-            logger.warning("kiln: the disk cache entry for %s did not load (%s); recompiling",
-                           program.name, err)
+            logger.warning(
+                "kiln: the disk cache entry for %s did not load (%s); recompiling",
+                program.name,
+                err,
+            )
             return None
 
     def _link(self, program, symbol, object_bytes, unoptimized, optimized) -> NativeProgram:
@@ -360,8 +383,11 @@ def _disk_cache_for(target_: target.Target) -> disk_cache.DiskCache | None:
     key = (str(path), target_)
     if key not in _disk_caches:
         directory = disk_cache.usable_directory(path)
-        _disk_caches[key] = (disk_cache.DiskCache(directory, disk_cache.identity(target_))
-                             if directory is not None else None)
+        _disk_caches[key] = (
+            disk_cache.DiskCache(directory, disk_cache.identity(target_))
+            if directory is not None
+            else None
+        )
     return _disk_caches[key]
 
 

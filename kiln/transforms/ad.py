@@ -6,10 +6,10 @@ unknown tangents under partial evaluation, transforms/partial_eval.py) followed 
 transposition of the linear jaxpr (transforms/transpose.py). Under `jit` both passes are staged
 into the enclosing jaxpr, so the forward and backward computations compile as one program.
 """
+
 from __future__ import annotations
 
 import functools
-import inspect
 import operator
 from typing import Any, Callable, Sequence
 
@@ -25,7 +25,8 @@ from kiln.transforms.partial_eval import Linearized, linearize_flat
 from kiln.transforms.staging import function_name, function_source
 
 
-# --- argument handling -------------------------------------------------------------------------
+# --- argument handling ---------------------------------------------------------------------------
+
 
 def _check_leaf(x: Any, where: str) -> Any:
     """An argument leaf as a kiln value: Python scalars become weakly typed arrays and NumPy
@@ -36,6 +37,7 @@ def _check_leaf(x: Any, where: str) -> Any:
         return x
     if isinstance(x, (bool, int, float, complex, np.ndarray, np.generic)):
         from kiln.core.trace import to_numpy_and_weak
+
         value, weak = to_numpy_and_weak(x)
         return Array._wrap(value, weak)
     raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type.")
@@ -54,6 +56,7 @@ def _describe(fun: Callable) -> str:
 def _ones_like(x):
     from kiln.primitives.base import scalar_to_array
     from kiln.primitives.shape import broadcast_in_dim
+
     aval = get_aval(x)
     return broadcast_in_dim(scalar_to_array(1, aval.dtype, aval.weak_type), aval.shape, ())
 
@@ -61,6 +64,7 @@ def _ones_like(x):
 def _zeros_cotangent(aval):
     """The cotangent of an input that received none: zeros, or float0 zeros for integers."""
     from kiln.primitives.base import zeros_like_aval
+
     if not has_tangent_space(aval.dtype):
         return float0_zeros(aval.shape)
     return zeros_like_aval(aval)
@@ -72,48 +76,61 @@ def _is_float0(x) -> bool:
 
 # --- jvp and linearize ---------------------------------------------------------------------------
 
+
 def jvp(fun: Callable, primals, tangents, has_aux: bool = False):
     """Evaluate `fun` at `primals` and its directional derivative along `tangents`: returns
     `(fun(*primals), tangent_out)` (and the aux data with `has_aux`)."""
     from kiln.transforms.jvp import jvp_flat
+
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-        raise TypeError("primal and tangent arguments to kiln.jvp must be tuples or lists; "
-                        f"found {type(primals).__name__} and {type(tangents).__name__}.")
+        raise TypeError(
+            "primal and tangent arguments to kiln.jvp must be tuples or lists; "
+            f"found {type(primals).__name__} and {type(tangents).__name__}."
+        )
     flat_primals, in_tree = _flatten_args(tuple(primals), "jvp")
     flat_tangents, tangent_tree = _flatten_args(tuple(tangents), "jvp")
     if in_tree != tangent_tree:
-        raise TypeError("primal and tangent arguments to kiln.jvp must have the same tree "
-                        f"structure; primals have tree structure {in_tree} whereas tangents "
-                        f"have tree structure {tangent_tree}.")
+        raise TypeError(
+            "primal and tangent arguments to kiln.jvp must have the same tree "
+            f"structure; primals have tree structure {in_tree} whereas tangents "
+            f"have tree structure {tangent_tree}."
+        )
     tangents_in = []
     for p, t in zip(flat_primals, flat_tangents):
         pa = get_aval(p)
         if _is_float0(t):
             if has_tangent_space(pa.dtype):
-                raise TypeError("primal and tangent arguments to kiln.jvp do not match; dtypes "
-                                "must be equal, or in case of int/bool primal dtype the tangent "
-                                f"dtype must be float0.Got primal dtype {pa.dtype} and so "
-                                f"expected tangent dtype {pa.dtype}, but got tangent dtype "
-                                "float0 instead.")
+                raise TypeError(
+                    "primal and tangent arguments to kiln.jvp do not match; dtypes "
+                    "must be equal, or in case of int/bool primal dtype the tangent "
+                    f"dtype must be float0.Got primal dtype {pa.dtype} and so "
+                    f"expected tangent dtype {pa.dtype}, but got tangent dtype "
+                    "float0 instead."
+                )
             tangents_in.append(None)
             continue
         ta = get_aval(t)
         if tuple(ta.shape) != tuple(pa.shape):
-            raise ValueError("jvp called with different primal and tangent shapes;Got primal "
-                             f"shape {pa.shape} and tangent shape as {ta.shape}")
+            raise ValueError(
+                "jvp called with different primal and tangent shapes;Got primal "
+                f"shape {pa.shape} and tangent shape as {ta.shape}"
+            )
         expected = pa.dtype if has_tangent_space(pa.dtype) else float0
         if ta.dtype != expected:
-            raise TypeError("primal and tangent arguments to kiln.jvp do not match; dtypes must "
-                            "be equal, or in case of int/bool primal dtype the tangent dtype "
-                            f"must be float0.Got primal dtype {pa.dtype} and so expected "
-                            f"tangent dtype {expected}, but got tangent dtype {ta.dtype} "
-                            "instead.")
+            raise TypeError(
+                "primal and tangent arguments to kiln.jvp do not match; dtypes must "
+                "be equal, or in case of int/bool primal dtype the tangent dtype "
+                f"must be float0.Got primal dtype {pa.dtype} and so expected "
+                f"tangent dtype {expected}, but got tangent dtype {ta.dtype} "
+                "instead."
+            )
         tangents_in.append(t if has_tangent_space(pa.dtype) else None)
     flat_fun, out_info = _flat_function(fun, in_tree, has_aux)
     out_primals, out_tangents = jvp_flat(flat_fun, flat_primals, tangents_in)
     out_tree, aux = out_info()
-    out_tangents = [_zeros_cotangent(get_aval(p)) if t is None else t
-                    for p, t in zip(out_primals, out_tangents)]
+    out_tangents = [
+        _zeros_cotangent(get_aval(p)) if t is None else t for p, t in zip(out_primals, out_tangents)
+    ]
     result = (api_util.unflatten(out_tree, out_primals), api_util.unflatten(out_tree, out_tangents))
     return result + (aux,) if has_aux else result
 
@@ -128,15 +145,20 @@ def _flat_function(fun: Callable, in_tree, has_aux: bool, kwargs: dict | None = 
         out = fun(*args, **(kwargs or {}))
         if has_aux:
             if not (isinstance(out, (tuple, list)) and len(out) == 2):
-                raise TypeError("has_aux=True requires the function to return a pair "
-                                f"(output, aux); {_describe(fun)} returned {type(out).__name__}")
+                raise TypeError(
+                    "has_aux=True requires the function to return a pair "
+                    f"(output, aux); {_describe(fun)} returned {type(out).__name__}"
+                )
             out, box["aux"] = out
         out_leaves, box["tree"] = api_util.flatten(out)
         for leaf in out_leaves:
-            if not isinstance(leaf, (Array, Tracer, np.ndarray, np.generic, bool, int, float,
-                                     complex)):
-                raise TypeError(f"{_describe(fun)} returned a value of type {type(leaf)}, "
-                                "which is not a valid JAX type.")
+            if not isinstance(
+                leaf, (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)
+            ):
+                raise TypeError(
+                    f"{_describe(fun)} returned a value of type {type(leaf)}, "
+                    "which is not a valid JAX type."
+                )
         return out_leaves
 
     def out_info():
@@ -157,6 +179,7 @@ def _strip_aux(aux):
         while isinstance(leaf, JVPTracer) and not leaf._trace.alive:
             leaf = leaf.primal
         return leaf
+
     leaves, tree = api_util.flatten(aux)
     return api_util.unflatten(tree, [strip(leaf) for leaf in leaves])
 
@@ -172,14 +195,18 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
     def f_jvp(*tangents):
         flat_t, t_tree = _flatten_args(tangents, "linearize")
         if t_tree != in_tree:
-            raise TypeError(f"linearized function called on tangent values inconsistent with "
-                            f"the original primal values: expected {in_tree}, got {t_tree}")
+            raise TypeError(
+                f"linearized function called on tangent values inconsistent with "
+                f"the original primal values: expected {in_tree}, got {t_tree}"
+            )
         for t, a in zip(flat_t, lin.in_avals):
             ta = get_aval(t) if not _is_float0(t) else None
             if ta is not None and tuple(ta.shape) != tuple(a.shape):
-                raise ValueError(f"linearized function called on tangent values inconsistent "
-                                 f"with the original primal values: got tangent shape "
-                                 f"{ta.shape} for primal shape {a.shape}")
+                raise ValueError(
+                    f"linearized function called on tangent values inconsistent "
+                    f"with the original primal values: got tangent shape "
+                    f"{ta.shape} for primal shape {a.shape}"
+                )
         outs = lin.apply([None if _is_float0(t) else t for t in flat_t])
         outs = [_zeros_cotangent(a) if o is None else o for o, a in zip(outs, lin.out_avals)]
         return api_util.unflatten(out_tree, outs)
@@ -188,7 +215,8 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
     return (out, f_jvp, aux) if has_aux else (out, f_jvp)
 
 
-# --- vjp ------------------------------------------------------------------------------------------
+# --- vjp -----------------------------------------------------------------------------------------
+
 
 class VJPFunction:
     """The pullback returned by `vjp`: call it with a cotangent shaped like the output."""
@@ -207,31 +235,40 @@ class VJPFunction:
                 "unexpected tree structure.\n\nThe argument to a VJP function returned by "
                 "`kiln.vjp` must match the pytree\nstructure of the differentiated function "
                 f"{self._fun_desc}.\n\nBut the tree structures differ:\n  expected "
-                f"{self._out_tree}\n  got {ct_tree}")
+                f"{self._out_tree}\n  got {ct_tree}"
+            )
         cts = []
         for ct, aval in zip(flat_ct, lin.out_avals):
             if _is_float0(ct):
                 if has_tangent_space(aval.dtype) or tuple(np.shape(ct)) != tuple(aval.shape):
-                    raise ValueError(f"unexpected JAX type (e.g. shape/dtype) for argument to "
-                                     f"VJP function: got float0{list(np.shape(ct))}, but "
-                                     f"expected {aval.str_short()}")
+                    raise ValueError(
+                        f"unexpected JAX type (e.g. shape/dtype) for argument to "
+                        f"VJP function: got float0{list(np.shape(ct))}, but "
+                        f"expected {aval.str_short()}"
+                    )
                 cts.append(None)
                 continue
             ca = get_aval(ct)
             expected = aval.dtype if has_tangent_space(aval.dtype) else float0
             if tuple(ca.shape) != tuple(aval.shape) or (
-                    ca.dtype != expected and not (ca.weak_type and has_tangent_space(expected))):
-                exp = aval.str_short() if expected != float0 else \
-                    f"float0[{','.join(map(str, aval.shape))}]"
+                ca.dtype != expected and not (ca.weak_type and has_tangent_space(expected))
+            ):
+                exp = (
+                    aval.str_short()
+                    if expected != float0
+                    else f"float0[{','.join(map(str, aval.shape))}]"
+                )
                 raise ValueError(
                     "unexpected JAX type (e.g. shape/dtype) for argument to VJP function: got "
                     f"{ca.str_short()}, but expected {exp} because the corresponding output "
-                    f"of the differentiated function had JAX type {aval.str_short()}")
+                    f"of the differentiated function had JAX type {aval.str_short()}"
+                )
             if not has_tangent_space(aval.dtype):
                 cts.append(None)
                 continue
             if ca.dtype != aval.dtype:
                 from kiln.primitives.elementwise import convert_element_type
+
                 ct = convert_element_type(ct, aval.dtype)
             cts.append(ct)
         cts_in = lin.transpose(cts)
@@ -251,7 +288,8 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     return (out, pullback, aux) if has_aux else (out, pullback)
 
 
-# --- grad -----------------------------------------------------------------------------------------
+# --- grad ----------------------------------------------------------------------------------------
+
 
 def _normalize_argnums(argnums) -> tuple[tuple[int, ...], bool]:
     if isinstance(argnums, (tuple, list)):
@@ -263,9 +301,11 @@ def _split_diff_args(fun_desc: str, args: tuple, argnums: tuple[int, ...]):
     n = len(args)
     for a in argnums:
         if a >= n or a < -n:
-            raise TypeError(f"differentiating with respect to argnums={a} requires at least "
-                            f"{(a if a >= 0 else -a - 1) + 1} positional arguments to be "
-                            f"passed by the caller, but got only {n} positional arguments.")
+            raise TypeError(
+                f"differentiating with respect to argnums={a} requires at least "
+                f"{(a if a >= 0 else -a - 1) + 1} positional arguments to be "
+                f"passed by the caller, but got only {n} positional arguments."
+            )
     return tuple(a % n for a in argnums)
 
 
@@ -273,16 +313,20 @@ def _check_input_dtype(x, holomorphic: bool, allow_int: bool, name: str) -> None
     dtype = get_aval(x).dtype if not _is_float0(x) else float0
     if holomorphic:
         if not dtypes.is_complex(dtype):
-            raise TypeError(f"{name} with holomorphic=True requires inputs with complex dtype, "
-                            f"but got {dtype.name}.")
+            raise TypeError(
+                f"{name} with holomorphic=True requires inputs with complex dtype, "
+                f"but got {dtype.name}."
+            )
         return
     if dtypes.is_floating(dtype) or dtypes.is_complex(dtype):
         return
     if allow_int and (dtypes.is_integer(dtype) or dtypes.is_bool(dtype) or dtype == float0):
         return
-    raise TypeError(f"{name} requires real- or complex-valued inputs (input dtype that is a "
-                    f"sub-dtype of np.inexact), but got {dtype.name}. If you want to use "
-                    "Boolean- or integer-valued inputs, use vjp or set allow_int to True.")
+    raise TypeError(
+        f"{name} requires real- or complex-valued inputs (input dtype that is a "
+        f"sub-dtype of np.inexact), but got {dtype.name}. If you want to use "
+        "Boolean- or integer-valued inputs, use vjp or set allow_int to True."
+    )
 
 
 def _check_output(out, holomorphic: bool, name: str) -> None:
@@ -290,28 +334,42 @@ def _check_output(out, holomorphic: bool, name: str) -> None:
         raise TypeError(f"Gradient only defined for scalar-output functions. Output was {out!r}.")
     aval = get_aval(out)
     if aval.shape != ():
-        raise TypeError("Gradient only defined for scalar-output functions. Output had shape: "
-                        f"{tuple(aval.shape)}.")
+        raise TypeError(
+            "Gradient only defined for scalar-output functions. Output had shape: "
+            f"{tuple(aval.shape)}."
+        )
     dtype = aval.dtype
     if holomorphic:
         if not dtypes.is_complex(dtype):
-            raise TypeError(f"{name} with holomorphic=True requires outputs with complex dtype, "
-                            f"but got {dtype.name}.")
+            raise TypeError(
+                f"{name} with holomorphic=True requires outputs with complex dtype, "
+                f"but got {dtype.name}."
+            )
         return
     if dtypes.is_complex(dtype):
-        raise TypeError(f"{name} requires real-valued outputs (output dtype that is a sub-dtype "
-                        f"of np.floating), but got {dtype.name}. For holomorphic "
-                        "differentiation, pass holomorphic=True. For differentiation of "
-                        "non-holomorphic functions involving complex outputs, use kiln.vjp "
-                        "directly.")
+        raise TypeError(
+            f"{name} requires real-valued outputs (output dtype that is a sub-dtype "
+            f"of np.floating), but got {dtype.name}. For holomorphic "
+            "differentiation, pass holomorphic=True. For differentiation of "
+            "non-holomorphic functions involving complex outputs, use kiln.vjp "
+            "directly."
+        )
     if not dtypes.is_floating(dtype):
-        raise TypeError(f"{name} requires real-valued outputs (output dtype that is a sub-dtype "
-                        f"of np.floating), but got {dtype.name}. For differentiation of "
-                        "functions with integer outputs, use kiln.vjp directly.")
+        raise TypeError(
+            f"{name} requires real-valued outputs (output dtype that is a sub-dtype "
+            f"of np.floating), but got {dtype.name}. For differentiation of "
+            "functions with integer outputs, use kiln.vjp directly."
+        )
 
 
-def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-                   holomorphic: bool = False, allow_int: bool = False, reduce_axes=()):
+def value_and_grad(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+    reduce_axes=(),
+):
     """A function returning `(fun(*args), gradient)` (with `has_aux`: `((value, aux),
     gradient)`); the gradient has the structure of the `argnums` arguments."""
     if not callable(fun):
@@ -345,8 +403,14 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
     return value_and_grad_fun
 
 
-def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-         holomorphic: bool = False, allow_int: bool = False, reduce_axes=()):
+def grad(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+    reduce_axes=(),
+):
     """The gradient of a scalar-valued `fun` with respect to the arguments `argnums`."""
     vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int, reduce_axes)
 
@@ -360,20 +424,22 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
     return grad_fun
 
 
-# --- Jacobians -------------------------------------------------------------------------------------
+# --- Jacobians -----------------------------------------------------------------------------------
+
 
 def _std_basis(flat_avals):
     """Stacked one-hot tangents for every element of the flat inputs: returns, per input, an
     array of shape (total, *shape)."""
     from kiln.primitives.shape import reshape
     import kiln.numpy as jnp
+
     sizes = [int(np.prod(a.shape, dtype=np.int64)) for a in flat_avals]
     total = sum(sizes)
     dtype = dtypes.result_type(*(a.dtype for a in flat_avals)) if flat_avals else np.float32
     eye = jnp.eye(total, dtype=dtype)
     out, start = [], 0
     for a, size in zip(flat_avals, sizes):
-        block = eye[:, start:start + size].astype(a.dtype)
+        block = eye[:, start : start + size].astype(a.dtype)
         out.append(reshape(block, (total,) + tuple(a.shape), None))
         start += size
     return out, total
@@ -382,19 +448,25 @@ def _std_basis(flat_avals):
 def _split_rows(x, in_avals, in_tree, leading_shape):
     """Unstack the basis axis (last after vmap's out_axes=-1) into the inputs' shapes."""
     from kiln.primitives.shape import reshape
+
     sizes = [int(np.prod(a.shape, dtype=np.int64)) for a in in_avals]
     parts, start = [], 0
     for a, size in zip(in_avals, sizes):
-        part = x[..., start:start + size]
+        part = x[..., start : start + size]
         parts.append(reshape(part, tuple(leading_shape) + tuple(a.shape), None))
         start += size
     return api_util.unflatten(in_tree, parts)
 
 
-def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-           holomorphic: bool = False):
+def jacfwd(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+):
     """The Jacobian of `fun` by forward mode (one jvp per input element, vmapped)."""
     from kiln.transforms.vmap import vmap
+
     nums, single = _normalize_argnums(argnums)
 
     def jacfun(*args, **kwargs):
@@ -440,20 +512,30 @@ def _check_jac_input(x, holomorphic: bool, name: str) -> None:
     dtype = get_aval(x).dtype
     if holomorphic:
         if not dtypes.is_complex(dtype):
-            raise TypeError(f"{name} with holomorphic=True requires inputs with complex dtype, "
-                            f"but got {dtype.name}.")
+            raise TypeError(
+                f"{name} with holomorphic=True requires inputs with complex dtype, "
+                f"but got {dtype.name}."
+            )
     elif not dtypes.is_floating(dtype):
-        raise TypeError(f"{name} requires real-valued inputs (input dtype that is a sub-dtype "
-                        f"of np.floating), but got {dtype.name}. For holomorphic "
-                        "differentiation, pass holomorphic=True. For differentiation of "
-                        "non-holomorphic functions involving complex inputs or integer inputs, "
-                        "use kiln.vjp directly.")
+        raise TypeError(
+            f"{name} requires real-valued inputs (input dtype that is a sub-dtype "
+            f"of np.floating), but got {dtype.name}. For holomorphic "
+            "differentiation, pass holomorphic=True. For differentiation of "
+            "non-holomorphic functions involving complex inputs or integer inputs, "
+            "use kiln.vjp directly."
+        )
 
 
-def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-           holomorphic: bool = False, allow_int: bool = False):
+def jacrev(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+):
     """The Jacobian of `fun` by reverse mode (one vjp per output element, vmapped)."""
     from kiln.transforms.vmap import vmap
+
     nums, single = _normalize_argnums(argnums)
 
     def jacfun(*args, **kwargs):
@@ -480,12 +562,17 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         cts = vmap(lambda *b: pullback(api_util.unflatten(y_tree, list(b))))(*basis)
         # cts: a tuple (one per dyn arg) of trees with leading axis `total`
         from kiln.primitives.shape import reshape
+
         ct_leaves, ct_tree = api_util.flatten(cts)
         per_out = []
         sizes = [int(np.prod(a.shape, dtype=np.int64)) for a in y_avals]
         for a, size, start in zip(y_avals, sizes, np.cumsum([0] + sizes[:-1])):
-            rows = [reshape(c[int(start):int(start) + size], tuple(a.shape) + tuple(c.shape[1:]),
-                            None) for c in ct_leaves]
+            rows = [
+                reshape(
+                    c[int(start) : int(start) + size], tuple(a.shape) + tuple(c.shape[1:]), None
+                )
+                for c in ct_leaves
+            ]
             tree = api_util.unflatten(ct_tree, rows)
             per_out.append(tree[0] if single else tree)
         result = api_util.unflatten(y_tree, per_out)
@@ -497,27 +584,40 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 jacobian = jacrev
 
 
-def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
-            holomorphic: bool = False):
+def hessian(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+):
     """The Hessian of a scalar function: jacfwd of jacrev."""
-    return jacfwd(jacrev(fun, argnums, has_aux=has_aux, holomorphic=holomorphic), argnums,
-                  has_aux=has_aux, holomorphic=holomorphic)
+    return jacfwd(
+        jacrev(fun, argnums, has_aux=has_aux, holomorphic=holomorphic),
+        argnums,
+        has_aux=has_aux,
+        holomorphic=holomorphic,
+    )
 
 
-# --- linear_transpose -------------------------------------------------------------------------------
+# --- linear_transpose ----------------------------------------------------------------------------
+
 
 def linear_transpose(fun: Callable, *primals, reduce_axes=()):
     """The transpose of the linear function `fun`, traced at the shapes and dtypes of
     `primals`: `f_t(ct)` returns a tuple with one cotangent per primal argument."""
     from kiln.transforms.transpose import linear_transpose_flat
+
     flat_primals, in_tree = _flatten_args(primals, "linear_transpose")
     in_avals = [get_aval(p) for p in flat_primals]
     for a in in_avals:
         if not dtypes.is_inexact(a.dtype):
-            raise TypeError("linear_transpose only supports [float or complex] -> [float or "
-                            f"complex], got {a.dtype.name} input")
+            raise TypeError(
+                "linear_transpose only supports [float or complex] -> [float or "
+                f"complex], got {a.dtype.name} input"
+            )
     flat_fun, out_info = _flat_function(fun, in_tree, False)
     from kiln.transforms.staging import trace_to_jaxpr
+
     closed, _ = trace_to_jaxpr(lambda *xs: (flat_fun(*xs), None), in_avals)
     out_tree, _ = out_info()
     out_avals = closed.jaxpr.out_avals
@@ -525,17 +625,23 @@ def linear_transpose(fun: Callable, *primals, reduce_axes=()):
     def transposed(cotangent):
         from kiln.core.ad_util import UndefinedPrimal
         from kiln.transforms.transpose import backward_pass
+
         flat_ct, ct_tree = api_util.flatten(cotangent)
         if ct_tree != out_tree:
-            raise TypeError(f"cotangent tree does not match function output, expected "
-                            f"{out_tree} but got {ct_tree}")
+            raise TypeError(
+                f"cotangent tree does not match function output, expected "
+                f"{out_tree} but got {ct_tree}"
+            )
         for ct, a in zip(flat_ct, out_avals):
             ca = get_aval(ct)
             if tuple(ca.shape) != tuple(a.shape) or ca.dtype != a.dtype and not ca.weak_type:
-                raise TypeError(f"cotangent type does not match function output, expected "
-                                f"{a.str_short()} but got {ca.str_short()}")
-        cts = backward_pass(closed.jaxpr, closed.consts,
-                            [UndefinedPrimal(a) for a in in_avals], flat_ct)
+                raise TypeError(
+                    f"cotangent type does not match function output, expected "
+                    f"{a.str_short()} but got {ca.str_short()}"
+                )
+        cts = backward_pass(
+            closed.jaxpr, closed.consts, [UndefinedPrimal(a) for a in in_avals], flat_ct
+        )
         cts = [_zeros_cotangent(a) if c is None else c for c, a in zip(cts, in_avals)]
         return api_util.unflatten(in_tree, cts)
 

@@ -7,6 +7,7 @@ for every example — and runs the primitive's batching rule with the enclosing 
 Collective primitives (psum, axis_index, ...) name an axis; the trace whose `axis_name` matches
 reduces over its batch dimension, the others pass them through.
 """
+
 from __future__ import annotations
 
 import threading
@@ -91,7 +92,7 @@ class BatchTracer(Tracer):
         if self.bdim is None:
             return aval
         shape = tuple(aval.shape)
-        return aval.update(shape=shape[:self.bdim] + shape[self.bdim + 1:])
+        return aval.update(shape=shape[: self.bdim] + shape[self.bdim + 1 :])
 
     def _origin_msg(self) -> str:
         val = self.val
@@ -103,8 +104,13 @@ class BatchTrace(Trace):
 
     handles_call_primitives = True  # a jitted call stays one call (pjit's batching rule)
 
-    def __init__(self, parent: Trace | None, axis_size: int, axis_name: Any = None,
-                 spmd_axis_name: Any = None):
+    def __init__(
+        self,
+        parent: Trace | None,
+        axis_size: int,
+        axis_name: Any = None,
+        spmd_axis_name: Any = None,
+    ):
         super().__init__(parent)
         self.axis_size = axis_size
         self.axis_name = axis_name
@@ -137,7 +143,8 @@ class BatchTrace(Trace):
                 rule = rules.batching_rules.get(primitive)
                 if rule is None:
                     raise NotImplementedError(
-                        f"Batching rule for '{primitive.name}' not implemented")
+                        f"Batching rule for '{primitive.name}' not implemented"
+                    )
                 out, out_dims = rule(vals, dims, **params)
         if primitive.multiple_results:
             return [self._wrap(o, d) for o, d in zip(out, out_dims)]
@@ -154,6 +161,7 @@ def move_to(x, src: int | None, dst: int | None, size: int):
     broadcast along a new axis `dst`. dst None requires src None."""
     from kiln.primitives.base import move_bdim
     from kiln.primitives.shape import broadcast_in_dim
+
     if dst is None:
         if src is not None:
             raise ValueError("move_to: cannot unbatch a batched value")
@@ -166,9 +174,15 @@ def move_to(x, src: int | None, dst: int | None, size: int):
     return move_bdim(x, src, dst)
 
 
-def batch_flat(fun: Callable, args: Sequence[Any], in_dims: Sequence[int | None],
-               axis_size: int, out_dims: Sequence[int | None] | Callable,
-               axis_name: Any = None, spmd_axis_name: Any = None) -> list:
+def batch_flat(
+    fun: Callable,
+    args: Sequence[Any],
+    in_dims: Sequence[int | None],
+    axis_size: int,
+    out_dims: Sequence[int | None] | Callable,
+    axis_name: Any = None,
+    spmd_axis_name: Any = None,
+) -> list:
     """Run `fun(*per_example_args) -> list` on `args` batched along `in_dims` (None: not
     batched); returns the outputs with their batch dimension at `out_dims` (a list, or a
     function of the number of outputs giving one)."""
@@ -190,9 +204,13 @@ def batch_flat(fun: Callable, args: Sequence[Any], in_dims: Sequence[int | None]
         trace.invalidate()
 
 
-def batch_jaxpr(closed: ClosedJaxpr, axis_size: int, in_dims: Sequence[int | None],
-                out_dims: Sequence[int | None] | None = None, axis_name: Any = None
-                ) -> tuple[ClosedJaxpr, list[int | None]]:
+def batch_jaxpr(
+    closed: ClosedJaxpr,
+    axis_size: int,
+    in_dims: Sequence[int | None],
+    out_dims: Sequence[int | None] | None = None,
+    axis_name: Any = None,
+) -> tuple[ClosedJaxpr, list[int | None]]:
     """The batched version of a jaxpr, as a jaxpr: inputs batched along `in_dims` (None: not
     batched; the jaxpr takes them as they are). With `out_dims` given, every output is moved
     (or broadcast) to it; otherwise each output keeps the dimension its rules gave it (at 0,
@@ -216,8 +234,9 @@ def batch_jaxpr(closed: ClosedJaxpr, axis_size: int, in_dims: Sequence[int | Non
     def fun(*args):
         trace = BatchTrace(current_trace(), axis_size, axis_name)
         try:
-            tracers = [BatchTracer(trace, a, d) if d is not None else a
-                       for a, d in zip(args, in_dims)]
+            tracers = [
+                BatchTracer(trace, a, d) if d is not None else a for a, d in zip(args, in_dims)
+            ]
             with set_current_trace(trace), bind_axis(axis_name, axis_size):
                 outs = eval_jaxpr(closed.jaxpr, closed.consts, *tracers)
             results, dims = [], []

@@ -7,6 +7,7 @@ a hit runs the executable directly. Under an outer trace (make_jaxpr, an enclosi
 the function is staged as one `pjit` equation calling its traced jaxpr (the primitive lives in
 kiln/primitives/pjit.py; this module installs the compiler its eager impl runs through).
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,7 @@ from kiln.runtime import cache
 from kiln.transforms import jit_options
 from kiln.transforms.staging import DebugInfo, function_name, function_source, trace_to_jaxpr
 
-__all__ = ["jit", "Lowered", "Compiled", "StaleCaptureWarning",
-           "RecompilationWarning"]
+__all__ = ["jit", "Lowered", "Compiled", "StaleCaptureWarning", "RecompilationWarning"]
 
 logger = logging.getLogger("kiln")
 _NAMESPACE = api_util.NAMESPACE
@@ -59,17 +59,21 @@ class RecompilationWarning(UserWarning):
 
 # --- compiling the jaxpr of an eager pjit call ---------------------------------------------------
 
+
 def _executable_for_jaxpr(jaxpr: ClosedJaxpr, name: str):
     """Compile a staged jaxpr through the compile cache, keyed by the jaxpr's identity (the
     key holds the jaxpr, so its id cannot be reused while the entry lives)."""
     from kiln.compiler import pipeline
+
     backend = pipeline.resolve_backend(None)
     fc = cache.function_cache(("pjit", cache.Identity(jaxpr), backend), name, None)
     entry = fc.entries.get(())
     if entry is None or entry.executable is None:
+
         def trace() -> cache.Traced:
-            out_tree = optree.tree_structure(tuple(range(len(jaxpr.out_avals))),
-                                             namespace=_NAMESPACE)
+            out_tree = optree.tree_structure(
+                tuple(range(len(jaxpr.out_avals))), namespace=_NAMESPACE
+            )
             return cache.Traced(jaxpr, out_tree, tuple(jaxpr.in_avals), [], [], (), 0.0)
 
         def compile_traced(traced: cache.Traced):
@@ -88,11 +92,14 @@ set_executable_builder(_executable_for_jaxpr)
 # --- argument signatures -----------------------------------------------------------------------
 
 _SCALAR_SIGNATURES = {
-    x64: {bool: ((), dtypes.bool_, False),
-          int: ((), dtypes.int64 if x64 else dtypes.int32, True),
-          float: ((), dtypes.float64 if x64 else dtypes.float32, True),
-          complex: ((), dtypes.complex128 if x64 else dtypes.complex64, True)}
-    for x64 in (False, True)}
+    x64: {
+        bool: ((), dtypes.bool_, False),
+        int: ((), dtypes.int64 if x64 else dtypes.int32, True),
+        float: ((), dtypes.float64 if x64 else dtypes.float32, True),
+        complex: ((), dtypes.complex128 if x64 else dtypes.complex64, True),
+    }
+    for x64 in (False, True)
+}
 
 _VALID_LEAF = (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)
 
@@ -162,11 +169,16 @@ def _short(aval: ShapedArray) -> str:
 
 # --- jit ---------------------------------------------------------------------------------------
 
-def jit(fun: Callable | None = None, static_argnums: int | Sequence[int] | None = None,
-        static_argnames: str | Sequence[str] | None = None,
-        donate_argnums: int | Sequence[int] | None = None,
-        donate_argnames: str | Sequence[str] | None = None, backend: str | None = None,
-        on_stale_capture: str = "warn") -> "JitWrapped":
+
+def jit(
+    fun: Callable | None = None,
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Sequence[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Sequence[str] | None = None,
+    backend: str | None = None,
+    on_stale_capture: str = "warn",
+) -> "JitWrapped":
     """Compile `fun`: trace it once per input signature, optimize, cache and run the result.
 
     Args:
@@ -183,10 +195,14 @@ def jit(fun: Callable | None = None, static_argnums: int | Sequence[int] | None 
     Returns:
       The wrapped function (also has .lower(), .clear_cache(), ._cache_size()).
     """
-    options = dict(static_argnums=static_argnums, static_argnames=static_argnames,
-                   donate_argnums=donate_argnums, donate_argnames=donate_argnames,
-                   backend=backend,
-                   on_stale_capture=on_stale_capture)
+    options = dict(
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames,
+        backend=backend,
+        on_stale_capture=on_stale_capture,
+    )
     if fun is None:
         return functools.partial(jit, **options)
     return JitWrapped(fun, **options)
@@ -196,16 +212,26 @@ class JitWrapped:
     """A jitted function. Calling it runs the cached executable for the arguments' signature,
     tracing and compiling first on a miss."""
 
-    def __init__(self, fun: Callable, static_argnums, static_argnames, donate_argnums,
-                 donate_argnames, backend, on_stale_capture):
+    def __init__(
+        self,
+        fun: Callable,
+        static_argnums,
+        static_argnames,
+        donate_argnums,
+        donate_argnames,
+        backend,
+        on_stale_capture,
+    ):
         if not callable(fun):
             raise TypeError(f"jit expected a callable, got {fun!r} of type {type(fun).__name__}")
         if on_stale_capture not in ("warn", "retrace", "ignore"):
-            raise ValueError("on_stale_capture must be 'warn', 'retrace' or 'ignore', got "
-                             f"{on_stale_capture!r}")
+            raise ValueError(
+                f"on_stale_capture must be 'warn', 'retrace' or 'ignore', got {on_stale_capture!r}"
+            )
         functools.update_wrapper(self, fun)
         if backend is not None:
             from kiln.compiler import pipeline
+
             pipeline.resolve_backend(backend)  # unknown names fail here, not at first call
         self._fun = fun
         self._name = function_name(fun)
@@ -214,17 +240,30 @@ class JitWrapped:
             self._static_argnums, self._static_argnames = (), ()  # no signature inspection
         else:
             self._static_argnums, self._static_argnames = jit_options.static_options(
-                fun, self._name, static_argnums, static_argnames)
+                fun, self._name, static_argnums, static_argnames
+            )
         self._donate_argnums = jit_options.donated_positions(
-            fun, self._name, donate_argnums, donate_argnames, self._static_argnums,
-            self._static_argnames)
+            fun,
+            self._name,
+            donate_argnums,
+            donate_argnames,
+            self._static_argnums,
+            self._static_argnames,
+        )
         self._backend = backend
         self._on_stale = on_stale_capture
         self._has_static = bool(self._static_argnums or self._static_argnames)
-        self._fc_key = (cache.function_key(fun), self._static_argnums, self._static_argnames,
-                        self._donate_argnums, backend, on_stale_capture)
-        self._fc = cache.function_cache(self._fc_key, self._name, self._source,
-                                        watch_captures=on_stale_capture != "ignore")
+        self._fc_key = (
+            cache.function_key(fun),
+            self._static_argnums,
+            self._static_argnames,
+            self._donate_argnums,
+            backend,
+            on_stale_capture,
+        )
+        self._fc = cache.function_cache(
+            self._fc_key, self._name, self._source, watch_captures=on_stale_capture != "ignore"
+        )
         # This object's own view of the cache: the hot path looks entries up here only.
         self._entries = cache.AdoptedTable()
         self._stale_reason: str | None = None
@@ -265,8 +304,9 @@ class JitWrapped:
             tree = _tree_key(treedef, len(args), bool(kwargs))
         key = (tree, tuple(sig), _config.trace_context(), self._backend or _config.backend, ())
         entry = self._entries.get(key)
-        if entry is not None and (entry.fast or (
-                entry.execute is not None and not self._must_retrace(entry))):
+        if entry is not None and (
+            entry.fast or (entry.execute is not None and not self._must_retrace(entry))
+        ):
             entry.stamp = next(_clock)
             _stats.hits += 1
             outs = entry.execute(leaves if plain else _convert_leaves(leaves, entry.in_avals))
@@ -281,16 +321,31 @@ class JitWrapped:
         dyn_args, dyn_kwargs, static_key = self._split(args, kwargs)
         leaves, in_tree = _flatten_args(dyn_args, dyn_kwargs)
         if _trace_state.trace is not None:
-            return self._call_staged(args, kwargs, dyn_args, dyn_kwargs, static_key, leaves,
-                                     in_tree)
+            return self._call_staged(
+                args, kwargs, dyn_args, dyn_kwargs, static_key, leaves, in_tree
+            )
         sig = tuple(_leaf_signature(x) for x in leaves)
         key = self._key(in_tree, len(dyn_args), bool(dyn_kwargs), sig, static_key)
         entry = self._find(key)
-        if entry is None or entry.executable is None or (
-                entry.watched and self._must_retrace(entry)):
+        if (
+            entry is None
+            or entry.executable is None
+            or (entry.watched and self._must_retrace(entry))
+        ):
             retrace = entry is not None and entry.executable is not None
-            entry = self._build(key, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves,
-                                in_tree, compile_it=True, retrace=retrace, found=entry)
+            entry = self._build(
+                key,
+                args,
+                kwargs,
+                dyn_args,
+                dyn_kwargs,
+                static_key,
+                leaves,
+                in_tree,
+                compile_it=True,
+                retrace=retrace,
+                found=entry,
+            )
         else:
             entry.stamp = next(_clock)
             _stats.hits += 1
@@ -302,10 +357,17 @@ class JitWrapped:
         static = ()
         if self._has_static:
             static_args, static_kwargs = static_key
-            static = (tuple((i, type(v), v) for i, v in static_args),
-                      tuple((k, type(v), v) for k, v in static_kwargs))
-        key = (_tree_key(in_tree, nargs, has_kwargs), sig, _config.trace_context(),
-               self._backend or _config.backend, static)
+            static = (
+                tuple((i, type(v), v) for i, v in static_args),
+                tuple((k, type(v), v) for k, v in static_kwargs),
+            )
+        key = (
+            _tree_key(in_tree, nargs, has_kwargs),
+            sig,
+            _config.trace_context(),
+            self._backend or _config.backend,
+            static,
+        )
         try:
             hash(key)
         except TypeError:
@@ -321,8 +383,13 @@ class JitWrapped:
         """Under an outer trace: stage one pjit equation calling the traced jaxpr."""
         names = self._leaf_names(args, kwargs, in_tree, leaves)
         avals = self._abstractify(leaves, names)
-        key = self._key(in_tree, len(dyn_args), bool(dyn_kwargs),
-                        tuple(_aval_signature(a) for a in avals), static_key)
+        key = self._key(
+            in_tree,
+            len(dyn_args),
+            bool(dyn_kwargs),
+            tuple(_aval_signature(a) for a in avals),
+            static_key,
+        )
         entry = self._find(key)
         if entry is not None and not (entry.watched and self._must_retrace(entry)):
             traced = entry.traced
@@ -343,9 +410,21 @@ class JitWrapped:
         return _tree_unflatten(traced.out_tree, outs)
 
     # --- tracing and compiling ------------------------------------------------------------
-    def _build(self, key, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves, in_tree,
-               compile_it: bool, retrace: bool = False, allow_shape_structs: bool = False,
-               found: cache.Entry | None = None) -> cache.Entry:
+    def _build(
+        self,
+        key,
+        args,
+        kwargs,
+        dyn_args,
+        dyn_kwargs,
+        static_key,
+        leaves,
+        in_tree,
+        compile_it: bool,
+        retrace: bool = False,
+        allow_shape_structs: bool = False,
+        found: cache.Entry | None = None,
+    ) -> cache.Entry:
         """Trace (and compile) for `key`, or finish `found`, the entry `_find` gave; the result
         is adopted by this object."""
         names_box: list = []
@@ -365,8 +444,9 @@ class JitWrapped:
 
         # An adopted entry may belong to the table this object used before moving on.
         fc = found.fc if found is not None else self._fc
-        entry = cache.lookup_or_build(fc, key, trace, self._compile if compile_it else None,
-                                      retrace=retrace, on_miss=on_miss)
+        entry = cache.lookup_or_build(
+            fc, key, trace, self._compile if compile_it else None, retrace=retrace, on_miss=on_miss
+        )
         cache.adopt(self._entries, entry)
         return entry
 
@@ -379,27 +459,35 @@ class JitWrapped:
             tree = _tree_unflatten(in_tree, list(tracers))
             call_args, call_kwargs = tree if has_kwargs else (tree, {})
             if has_static:
-                call_args, call_kwargs = api_util.merge_static(call_args, call_kwargs,
-                                                               static_key)
+                call_args, call_kwargs = api_util.merge_static(call_args, call_kwargs, static_key)
             out = fun(*call_args, **call_kwargs)
             out_leaves, out_tree = _tree_flatten(out, namespace=_NAMESPACE)
             for leaf in out_leaves:
                 if not isinstance(leaf, _VALID_LEAF):
-                    raise TypeError(f"jit({name}) returned a value of type "
-                                    f"{type(leaf).__name__}, which is not an array; jitted "
-                                    "functions return pytrees of arrays and scalars.")
+                    raise TypeError(
+                        f"jit({name}) returned a value of type "
+                        f"{type(leaf).__name__}, which is not an array; jitted "
+                        "functions return pytrees of arrays and scalars."
+                    )
             return out_leaves, out_tree
 
         start = time.perf_counter()
         debug = DebugInfo(name, self._source, "jit", list(names))
         closed, out_tree = trace_to_jaxpr(flat_fun, avals, debug)
         guards = cache.record_captures(fun)
-        return cache.Traced(closed, out_tree, tuple(avals), list(names),
-                            self._static_names(static_key), guards,
-                            time.perf_counter() - start)
+        return cache.Traced(
+            closed,
+            out_tree,
+            tuple(avals),
+            list(names),
+            self._static_names(static_key),
+            guards,
+            time.perf_counter() - start,
+        )
 
     def _compile(self, traced: cache.Traced):
         from kiln.compiler import pipeline
+
         start = time.perf_counter()
         optimized = pipeline.optimize(traced.jaxpr, self._name)
         optimized_at = time.perf_counter()
@@ -408,10 +496,14 @@ class JitWrapped:
         if _config.log_compiles:
             logger.warning(
                 "Compiling %s for signature %s: trace %.2f ms, optimize %.2f ms, "
-                "backend %s %.2f ms", self._name,
+                "backend %s %.2f ms",
+                self._name,
                 _format_signature(traced.arg_names, traced.in_avals, traced.static_names),
-                traced.trace_seconds * 1e3, (optimized_at - start) * 1e3,
-                executable.backend, (done - optimized_at) * 1e3)
+                traced.trace_seconds * 1e3,
+                (optimized_at - start) * 1e3,
+                executable.backend,
+                (done - optimized_at) * 1e3,
+            )
         fc = self._fc
         if fc.compiles + 1 >= RECOMPILE_WARNING_THRESHOLD and not fc.warned_recompiles:
             fc.warned_recompiles = True
@@ -421,7 +513,9 @@ class JitWrapped:
                 "types, static argument values). If shapes vary, pad inputs to a few fixed "
                 "sizes; if a static argument takes many values, pass it as a traced argument "
                 "instead of through static_argnums/static_argnames.",
-                RecompilationWarning, stacklevel=_user_stacklevel())
+                RecompilationWarning,
+                stacklevel=_user_stacklevel(),
+            )
         return executable
 
     # --- arguments: names, validation, statics ---------------------------------------------
@@ -433,8 +527,9 @@ class JitWrapped:
                 params = inspect.signature(self._fun).parameters.values()
             except (TypeError, ValueError):
                 params = []
-            positional = [p.name for p in params
-                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            positional = [
+                p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
             varargs = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
             names = self.__dict__["_positional"] = (positional, varargs)
         return names
@@ -466,24 +561,31 @@ class JitWrapped:
             names.append(base + "".join(f"[{k!r}]" for k in path[2:]))
         return names
 
-    def _abstractify(self, leaves: list, names: list[str],
-                     allow_shape_structs: bool = False) -> list[ShapedArray]:
+    def _abstractify(
+        self, leaves: list, names: list[str], allow_shape_structs: bool = False
+    ) -> list[ShapedArray]:
         avals = []
         for x, name in zip(leaves, names):
             if allow_shape_structs and isinstance(x, ShapeDtypeStruct):
                 avals.append(ShapedArray(x.shape, dtypes.canonicalize(x.dtype), x.weak_type))
                 continue
             if not isinstance(x, _VALID_LEAF) or (
-                    isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind not in "biufc"
-                    and x.dtype != dtypes.bfloat16):
-                what = f"of type {type(x)}" if not isinstance(x, (np.ndarray, np.generic)) \
+                isinstance(x, (np.ndarray, np.generic))
+                and x.dtype.kind not in "biufc"
+                and x.dtype != dtypes.bfloat16
+            ):
+                what = (
+                    f"of type {type(x)}"
+                    if not isinstance(x, (np.ndarray, np.generic))
                     else f"a NumPy value of dtype {x.dtype}"
+                )
                 raise TypeError(
                     f"Error interpreting argument to jit({self._name}) as an abstract array. "
                     f"The problematic value is {what} and was passed to the function at path "
                     f"{name}.\nThis typically means that a jit-wrapped function was called "
                     "with a non-array argument, and this argument was not marked as static "
-                    "using the static_argnums or static_argnames parameters of jit.")
+                    "using the static_argnums or static_argnames parameters of jit."
+                )
             if isinstance(x, Tracer) and _trace_state.trace is None:
                 raise leaked_tracer_error(x)
             dtypes.check_argument(x, name)
@@ -497,8 +599,9 @@ class JitWrapped:
     def _static_names(self, static_key) -> list[tuple[str, Any]]:
         static_args, static_kwargs = static_key
         nargs = max((i for i, _ in static_args), default=-1) + 1
-        return [(self._param_name(i, nargs), v) for i, v in static_args] + \
-            [(k, v) for k, v in static_kwargs]
+        return [(self._param_name(i, nargs), v) for i, v in static_args] + [
+            (k, v) for k, v in static_kwargs
+        ]
 
     def _unhashable_static_error(self, static_key) -> Exception:
         for name, value in self._static_names(static_key):
@@ -510,7 +613,8 @@ class JitWrapped:
                     f"`{name}` of jit({self._name}) is a value of type {type(value).__name__} "
                     f"({err}). Static arguments must be hashable, since they are part of the "
                     "compile-cache key: pass a tuple instead of a list, or pass the value as a "
-                    "regular (traced) argument.")
+                    "regular (traced) argument."
+                )
         return TypeError(f"jit({self._name}): the arguments cannot be hashed.")
 
     # --- captured values -------------------------------------------------------------------
@@ -540,7 +644,8 @@ class JitWrapped:
             self._stale_reason = (
                 "an equal function was traced for this signature while "
                 + ", ".join(f"the {g.describe()} held {g.held()}" for g in stale)
-                + "; it has changed since")
+                + "; it has changed since"
+            )
             self._fc = cache.successor(self._fc_key, fc)
 
     def _must_retrace(self, entry: cache.Entry) -> bool:
@@ -564,7 +669,9 @@ class JitWrapped:
                     "would trace again). Pass it as an argument, or use "
                     "jit(..., on_stale_capture='retrace') to retrace when it changes "
                     "('ignore' silences this warning).",
-                    StaleCaptureWarning, stacklevel=_user_stacklevel())
+                    StaleCaptureWarning,
+                    stacklevel=_user_stacklevel(),
+                )
         # Warned about: stop checking these on each call, so the call path is fast again
         # (new objects still check them before adopting the entry).
         entry.unwatch(stale)
@@ -580,8 +687,11 @@ class JitWrapped:
             self._stale_reason = None
         else:
             previous = [k for k in self._fc.seen_keys if k != key]
-            reason = cache.explain_miss(key, previous, names, self._static_names(static_key)) \
-                if previous else "tracing for the first time (a new function)"
+            reason = (
+                cache.explain_miss(key, previous, names, self._static_names(static_key))
+                if previous
+                else "tracing for the first time (a new function)"
+            )
         logger.warning("kiln.jit cache miss for %s: %s", where, reason)
 
     # --- public helpers --------------------------------------------------------------------
@@ -589,15 +699,29 @@ class JitWrapped:
         """Trace for these arguments (arrays, scalars or ShapeDtypeStructs) without running."""
         dyn_args, dyn_kwargs, static_key = self._split(args, kwargs)
         leaves, in_tree = _flatten_args(dyn_args, dyn_kwargs)
-        sig = tuple(_aval_signature(ShapedArray(x.shape, dtypes.canonicalize(x.dtype),
-                                                x.weak_type))
-                    if isinstance(x, ShapeDtypeStruct) else _leaf_signature(x) for x in leaves)
+        sig = tuple(
+            _aval_signature(ShapedArray(x.shape, dtypes.canonicalize(x.dtype), x.weak_type))
+            if isinstance(x, ShapeDtypeStruct)
+            else _leaf_signature(x)
+            for x in leaves
+        )
         key = self._key(in_tree, len(dyn_args), bool(dyn_kwargs), sig, static_key)
         entry = self._find(key)
         if entry is None or (entry.watched and self._must_retrace(entry)):
-            entry = self._build(key, args, kwargs, dyn_args, dyn_kwargs, static_key, leaves,
-                                in_tree, compile_it=False, allow_shape_structs=True,
-                                retrace=entry is not None, found=entry)
+            entry = self._build(
+                key,
+                args,
+                kwargs,
+                dyn_args,
+                dyn_kwargs,
+                static_key,
+                leaves,
+                in_tree,
+                compile_it=False,
+                allow_shape_structs=True,
+                retrace=entry is not None,
+                found=entry,
+            )
         return Lowered(self, entry)
 
     def clear_cache(self) -> None:
@@ -613,8 +737,12 @@ class JitWrapped:
     def cache_info(self) -> dict:
         """Statistics of this function's cache (shared by jits of equal functions)."""
         fc = self._fc
-        return {"size": len(fc.entries), "misses": fc.misses, "traces": fc.traces,
-                "compiles": fc.compiles}
+        return {
+            "size": len(fc.entries),
+            "misses": fc.misses,
+            "traces": fc.traces,
+            "compiles": fc.compiles,
+        }
 
     def __get__(self, instance, owner=None):
         return self if instance is None else types.MethodType(self, instance)
@@ -629,8 +757,9 @@ def _hoist_tracer_consts(closed: ClosedJaxpr) -> ClosedJaxpr:
     is_tracer = [isinstance(c, Tracer) for c in closed.consts]
     hoisted = [v for v, t in zip(jaxpr.constvars, is_tracer) if t]
     kept = [(v, c) for v, c, t in zip(jaxpr.constvars, closed.consts, is_tracer) if not t]
-    new = Jaxpr([v for v, _ in kept], hoisted + list(jaxpr.invars), jaxpr.outvars, jaxpr.eqns,
-                jaxpr.effects)
+    new = Jaxpr(
+        [v for v, _ in kept], hoisted + list(jaxpr.invars), jaxpr.outvars, jaxpr.eqns, jaxpr.effects
+    )
     return ClosedJaxpr(new, [c for _, c in kept])
 
 
@@ -646,6 +775,7 @@ _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _user_stacklevel() -> int:
     """The warnings stacklevel of the first frame outside the kiln package."""
     import sys
+
     frame = sys._getframe(1)
     level = 1
     while frame is not None and frame.f_code.co_filename.startswith(_KILN_DIR):
@@ -655,6 +785,7 @@ def _user_stacklevel() -> int:
 
 
 # --- lowering -----------------------------------------------------------------------------------
+
 
 class Lowered:
     """A traced function for one signature (jit(f).lower(*args))."""
@@ -685,8 +816,9 @@ class Lowered:
         wrapped = self._wrapped
         entry = self._entry
         if entry.executable is None:
-            entry = cache.lookup_or_build(entry.fc, entry.key, lambda: entry.traced,
-                                          wrapped._compile)
+            entry = cache.lookup_or_build(
+                entry.fc, entry.key, lambda: entry.traced, wrapped._compile
+            )
             cache.adopt(wrapped._entries, entry)
         return Compiled(wrapped, entry)
 
@@ -704,8 +836,10 @@ class Compiled:
         ins = ", ".join(a.str_short() for a in executable.in_avals)
         outs = ", ".join(a.str_short() for a in executable.out_avals)
         outs = outs if len(executable.out_avals) == 1 else f"({outs})"
-        header = (f"kiln module jit_{self._wrapped._name}, entry_signature=({ins}) -> {outs}, "
-                  f"backend={executable.backend}")
+        header = (
+            f"kiln module jit_{self._wrapped._name}, entry_signature=({ins}) -> {outs}, "
+            f"backend={executable.backend}"
+        )
         if executable.hidden_args:
             header += f", hidden_args={len(executable.hidden_args)}"
         return f"{header}\n{executable.as_text()}"
@@ -716,12 +850,16 @@ class Compiled:
         sig = tuple(_leaf_signature(x) for x in leaves)
         expected_tree, expected_sig = entry.key[0], entry.key[1]
         same_tree = _tree_key(in_tree, len(args), bool(kwargs)) == expected_tree
-        if not same_tree or len(sig) != len(expected_sig) or any(
-                _canonical(s)[:2] != _canonical(e)[:2] for s, e in zip(sig, expected_sig)):
+        if (
+            not same_tree
+            or len(sig) != len(expected_sig)
+            or any(_canonical(s)[:2] != _canonical(e)[:2] for s, e in zip(sig, expected_sig))
+        ):
             raise TypeError(
                 f"Compiled function jit({self._wrapped._name}) was compiled for arguments "
                 f"({', '.join(_short(a) for a in entry.in_avals)}) but called with "
-                f"({', '.join(_signature_str(s) for s in sig)}).")
+                f"({', '.join(_signature_str(s) for s in sig)})."
+            )
         outs = entry.execute(_convert_leaves(leaves, entry.in_avals))
         return _tree_unflatten(entry.out_tree, outs)
 

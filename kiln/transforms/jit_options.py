@@ -3,6 +3,7 @@ static_argnames, donate_argnums and donate_argnames. A mistake raises the error 
 (TypeError for a malformed option, ValueError for one that does not fit the function), with a
 message that names the argument and the fix.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -14,8 +15,9 @@ from kiln import api_util
 __all__ = ["static_options", "donated_positions"]
 
 
-def static_options(fun: Callable, name: str, static_argnums,
-                   static_argnames) -> tuple[tuple[int, ...], tuple[str, ...]]:
+def static_options(
+    fun: Callable, name: str, static_argnums, static_argnames
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """Check static_argnums/static_argnames and complete each from the other (by signature)."""
     argnums = _argnums_option("static_argnums", static_argnums)
     argnames = _argnames_option("static_argnames", static_argnames)
@@ -25,9 +27,14 @@ def static_options(fun: Callable, name: str, static_argnums,
     return api_util.normalize_argnums(fun, argnums, argnames)
 
 
-def donated_positions(fun: Callable, name: str, donate_argnums, donate_argnames,
-                      static_argnums: Sequence[int],
-                      static_argnames: Sequence[str]) -> tuple[int, ...]:
+def donated_positions(
+    fun: Callable,
+    name: str,
+    donate_argnums,
+    donate_argnames,
+    static_argnums: Sequence[int],
+    static_argnames: Sequence[str],
+) -> tuple[int, ...]:
     """Check donate_argnums/donate_argnames (CPU buffers are never donated, but a mistake there
     is reported as JAX does) and return the donated positions."""
     if donate_argnums is None and donate_argnames is None:
@@ -43,17 +50,20 @@ def donated_positions(fun: Callable, name: str, donate_argnums, donate_argnames,
         return i % len(positional) if positional and i < 0 else i
 
     positions = {position(i) for i in argnums} | {
-        positional.index(n) for n in argnames if n in positional}
+        positional.index(n) for n in argnames if n in positional
+    }
     names = set(argnames) | {positional[i] for i in positions if i < len(positional)}
     both = (names & set(static_argnames)) | {
         positional[i] if i < len(positional) else f"args[{i}]"
-        for i in positions & {position(i) for i in static_argnums}}
+        for i in positions & {position(i) for i in static_argnums}
+    }
     if both:
         raise ValueError(
             f"jitted function {name}: static_argnames and donate_argnames cannot intersect, but "
             f"the arguments {both} are marked both static and donated. A static argument is a "
             "Python value baked into the compiled code, so it has no buffer to donate: remove "
-            "it from donate_argnums/donate_argnames.")
+            "it from donate_argnums/donate_argnames."
+        )
     return tuple(sorted(positions))
 
 
@@ -68,8 +78,9 @@ def _argnums_option(option: str, value: Any) -> tuple[int, ...]:
     try:
         return tuple(operator.index(i) for i in value)
     except TypeError:
-        raise TypeError(f"jit: {option} must be an int or a sequence of ints, got "
-                        f"{value!r}.") from None
+        raise TypeError(
+            f"jit: {option} must be an int or a sequence of ints, got {value!r}."
+        ) from None
 
 
 def _argnames_option(option: str, value: Any) -> tuple[str, ...]:
@@ -110,7 +121,8 @@ def _check_argnums(params, name: str, option: str, argnums: Sequence[int]) -> No
             raise ValueError(
                 f"jitted function {name} has {option}={tuple(argnums)}, but only accepts "
                 f"{len(positional)} positional arguments ({', '.join(positional) or 'none'}); "
-                "argument numbers count from 0.")
+                "argument numbers count from 0."
+            )
 
 
 def _check_argnames(params, name: str, option: str, argnames: Sequence[str]) -> None:
@@ -126,10 +138,12 @@ def _check_argnames(params, name: str, option: str, argnames: Sequence[str]) -> 
             f"jitted function {name} has invalid argnames {set(missing)} in {option}: the "
             f"function does not take these arguments (its parameters are "
             f"{', '.join(by_name) or 'none'}). Check the spelling, or use {by_number} to refer "
-            "to an argument by position.")
+            "to an argument by position."
+        )
     positional_only = [n for n in argnames if by_name[n].kind == inspect.Parameter.POSITIONAL_ONLY]
     if positional_only:
         raise ValueError(
             f"jitted function {name} has invalid argnames {set(positional_only)} in {option}: "
             "these are positional-only, so they cannot be passed by keyword; use "
-            f"{by_number} to refer to them by position.")
+            f"{by_number} to refer to them by position."
+        )

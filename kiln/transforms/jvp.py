@@ -10,6 +10,7 @@ values therefore stay concrete in eager mode, and Python control flow on them wo
 Integer and boolean values have no tangent space: their tangents are always symbolic zeros
 here, and float0 arrays at the API boundary.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -74,7 +75,8 @@ class JVPTrace(Trace):
             rule = rules.jvp_rules.get(primitive)
             if rule is None:
                 raise NotImplementedError(
-                    f"Differentiation rule for '{primitive.name}' not implemented")
+                    f"Differentiation rule for '{primitive.name}' not implemented"
+                )
             out, out_tangent = rule(primals, tangents, **params)
         if primitive.multiple_results:
             return [self._wrap(o, t) for o, t in zip(out, out_tangent)]
@@ -86,14 +88,17 @@ class JVPTrace(Trace):
         return JVPTracer(self, primal, tangent)
 
 
-def jvp_flat(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any | None]
-             ) -> tuple[list, list]:
+def jvp_flat(
+    fun: Callable, primals: Sequence[Any], tangents: Sequence[Any | None]
+) -> tuple[list, list]:
     """Run `fun(*primals) -> list` with the given tangents (None: zero); returns the output
     primals and tangents (None for a zero tangent)."""
     trace = JVPTrace(current_trace())
     try:
-        tracers = [JVPTracer(trace, p, t if has_tangent_space(get_aval(p).dtype) else None)
-                   for p, t in zip(primals, tangents)]
+        tracers = [
+            JVPTracer(trace, p, t if has_tangent_space(get_aval(p).dtype) else None)
+            for p, t in zip(primals, tangents)
+        ]
         with set_current_trace(trace):
             outs = fun(*tracers)
         out_primals, out_tangents = [], []
@@ -106,8 +111,9 @@ def jvp_flat(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any | Non
         trace.invalidate()
 
 
-def jvp_jaxpr(closed: ClosedJaxpr, nonzeros: Sequence[bool], instantiate: bool | Sequence[bool]
-              ) -> tuple[ClosedJaxpr, list[bool]]:
+def jvp_jaxpr(
+    closed: ClosedJaxpr, nonzeros: Sequence[bool], instantiate: bool | Sequence[bool]
+) -> tuple[ClosedJaxpr, list[bool]]:
     """The jvp of a jaxpr as a jaxpr: inputs are the primals then the tangents of the inputs
     marked in `nonzeros`; outputs are the primal outputs then the tangents of the outputs that
     are not symbolic zeros (or all of those marked in `instantiate`). Returns the jaxpr and, per
@@ -127,7 +133,8 @@ def jvp_jaxpr(closed: ClosedJaxpr, nonzeros: Sequence[bool], instantiate: bool |
         primals, nz_tangents = list(args[:n]), iter(args[n:])
         tangents = [next(nz_tangents) if nz else None for nz in nonzeros]
         out_primals, out_tangents = jvp_flat(
-            lambda *xs: eval_jaxpr(closed.jaxpr, closed.consts, *xs), primals, tangents)
+            lambda *xs: eval_jaxpr(closed.jaxpr, closed.consts, *xs), primals, tangents
+        )
         out_nonzeros = []
         kept = []
         for p, t, inst in zip(out_primals, out_tangents, instantiate):

@@ -12,6 +12,7 @@ unknown tangents, so the primal computation happens (or is staged into the enclo
 the tangent computation is recorded as a linear jaxpr, which transpose.py then runs backwards.
 `partial_eval_jaxpr` does the same to a jaxpr whose inputs are split into known and unknown.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -56,6 +57,7 @@ class PartialEvalTrace(DynamicJaxprTrace):
 
 # --- linearize ---------------------------------------------------------------------------------
 
+
 class Linearized:
     """The linear map of a linearization: `jaxpr` takes the tangents of the inputs marked in
     `in_mask` and returns those of the outputs marked in `out_mask` (others are zero); its
@@ -63,8 +65,15 @@ class Linearized:
 
     __slots__ = ("jaxpr", "consts", "in_mask", "out_mask", "in_avals", "out_avals")
 
-    def __init__(self, jaxpr: Jaxpr, consts: list, in_mask: list[bool], out_mask: list[bool],
-                 in_avals: list[ShapedArray], out_avals: list[ShapedArray]):
+    def __init__(
+        self,
+        jaxpr: Jaxpr,
+        consts: list,
+        in_mask: list[bool],
+        out_mask: list[bool],
+        in_avals: list[ShapedArray],
+        out_avals: list[ShapedArray],
+    ):
         self.jaxpr, self.consts = jaxpr, consts
         self.in_mask, self.out_mask = in_mask, out_mask
         self.in_avals, self.out_avals = in_avals, out_avals
@@ -72,8 +81,12 @@ class Linearized:
     def apply(self, tangents: Sequence[Any]) -> list:
         """Forward: the output tangents (None for zeros) given input tangents (None: zero)."""
         from kiln.primitives.base import zeros_like_aval
-        args = [zeros_like_aval(a) if t is None else t
-                for t, a, m in zip(tangents, self.in_avals, self.in_mask) if m]
+
+        args = [
+            zeros_like_aval(a) if t is None else t
+            for t, a, m in zip(tangents, self.in_avals, self.in_mask)
+            if m
+        ]
         outs = iter(eval_jaxpr(self.jaxpr, self.consts, *args))
         return [next(outs) if m else None for m in self.out_mask]
 
@@ -82,6 +95,7 @@ class Linearized:
         zero)."""
         from kiln.core.ad_util import UndefinedPrimal
         from kiln.transforms.transpose import backward_pass
+
         cts = [c for c, m in zip(cotangents, self.out_mask) if m]
         undefined = [UndefinedPrimal(v.aval) for v in self.jaxpr.invars]
         cts_in = iter(backward_pass(self.jaxpr, self.consts, undefined, cts))
@@ -92,6 +106,7 @@ def linearize_flat(fun: Callable, primals: Sequence[Any]) -> tuple[list, Lineari
     """Evaluate `fun(*primals) -> list` and linearize it at `primals`: returns the outputs and
     the linear map from input tangents to output tangents."""
     from kiln.transforms.jvp import jvp_flat
+
     trace = PartialEvalTrace(current_trace())
     try:
         in_avals = [get_aval(p) for p in primals]
@@ -108,15 +123,17 @@ def linearize_flat(fun: Callable, primals: Sequence[Any]) -> tuple[list, Lineari
         trace.invalidate()
     jaxpr, _ = dce_jaxpr(closed.jaxpr)
     out_avals = [get_aval(p) for p in out_primals]
-    return out_primals, Linearized(jaxpr, list(closed.consts), in_mask, out_mask, in_avals,
-                                   out_avals)
+    return out_primals, Linearized(
+        jaxpr, list(closed.consts), in_mask, out_mask, in_avals, out_avals
+    )
 
 
 # --- partial evaluation of a jaxpr ---------------------------------------------------------------
 
-def partial_eval_jaxpr(closed: ClosedJaxpr, in_unknowns: Sequence[bool],
-                       instantiate: bool | Sequence[bool] = False
-                       ) -> tuple[ClosedJaxpr, ClosedJaxpr, list[bool], int]:
+
+def partial_eval_jaxpr(
+    closed: ClosedJaxpr, in_unknowns: Sequence[bool], instantiate: bool | Sequence[bool] = False
+) -> tuple[ClosedJaxpr, ClosedJaxpr, list[bool], int]:
     """Split `closed` by which inputs are unknown.
 
     Returns (known, unknown, out_unknowns, num_res): `known` takes the known inputs and returns

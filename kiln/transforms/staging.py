@@ -4,6 +4,7 @@ Every primitive bound while the trace is current is recorded as an equation. Val
 not this trace's tracers become constants: scalars inline as literals, arrays (and tracers of an
 enclosing transformation) as constvars.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -72,12 +73,12 @@ def flat_arg_names(fun: Callable, args: tuple, kwargs: dict, leaf_paths) -> list
 
 def _rename_path(path: str, positional: list[str]) -> str:
     if path.startswith("[0]["):
-        rest = path[len("[0]["):]
+        rest = path[len("[0][") :]
         index, _, tail = rest.partition("]")
         if index.isdigit() and int(index) < len(positional):
             return positional[int(index)] + tail
     if path.startswith("[1]['"):
-        rest = path[len("[1]['"):]
+        rest = path[len("[1]['") :]
         name, _, tail = rest.partition("']")
         return name + tail
     return path
@@ -152,8 +153,9 @@ class DynamicJaxprTrace(Trace):
         out = rules.abstract_eval_rules[primitive](*in_avals, **params)
         out_avals = out if primitive.multiple_results else [out]
         out_tracers = [JaxprTracer(self, aval, Var(aval)) for aval in out_avals]
-        eqn = JaxprEqn(primitive, [t._atom for t in tracers], [t._atom for t in out_tracers],
-                       params)
+        eqn = JaxprEqn(
+            primitive, [t._atom for t in tracers], [t._atom for t in out_tracers], params
+        )
         self.eqns.append(eqn)
         for t in out_tracers:
             self._producer[id(t._atom)] = eqn
@@ -168,8 +170,11 @@ class DynamicJaxprTrace(Trace):
             if all(id(v) in used for v in eqn.outvars):
                 eqns.append(eqn)
             else:
-                eqns.append(eqn.replace(outvars=[v if id(v) in used else DropVar(v.aval)
-                                                 for v in eqn.outvars]))
+                eqns.append(
+                    eqn.replace(
+                        outvars=[v if id(v) in used else DropVar(v.aval) for v in eqn.outvars]
+                    )
+                )
         effects = frozenset().union(*(e.effects for e in eqns)) if eqns else frozenset()
         jaxpr = Jaxpr(self.constvars, self.invars, outvars, eqns, effects)
         return ClosedJaxpr(jaxpr, self.consts)
@@ -180,16 +185,23 @@ class DynamicJaxprTrace(Trace):
         if info is None:
             return ""
         where = f" at {info.source}" if info.source else ""
-        msg = f"The error occurred while tracing the function {info.func_name}{where} for " \
-              f"{info.transform}."
-        names = [info.arg_names[i] for i in self._input_dependencies(tracer)
-                 if i < len(info.arg_names)]
+        msg = (
+            f"The error occurred while tracing the function {info.func_name}{where} for "
+            f"{info.transform}."
+        )
+        names = [
+            info.arg_names[i] for i in self._input_dependencies(tracer) if i < len(info.arg_names)
+        ]
         if len(names) == 1:
-            msg += (" This concrete value was not available in Python because it depends on "
-                    f"the value of the argument {names[0]}.")
+            msg += (
+                " This concrete value was not available in Python because it depends on "
+                f"the value of the argument {names[0]}."
+            )
         elif names:
-            msg += (" This concrete value was not available in Python because it depends on "
-                    f"the values of the arguments {', '.join(names[:-1])} and {names[-1]}.")
+            msg += (
+                " This concrete value was not available in Python because it depends on "
+                f"the values of the arguments {', '.join(names[:-1])} and {names[-1]}."
+            )
         return msg
 
     def _input_dependencies(self, tracer: JaxprTracer) -> list[int]:
@@ -208,12 +220,14 @@ class DynamicJaxprTrace(Trace):
         return sorted(found)
 
 
-def trace_to_jaxpr(fun: Callable, in_avals: Sequence[ShapedArray],
-                   debug_info: DebugInfo | None = None) -> tuple[ClosedJaxpr, Any]:
+def trace_to_jaxpr(
+    fun: Callable, in_avals: Sequence[ShapedArray], debug_info: DebugInfo | None = None
+) -> tuple[ClosedJaxpr, Any]:
     """Trace `fun(*flat_tracers) -> (flat_outs, aux)` into a ClosedJaxpr; returns (jaxpr, aux).
 
     `aux` is anything the caller wants back from inside the trace (e.g. the output pytree)."""
     from kiln.core.trace import current_trace
+
     trace = DynamicJaxprTrace(current_trace(), debug_info)
     try:
         args = [trace.new_arg(a) for a in in_avals]

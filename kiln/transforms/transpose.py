@@ -8,6 +8,7 @@ primitive's transpose rule turns the cotangents of its outputs into cotangents o
 operands, which accumulate with `add_any`. A cotangent of None is a symbolic zero: equations
 whose outputs all have zero cotangents are skipped.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -19,8 +20,9 @@ from kiln.core.interpreter import _literal_value
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Jaxpr, Literal
 
 
-def backward_pass(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any],
-                  cotangents: Sequence[Any]) -> list:
+def backward_pass(
+    jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any], cotangents: Sequence[Any]
+) -> list:
     """Cotangents of `jaxpr`'s inputs (None for zeros and for non-linear inputs).
 
     `args` has one entry per invar: an `UndefinedPrimal` for a linear input, else its value.
@@ -70,13 +72,16 @@ def backward_pass(jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any],
         cts_out = [None if isinstance(v, DropVar) else ct_env.pop(v, None) for v in eqn.outvars]
         if all(ct is None for ct in cts_out):
             continue
-        invals = [UndefinedPrimal(v.aval) if type(v) is not Literal and v in linear
-                  else read_primal(v) for v in eqn.invars]
+        invals = [
+            UndefinedPrimal(v.aval) if type(v) is not Literal and v in linear else read_primal(v)
+            for v in eqn.invars
+        ]
         rule = rules.transpose_rules.get(eqn.primitive)
         if rule is None:
             raise NotImplementedError(
                 f"Transpose rule (for reverse-mode differentiation) for '{eqn.primitive.name}' "
-                "not implemented")
+                "not implemented"
+            )
         if eqn.primitive.multiple_results:
             cts_in = rule(cts_out, *invals, **eqn.params)
         else:
@@ -94,10 +99,13 @@ def _check_cotangent(eqn, undefined: UndefinedPrimal, ct):
         return None
     aval = get_aval(ct)
     if tuple(aval.shape) != tuple(undefined.aval.shape):
-        raise ValueError(f"transpose rule of '{eqn.primitive.name}' returned a cotangent of "
-                         f"shape {aval.shape} for an operand of shape {undefined.aval.shape}")
+        raise ValueError(
+            f"transpose rule of '{eqn.primitive.name}' returned a cotangent of "
+            f"shape {aval.shape} for an operand of shape {undefined.aval.shape}"
+        )
     if aval.dtype != undefined.aval.dtype:
         from kiln.primitives.elementwise import convert_element_type
+
         ct = convert_element_type(ct, undefined.aval.dtype)
     return ct
 
@@ -115,12 +123,15 @@ def transpose_jaxpr(closed: ClosedJaxpr, linear: Sequence[bool]) -> ClosedJaxpr:
     out_avals = closed.jaxpr.out_avals
 
     def fun(*args):
-        nonlin = iter(args[:len(nonlin_avals)])
-        cts = list(args[len(nonlin_avals):])
+        nonlin = iter(args[: len(nonlin_avals)])
+        cts = list(args[len(nonlin_avals) :])
         invals = [UndefinedPrimal(a) if lin else next(nonlin) for a, lin in zip(in_avals, linear)]
         cts_in = backward_pass(closed.jaxpr, closed.consts, invals, cts)
-        return [zeros_like_aval(a) if ct is None else ct
-                for a, ct, lin in zip(in_avals, cts_in, linear) if lin], None
+        return [
+            zeros_like_aval(a) if ct is None else ct
+            for a, ct, lin in zip(in_avals, cts_in, linear)
+            if lin
+        ], None
 
     jaxpr, _ = trace_to_jaxpr(fun, nonlin_avals + list(out_avals))
     return jaxpr
@@ -129,6 +140,7 @@ def transpose_jaxpr(closed: ClosedJaxpr, linear: Sequence[bool]) -> ClosedJaxpr:
 def linear_transpose_flat(fun: Callable, in_avals, cotangents: Sequence[Any]) -> list:
     """Transpose the linear function `fun(*flat) -> list` (traced at `in_avals`)."""
     from kiln.transforms.staging import trace_to_jaxpr
+
     closed, _ = trace_to_jaxpr(lambda *xs: (list(fun(*xs)), None), in_avals)
     undefined = [UndefinedPrimal(a) for a in in_avals]
     return backward_pass(closed.jaxpr, closed.consts, undefined, cotangents)

@@ -1,5 +1,6 @@
 """Every codegen test runs once per target in CODEGEN_TARGETS (the host and the baselines this
 machine can run), so that code that differs between CPUs is exercised on every machine."""
+
 import pytest
 
 from tests._testing import CODEGEN_TARGETS, use_codegen_target

@@ -4,9 +4,9 @@ concatenates, iotas, gathers, row/column reductions, multi-output and multi-kern
 
 Programs are compiled once per module and target (per_target_cache) so the file stays fast.
 """
+
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 
@@ -17,8 +17,19 @@ import scipy.special
 
 from kiln.codegen.llvm import scalar_ops
 from kiln.compiler import kir
-from kiln.compiler.kir import (Buffer, Const, If, Kernel, Loop, Program, Reduce, ReduceKind,
-                               ScalarOp, Store, Var)
+from kiln.compiler.kir import (
+    Buffer,
+    Const,
+    If,
+    Kernel,
+    Loop,
+    Program,
+    Reduce,
+    ReduceKind,
+    ScalarOp,
+    Store,
+    Var,
+)
 from kiln.runtime.engine import compile_program
 from tests._testing import per_target_cache
 
@@ -36,8 +47,9 @@ def dtype_id(dtype) -> str:
     return kir.short_name(np.dtype(dtype))
 
 
-def elementwise_program(name: str, inputs: dict[str, np.dtype], outputs: dict[str, tuple],
-                        size: int) -> Program:
+def elementwise_program(
+    name: str, inputs: dict[str, np.dtype], outputs: dict[str, tuple], size: int
+) -> Program:
     """A one-loop program: outputs maps name -> (dtype, builder(loads) -> Expr)."""
     in_buffers = {n: Buffer(n, d, (size,)) for n, d in inputs.items()}
     out_buffers = {n: Buffer(n, d, (size,), "output") for n, (d, _) in outputs.items()}
@@ -68,8 +80,27 @@ def edge_values(dtype: np.dtype) -> list:
         return values
     tiny = float(np.finfo(dtype).smallest_subnormal) if dtype != BF16 else 9.18355e-41
     big = float(ml_dtypes.finfo(dtype).max)
-    return [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, -2.5, 2.5, 3.75, -7.25, big, -big, tiny,
-            float("inf"), float("-inf"), float("nan"), 1e-3, 100.0]
+    return [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        1.5,
+        -2.5,
+        2.5,
+        3.75,
+        -7.25,
+        big,
+        -big,
+        tiny,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        1e-3,
+        100.0,
+    ]
 
 
 @per_target_cache
@@ -119,8 +150,10 @@ def _c_divide(a, b, dtype):
 
 def _c_remainder(a, b, dtype):
     quotients = _c_divide(a, b, dtype)
-    return _wrap([x if y == 0 else x - int(q) * y
-                  for x, y, q in zip(map(int, a), map(int, b), quotients)], dtype)
+    return _wrap(
+        [x if y == 0 else x - int(q) * y for x, y, q in zip(map(int, a), map(int, b), quotients)],
+        dtype,
+    )
 
 
 def _shift(kind: str):
@@ -137,6 +170,7 @@ def _shift(kind: str):
             else:
                 out.append(signed_x >> min(amount, bits - 1))
         return _wrap(out, dtype)
+
     return reference
 
 
@@ -179,19 +213,46 @@ def _clz(a, dtype):
 
 
 # op -> (arity, reference(a, b, dtype) or reference(a, dtype), exact?)
-_NP_BINARY = {O.ADD: np.add, O.SUB: np.subtract, O.MUL: np.multiply, O.MAX: np.maximum,
-              O.MIN: np.minimum, O.EQ: np.equal, O.NE: np.not_equal, O.LT: np.less,
-              O.LE: np.less_equal, O.GT: np.greater, O.GE: np.greater_equal,
-              O.LOGICAL_AND: np.logical_and, O.LOGICAL_OR: np.logical_or,
-              O.LOGICAL_XOR: np.logical_xor, O.BITWISE_AND: np.bitwise_and,
-              O.BITWISE_OR: np.bitwise_or, O.BITWISE_XOR: np.bitwise_xor}
-_NP_UNARY = {O.NEG: np.negative, O.ABS: np.abs, O.FLOOR: np.floor, O.CEIL: np.ceil,
-             O.ROUND_HALF_EVEN: np.rint, O.ROUND_HALF_AWAY: _round_half_away, O.SQRT: np.sqrt,
-             O.RSQRT: lambda x: 1 / np.sqrt(x), O.IS_FINITE: np.isfinite,
-             O.LOGICAL_NOT: np.logical_not, O.BITWISE_NOT: np.invert, O.SIGN: _sign}
-_INT_BINARY = {O.DIV: _c_divide, O.REM: _c_remainder, O.SHIFT_LEFT: _shift("left"),
-               O.SHIFT_RIGHT_LOGICAL: _shift("logical"),
-               O.SHIFT_RIGHT_ARITHMETIC: _shift("arithmetic")}
+_NP_BINARY = {
+    O.ADD: np.add,
+    O.SUB: np.subtract,
+    O.MUL: np.multiply,
+    O.MAX: np.maximum,
+    O.MIN: np.minimum,
+    O.EQ: np.equal,
+    O.NE: np.not_equal,
+    O.LT: np.less,
+    O.LE: np.less_equal,
+    O.GT: np.greater,
+    O.GE: np.greater_equal,
+    O.LOGICAL_AND: np.logical_and,
+    O.LOGICAL_OR: np.logical_or,
+    O.LOGICAL_XOR: np.logical_xor,
+    O.BITWISE_AND: np.bitwise_and,
+    O.BITWISE_OR: np.bitwise_or,
+    O.BITWISE_XOR: np.bitwise_xor,
+}
+_NP_UNARY = {
+    O.NEG: np.negative,
+    O.ABS: np.abs,
+    O.FLOOR: np.floor,
+    O.CEIL: np.ceil,
+    O.ROUND_HALF_EVEN: np.rint,
+    O.ROUND_HALF_AWAY: _round_half_away,
+    O.SQRT: np.sqrt,
+    O.RSQRT: lambda x: 1 / np.sqrt(x),
+    O.IS_FINITE: np.isfinite,
+    O.LOGICAL_NOT: np.logical_not,
+    O.BITWISE_NOT: np.invert,
+    O.SIGN: _sign,
+}
+_INT_BINARY = {
+    O.DIV: _c_divide,
+    O.REM: _c_remainder,
+    O.SHIFT_LEFT: _shift("left"),
+    O.SHIFT_RIGHT_LOGICAL: _shift("logical"),
+    O.SHIFT_RIGHT_ARITHMETIC: _shift("arithmetic"),
+}
 _FLOAT_BINARY = {O.DIV: np.divide, O.REM: np.fmod}
 _INT_UNARY = {O.POPULATION_COUNT: _popcount, O.CLZ: _clz}
 
@@ -222,8 +283,9 @@ def exact_reference(scalar_op: ScalarOp, a, b, dtype):
     return None
 
 
-EXACT_OPS = [op for op in O if op not in kir.OpGroup.TRANSCENDENTAL
-             and op not in (O.SELECT, O.CAST, O.FMA)]
+EXACT_OPS = [
+    op for op in O if op not in kir.OpGroup.TRANSCENDENTAL and op not in (O.SELECT, O.CAST, O.FMA)
+]
 
 
 def _applies(scalar_op: ScalarOp, dtype: np.dtype) -> bool:
@@ -239,21 +301,27 @@ def exact_results(dtype: np.dtype) -> dict:
             continue
         arity = kir.OP_SPECS[scalar_op].arity
         result = kir.check_op(scalar_op, [dtype] * arity, None)
-        outputs[scalar_op.value] = (result, lambda loads, o=scalar_op, n=arity:
-                                    kir.op(o, *[loads["a"], loads["b"]][:n]))
-    outputs["select"] = (dtype, lambda loads: kir.select(kir.op(O.LT, loads["a"], loads["b"]),
-                                                         loads["a"], loads["b"]))
+        outputs[scalar_op.value] = (
+            result,
+            lambda loads, o=scalar_op, n=arity: kir.op(o, *[loads["a"], loads["b"]][:n]),
+        )
+    outputs["select"] = (
+        dtype,
+        lambda loads: kir.select(kir.op(O.LT, loads["a"], loads["b"]), loads["a"], loads["b"]),
+    )
     a, b = pair_inputs(dtype)
-    program = elementwise_program(f"exact_{dtype_id(dtype)}", {"a": dtype, "b": dtype}, outputs,
-                                  len(a))
+    program = elementwise_program(
+        f"exact_{dtype_id(dtype)}", {"a": dtype, "b": dtype}, outputs, len(a)
+    )
     return run(program, a, b)
 
 
 EXACT_CASES = [(o, d) for d in ALL_DTYPES for o in EXACT_OPS + [O.SELECT] if _applies(o, d)]
 
 
-@pytest.mark.parametrize("scalar_op,dtype", EXACT_CASES,
-                         ids=[f"{o.value}-{dtype_id(d)}" for o, d in EXACT_CASES])
+@pytest.mark.parametrize(
+    "scalar_op,dtype", EXACT_CASES, ids=[f"{o.value}-{dtype_id(d)}" for o, d in EXACT_CASES]
+)
 def test_exact_op_matches_numpy(scalar_op, dtype):
     a, b = pair_inputs(dtype)
     got = exact_results(dtype)[scalar_op.value]
@@ -271,28 +339,37 @@ def test_exact_op_matches_numpy(scalar_op, dtype):
         else:
             view = np.dtype(f"u{got.dtype.itemsize}")
             bad = (got.view(view) != expected.view(view)) & ~(np.isnan(got) & np.isnan(expected))
-            assert not bad.any(), (f"{scalar_op.value}: a={a[bad][:5]} b={b[bad][:5]} "
-                                   f"got={got[bad][:5]} expected={expected[bad][:5]}")
+            assert not bad.any(), (
+                f"{scalar_op.value}: a={a[bad][:5]} b={b[bad][:5]} "
+                f"got={got[bad][:5]} expected={expected[bad][:5]}"
+            )
     else:
         bad = got != expected
-        assert not bad.any(), (f"{scalar_op.value}: a={a[bad][:5]} b={b[bad][:5]} "
-                               f"got={got[bad][:5]} expected={expected[bad][:5]}")
+        assert not bad.any(), (
+            f"{scalar_op.value}: a={a[bad][:5]} b={b[bad][:5]} "
+            f"got={got[bad][:5]} expected={expected[bad][:5]}"
+        )
 
 
 def test_integer_edge_cases_by_hand():
     """The C corner cases named in the spec, against values worked out by hand."""
     i32 = np.dtype(np.int32)
-    a = np.array([7, -7, 7, -2**31, -2**31, 5, 5, 1, -8, -8], np.int32)
+    a = np.array([7, -7, 7, -(2**31), -(2**31), 5, 5, 1, -8, -8], np.int32)
     b = np.array([2, 2, 0, -1, 0, 40, -1, 31, 1, 35], np.int32)
-    program = elementwise_program("by_hand", {"a": i32, "b": i32}, {
-        "div": (i32, lambda l: l["a"] / l["b"]),
-        "rem": (i32, lambda l: l["a"] % l["b"]),
-        "shl": (i32, lambda l: l["a"] << l["b"]),
-        "sra": (i32, lambda l: l["a"] >> l["b"]),
-        "srl": (i32, lambda l: kir.op(O.SHIFT_RIGHT_LOGICAL, l["a"], l["b"])),
-    }, len(a))
+    program = elementwise_program(
+        "by_hand",
+        {"a": i32, "b": i32},
+        {
+            "div": (i32, lambda l: l["a"] / l["b"]),
+            "rem": (i32, lambda l: l["a"] % l["b"]),
+            "shl": (i32, lambda l: l["a"] << l["b"]),
+            "sra": (i32, lambda l: l["a"] >> l["b"]),
+            "srl": (i32, lambda l: kir.op(O.SHIFT_RIGHT_LOGICAL, l["a"], l["b"])),
+        },
+        len(a),
+    )
     out = run(program, a, b)
-    int_min = -2**31
+    int_min = -(2**31)
     assert out["div"].tolist() == [3, -3, -1, int_min, -1, 0, -5, 0, -8, 0]
     assert out["rem"].tolist() == [1, -1, 7, 0, int_min, 5, 0, 1, 0, -8]
     # Negative shift amounts read as huge unsigned ones.
@@ -304,12 +381,17 @@ def test_integer_edge_cases_by_hand():
 def test_float_sign_and_rounding_specials():
     f32 = F32
     x = np.array([-0.0, 0.0, np.nan, -3.0, 2.5, -2.5, 0.49999997, -0.5], np.float32)
-    program = elementwise_program("specials", {"x": f32}, {
-        "sign": (f32, lambda l: kir.op(O.SIGN, l["x"])),
-        "away": (f32, lambda l: kir.op(O.ROUND_HALF_AWAY, l["x"])),
-        "even": (f32, lambda l: kir.op(O.ROUND_HALF_EVEN, l["x"])),
-        "max": (f32, lambda l: kir.op(O.MAX, l["x"], Const(1.0, f32))),
-    }, len(x))
+    program = elementwise_program(
+        "specials",
+        {"x": f32},
+        {
+            "sign": (f32, lambda l: kir.op(O.SIGN, l["x"])),
+            "away": (f32, lambda l: kir.op(O.ROUND_HALF_AWAY, l["x"])),
+            "even": (f32, lambda l: kir.op(O.ROUND_HALF_EVEN, l["x"])),
+            "max": (f32, lambda l: kir.op(O.MAX, l["x"], Const(1.0, f32))),
+        },
+        len(x),
+    )
     out = run(program, x)
     assert np.signbit(out["sign"][:2]).tolist() == [True, False]
     assert np.isnan(out["sign"][2]) and out["sign"][3:].tolist()[:3] == [-1.0, 1.0, -1.0]
@@ -324,9 +406,38 @@ def test_float_sign_and_rounding_specials():
 
 def cast_sources(dtype: np.dtype) -> np.ndarray:
     if dtype.kind == "f" or dtype == BF16:
-        values = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, 127.9, 128.0,
-                  255.5, 256.0, -129.0, 65504.0, 70000.0, -70000.0, 1e10, -1e10, 0.1, -3.7,
-                  2.0**31, -2.0**31, 2.0**63, 2.0**64, -2.0**63, 3e38, 1e-40, 1 + 2.0**-11]
+        values = [
+            np.nan,
+            np.inf,
+            -np.inf,
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            1.5,
+            -1.5,
+            2.5,
+            127.9,
+            128.0,
+            255.5,
+            256.0,
+            -129.0,
+            65504.0,
+            70000.0,
+            -70000.0,
+            1e10,
+            -1e10,
+            0.1,
+            -3.7,
+            2.0**31,
+            -(2.0**31),
+            2.0**63,
+            2.0**64,
+            -(2.0**63),
+            3e38,
+            1e-40,
+            1 + 2.0**-11,
+        ]
         with np.errstate(all="ignore"):
             return np.array(values, F64).astype(dtype)
     values = edge_values(dtype) + [200, 65535, 2**24 + 1, 2**31 - 1, 2**53 + 1, 2**63 - 1]
@@ -342,8 +453,14 @@ def expected_cast(x: np.ndarray, dst: np.dtype) -> np.ndarray:
         return x.astype(F64) != 0 if src_float else x != 0
     if src_float and dst.kind in "iu":
         info = np.iinfo(dst)  # saturating truncation, NaN -> 0
-        values = [0 if np.isnan(v) else min(max(int(v), info.min), info.max) if np.isfinite(v)
-                  else (info.max if v > 0 else info.min) for v in x.astype(F64)]
+        values = [
+            0
+            if np.isnan(v)
+            else min(max(int(v), info.min), info.max)
+            if np.isfinite(v)
+            else (info.max if v > 0 else info.min)
+            for v in x.astype(F64)
+        ]
         return np.array(values, dtype=dst)
     with np.errstate(all="ignore"):
         return x.astype(dst)
@@ -359,23 +476,27 @@ def cast_results() -> dict:
         inputs[f"x_{dtype_id(src)}"] = src
         for dst in ALL_DTYPES:
             outputs[f"{dtype_id(src)}_to_{dtype_id(dst)}"] = (
-                dst, lambda loads, s=src, d=dst: kir.cast(loads[f"x_{dtype_id(s)}"], d))
+                dst,
+                lambda loads, s=src, d=dst: kir.cast(loads[f"x_{dtype_id(s)}"], d),
+            )
     return run(elementwise_program("casts", inputs, outputs, size), *arrays), arrays
 
 
 CAST_CASES = list(itertools.product(ALL_DTYPES, ALL_DTYPES))
 
 
-@pytest.mark.parametrize("src,dst", CAST_CASES,
-                         ids=[f"{dtype_id(s)}-{dtype_id(d)}" for s, d in CAST_CASES])
+@pytest.mark.parametrize(
+    "src,dst", CAST_CASES, ids=[f"{dtype_id(s)}-{dtype_id(d)}" for s, d in CAST_CASES]
+)
 def test_cast_matches_numpy(src, dst):
     results, arrays = cast_results()
     x = arrays[ALL_DTYPES.index(src)]
     got = results[f"{dtype_id(src)}_to_{dtype_id(dst)}"]
     expected = expected_cast(x, dst)
     if kir.dtype_family(dst) == "float":
-        same = (got.astype(F64) == expected.astype(F64)) | (np.isnan(got.astype(F64)) &
-                                                             np.isnan(expected.astype(F64)))
+        same = (got.astype(F64) == expected.astype(F64)) | (
+            np.isnan(got.astype(F64)) & np.isnan(expected.astype(F64))
+        )
     else:
         same = got == expected
     assert same.all(), f"x={x[~same]} got={got[~same]} expected={expected[~same]}"
@@ -385,19 +506,34 @@ def test_cast_matches_numpy(src, dst):
 # Transcendentals (vmath, or the libm fallback), within a tolerance
 
 _TRANSCENDENTAL_REFERENCE = {
-    O.EXP: (np.exp, (-20, 20)), O.EXP2: (np.exp2, (-20, 20)), O.EXPM1: (np.expm1, (-5, 5)),
-    O.LOG: (np.log, (1e-3, 1e3)), O.LOG1P: (np.log1p, (-0.9, 10)),
-    O.LOG2: (np.log2, (1e-3, 1e3)), O.LOG10: (np.log10, (1e-3, 1e3)),
-    O.TANH: (np.tanh, (-5, 5)), O.LOGISTIC: (scipy.special.expit, (-20, 20)),
-    O.ERF: (scipy.special.erf, (-3, 3)), O.ERFC: (scipy.special.erfc, (-2, 5)),
+    O.EXP: (np.exp, (-20, 20)),
+    O.EXP2: (np.exp2, (-20, 20)),
+    O.EXPM1: (np.expm1, (-5, 5)),
+    O.LOG: (np.log, (1e-3, 1e3)),
+    O.LOG1P: (np.log1p, (-0.9, 10)),
+    O.LOG2: (np.log2, (1e-3, 1e3)),
+    O.LOG10: (np.log10, (1e-3, 1e3)),
+    O.TANH: (np.tanh, (-5, 5)),
+    O.LOGISTIC: (scipy.special.expit, (-20, 20)),
+    O.ERF: (scipy.special.erf, (-3, 3)),
+    O.ERFC: (scipy.special.erfc, (-2, 5)),
     O.ERF_INV: (scipy.special.erfinv, (-0.99, 0.99)),
-    O.SIN: (np.sin, (-10, 10)), O.COS: (np.cos, (-10, 10)), O.TAN: (np.tan, (-1.5, 1.5)),
-    O.ASIN: (np.arcsin, (-0.99, 0.99)), O.ACOS: (np.arccos, (-0.99, 0.99)),
-    O.ATAN: (np.arctan, (-10, 10)), O.SINH: (np.sinh, (-5, 5)), O.COSH: (np.cosh, (-5, 5)),
-    O.ASINH: (np.arcsinh, (-10, 10)), O.ACOSH: (np.arccosh, (1.01, 10)),
-    O.ATANH: (np.arctanh, (-0.99, 0.99)), O.LGAMMA: (scipy.special.gammaln, (0.1, 20)),
-    O.DIGAMMA: (scipy.special.digamma, (0.1, 20)), O.CBRT: (np.cbrt, (-100, 100)),
-    O.POW: (np.power, (0.1, 5)), O.ATAN2: (np.arctan2, (-5, 5)),
+    O.SIN: (np.sin, (-10, 10)),
+    O.COS: (np.cos, (-10, 10)),
+    O.TAN: (np.tan, (-1.5, 1.5)),
+    O.ASIN: (np.arcsin, (-0.99, 0.99)),
+    O.ACOS: (np.arccos, (-0.99, 0.99)),
+    O.ATAN: (np.arctan, (-10, 10)),
+    O.SINH: (np.sinh, (-5, 5)),
+    O.COSH: (np.cosh, (-5, 5)),
+    O.ASINH: (np.arcsinh, (-10, 10)),
+    O.ACOSH: (np.arccosh, (1.01, 10)),
+    O.ATANH: (np.arctanh, (-0.99, 0.99)),
+    O.LGAMMA: (scipy.special.gammaln, (0.1, 20)),
+    O.DIGAMMA: (scipy.special.digamma, (0.1, 20)),
+    O.CBRT: (np.cbrt, (-100, 100)),
+    O.POW: (np.power, (0.1, 5)),
+    O.ATAN2: (np.arctan2, (-5, 5)),
 }
 _RTOL = {F16: 2e-3, BF16: 1.6e-2, F32: 1e-5, F64: 1e-12}
 TRANSCENDENTAL_CASES = [(o, d) for o in _TRANSCENDENTAL_REFERENCE for d in FLOATS]
@@ -414,21 +550,28 @@ def transcendental_results(dtype: np.dtype):
             inputs[f"{name}_{scalar_op.value}"] = dtype
             arrays.append(rng.uniform(low, high, 64).astype(dtype))
         arity = kir.OP_SPECS[scalar_op].arity
-        outputs[scalar_op.value] = (dtype, lambda loads, o=scalar_op, n=arity: kir.op(
-            o, *[loads[f"a_{o.value}"], loads[f"b_{o.value}"]][:n]))
+        outputs[scalar_op.value] = (
+            dtype,
+            lambda loads, o=scalar_op, n=arity: kir.op(
+                o, *[loads[f"a_{o.value}"], loads[f"b_{o.value}"]][:n]
+            ),
+        )
     program = elementwise_program(f"transcendental_{dtype_id(dtype)}", inputs, outputs, 64)
     return run(program, *arrays), dict(zip(inputs, arrays))
 
 
-@pytest.mark.parametrize("scalar_op,dtype", TRANSCENDENTAL_CASES,
-                         ids=[f"{o.value}-{dtype_id(d)}" for o, d in TRANSCENDENTAL_CASES])
+@pytest.mark.parametrize(
+    "scalar_op,dtype",
+    TRANSCENDENTAL_CASES,
+    ids=[f"{o.value}-{dtype_id(d)}" for o, d in TRANSCENDENTAL_CASES],
+)
 def test_transcendental_close_to_numpy(scalar_op, dtype):
     if not scalar_ops.op_supported(scalar_op, dtype):
         pytest.skip(f"neither vmath nor libm provides {scalar_op.value} yet")
     results, inputs = transcendental_results(dtype)
     reference = _TRANSCENDENTAL_REFERENCE[scalar_op][0]
     args = [inputs[f"a_{scalar_op.value}"], inputs[f"b_{scalar_op.value}"]]
-    args = args[:kir.OP_SPECS[scalar_op].arity]
+    args = args[: kir.OP_SPECS[scalar_op].arity]
     with np.errstate(all="ignore"):
         expected = reference(*[a.astype(F64) for a in args]).astype(dtype).astype(F64)
     got = results[scalar_op.value].astype(F64)
@@ -441,16 +584,28 @@ def test_unsupported_op_is_reported_not_miscompiled():
             x = Buffer("x", F32, (4,))
             y = Buffer("y", F32, (4,), "output")
             i = Var("i")
-            program = Program("unsupported", [x, y], [Kernel("k", [
-                Loop(i, 0, 4, [Store(y, i, kir.op(scalar_op, x[i]))])])])
+            program = Program(
+                "unsupported",
+                [x, y],
+                [Kernel("k", [Loop(i, 0, 4, [Store(y, i, kir.op(scalar_op, x[i]))])])],
+            )
             with pytest.raises(NotImplementedError, match=scalar_op.value):
                 compile_program(program)
 
 
 def test_fma_is_close_to_exact():
     a, b, c = (np.random.default_rng(s).standard_normal(64).astype(np.float32) for s in range(3))
-    out = run(elementwise_program("fma", {"a": F32, "b": F32, "c": F32}, {
-        "r": (F32, lambda l: kir.op(O.FMA, l["a"], l["b"], l["c"]))}, 64), a, b, c)["r"]
+    out = run(
+        elementwise_program(
+            "fma",
+            {"a": F32, "b": F32, "c": F32},
+            {"r": (F32, lambda l: kir.op(O.FMA, l["a"], l["b"], l["c"]))},
+            64,
+        ),
+        a,
+        b,
+        c,
+    )["r"]
     exact = (a.astype(F64) * b + c).astype(F32)
     np.testing.assert_allclose(out, exact, rtol=1e-6, atol=1e-7)
 
@@ -470,10 +625,13 @@ def single_kernel_program(name, inputs, outputs, body_fn) -> Program:
 def broadcast_program():
     # z = x * y[None, :] + w[:, None]: broadcasts are indices that skip an axis.
     return single_kernel_program(
-        "broadcast", {"x": (F32, (5, 37)), "y": (F32, (37,)), "w": (F32, (5, 1))},
+        "broadcast",
+        {"x": (F32, (5, 37)), "y": (F32, (37,)), "w": (F32, (5, 1))},
         {"z": (F32, (5, 37))},
-        lambda x, y, w, z: kir.loop_nest(z.shape, lambda i, j: [
-            Store(z, (i, j), x[i, j] * y[j] + w[i, 0])]))
+        lambda x, y, w, z: kir.loop_nest(
+            z.shape, lambda i, j: [Store(z, (i, j), x[i, j] * y[j] + w[i, 0])]
+        ),
+    )
 
 
 def test_broadcast():
@@ -487,9 +645,18 @@ def test_broadcast():
 def test_transposed_read_and_iota():
     # z[i, j] = x.T[i, j] + 10 * i + j, with x of shape (7, 19): a transpose is swapped strides.
     program = single_kernel_program(
-        "transpose", {"x": (np.dtype(np.int32), (7, 19))}, {"z": (np.dtype(np.int32), (19, 7))},
-        lambda x, z: kir.loop_nest(z.shape, lambda i, j: [Store(z, (i, j), x[j, i] + kir.cast(
-            kir.index_add(kir.index_mul(i, 10), j), np.int32))]))
+        "transpose",
+        {"x": (np.dtype(np.int32), (7, 19))},
+        {"z": (np.dtype(np.int32), (19, 7))},
+        lambda x, z: kir.loop_nest(
+            z.shape,
+            lambda i, j: [
+                Store(
+                    z, (i, j), x[j, i] + kir.cast(kir.index_add(kir.index_mul(i, 10), j), np.int32)
+                )
+            ],
+        ),
+    )
     x = np.arange(7 * 19, dtype=np.int32).reshape(7, 19) * 3
     (z,) = compile_program(program)(x)
     np.testing.assert_array_equal(z, x.T + 10 * np.arange(19)[:, None] + np.arange(7))
@@ -501,19 +668,42 @@ def test_strided_slice_pad_and_concatenate():
 
     def body(a, b, sliced, padded, joined):
         # sliced = a[1::3]; padded = pad(a, (2, 3), -1); joined = concatenate([a, b]).
-        slice_loop = kir.loop_nest(sliced.shape, lambda i: [
-            Store(sliced, (i,), a[kir.affine([(i, 3)], 1)])], prefix="s")
+        slice_loop = kir.loop_nest(
+            sliced.shape, lambda i: [Store(sliced, (i,), a[kir.affine([(i, 3)], 1)])], prefix="s"
+        )
         inside = lambda i: (i >= 2) & (i < n + 2)  # noqa: E731
-        pad_loop = kir.loop_nest(padded.shape, lambda i: [Store(padded, (i,), kir.select(
-            inside(i), a[kir.clamp(kir.index_sub(i, 2), 0, n - 1)], -1))], prefix="p")
-        join_loop = kir.loop_nest(joined.shape, lambda i: [Store(joined, (i,), kir.select(
-            i < n, a[kir.clamp(i, 0, n - 1)], b[kir.clamp(kir.index_sub(i, n), 0, 4)]))],
-            prefix="c")
+        pad_loop = kir.loop_nest(
+            padded.shape,
+            lambda i: [
+                Store(
+                    padded,
+                    (i,),
+                    kir.select(inside(i), a[kir.clamp(kir.index_sub(i, 2), 0, n - 1)], -1),
+                )
+            ],
+            prefix="p",
+        )
+        join_loop = kir.loop_nest(
+            joined.shape,
+            lambda i: [
+                Store(
+                    joined,
+                    (i,),
+                    kir.select(
+                        i < n, a[kir.clamp(i, 0, n - 1)], b[kir.clamp(kir.index_sub(i, n), 0, 4)]
+                    ),
+                )
+            ],
+            prefix="c",
+        )
         return slice_loop + pad_loop + join_loop
 
     program = single_kernel_program(
-        "slices", {"a": (i32, (n,)), "b": (i32, (5,))},
-        {"sliced": (i32, (8,)), "padded": (i32, (n + 5,)), "joined": (i32, (n + 5,))}, body)
+        "slices",
+        {"a": (i32, (n,)), "b": (i32, (5,))},
+        {"sliced": (i32, (8,)), "padded": (i32, (n + 5,)), "joined": (i32, (n + 5,))},
+        body,
+    )
     a, b = np.arange(n, dtype=np.int32) * 7, np.arange(5, dtype=np.int32) - 100
     sliced, padded, joined = compile_program(program)(a, b)
     np.testing.assert_array_equal(sliced, a[1::3])
@@ -528,13 +718,20 @@ def test_gather_and_dynamic_slice_clamp_data_dependent_indices():
         # gathered[i, j] = x[clip(rows[i]), j]; window = dynamic_slice(x, (start, 0), (2, 4)).
         row = lambda i: kir.clamp(rows[i], 0, 5)  # noqa: E731
         first = kir.clamp(start[()], 0, 6 - 2)
-        return (kir.loop_nest(gathered.shape, lambda i, j: [Store(gathered, (i, j), x[row(i), j])])
-                + kir.loop_nest(window.shape, lambda i, j: [
-                    Store(window, (i, j), x[kir.index_add(first, i), j])], prefix="w"))
+        return kir.loop_nest(
+            gathered.shape, lambda i, j: [Store(gathered, (i, j), x[row(i), j])]
+        ) + kir.loop_nest(
+            window.shape,
+            lambda i, j: [Store(window, (i, j), x[kir.index_add(first, i), j])],
+            prefix="w",
+        )
 
     program = single_kernel_program(
-        "gather", {"x": (F32, (6, 4)), "rows": (np.dtype(np.int32), (5,)), "start": (i64, ())},
-        {"gathered": (F32, (5, 4)), "window": (F32, (2, 4))}, body)
+        "gather",
+        {"x": (F32, (6, 4)), "rows": (np.dtype(np.int32), (5,)), "start": (i64, ())},
+        {"gathered": (F32, (5, 4)), "window": (F32, (2, 4))},
+        body,
+    )
     x = np.arange(24, dtype=np.float32).reshape(6, 4)
     rows = np.array([3, -7, 5, 99, 0], np.int32)
     native = compile_program(program)
@@ -552,23 +749,38 @@ def row_reduction_program(dtype):
         def outputs(i):
             element = x[i, k]
             arg_max = Reduce(ReduceKind.ARGMAX, k, 0, 33, element, index_dtype=np.int32)
-            return [Store(total, (i,), Reduce(ReduceKind.SUM, k, 0, 33, element)),
-                    Store(largest, (i,), Reduce(ReduceKind.MAX, k, 0, 33, element)),
-                    Store(smallest, (i,), Reduce(ReduceKind.MIN, k, 0, 33, element)),
-                    Store(where_max, (i,), arg_max),
-                    Store(where_min, (i,), Reduce(ReduceKind.ARGMIN, k, 0, 33, element,
-                                                  index_dtype=np.int32))]
+            return [
+                Store(total, (i,), Reduce(ReduceKind.SUM, k, 0, 33, element)),
+                Store(largest, (i,), Reduce(ReduceKind.MAX, k, 0, 33, element)),
+                Store(smallest, (i,), Reduce(ReduceKind.MIN, k, 0, 33, element)),
+                Store(where_max, (i,), arg_max),
+                Store(
+                    where_min,
+                    (i,),
+                    Reduce(ReduceKind.ARGMIN, k, 0, 33, element, index_dtype=np.int32),
+                ),
+            ]
+
         return kir.loop_nest((6,), outputs)
 
     i32 = np.dtype(np.int32)
     return single_kernel_program(
-        f"rows_{dtype_id(dtype)}", {"x": (dtype, (6, 33))},
-        {"total": (dtype, (6,)), "largest": (dtype, (6,)), "smallest": (dtype, (6,)),
-         "where_max": (i32, (6,)), "where_min": (i32, (6,))}, body)
+        f"rows_{dtype_id(dtype)}",
+        {"x": (dtype, (6, 33))},
+        {
+            "total": (dtype, (6,)),
+            "largest": (dtype, (6,)),
+            "smallest": (dtype, (6,)),
+            "where_max": (i32, (6,)),
+            "where_min": (i32, (6,)),
+        },
+        body,
+    )
 
 
-@pytest.mark.parametrize("dtype", [F32, F64, F16, BF16, np.dtype(np.int32),
-                                   np.dtype(np.uint8)], ids=dtype_id)
+@pytest.mark.parametrize(
+    "dtype", [F32, F64, F16, BF16, np.dtype(np.int32), np.dtype(np.uint8)], ids=dtype_id
+)
 def test_row_reductions_sum_max_min_argmax_argmin(dtype):
     rng = np.random.default_rng(3)
     if dtype.kind in "iu":
@@ -578,13 +790,15 @@ def test_row_reductions_sum_max_min_argmax_argmin(dtype):
         x = rng.standard_normal((6, 33)).astype(dtype)
         x[2, 5] = x[2, 9] = np.nan  # the first NaN is both the max and the min
         x[3] = -np.inf
-    total, largest, smallest, where_max, where_min = compile_program(
-        row_reduction_program(dtype))(x)
+    total, largest, smallest, where_max, where_min = compile_program(row_reduction_program(dtype))(
+        x
+    )
     wide = x.astype(F64) if dtype.kind in "f" or dtype == BF16 else x
     expected_total = wide.sum(axis=1).astype(dtype)
     tolerance = {F16: 2e-3, BF16: 1e-2}.get(dtype, 1e-5)
-    np.testing.assert_allclose(total.astype(F64), expected_total.astype(F64), rtol=tolerance,
-                               atol=tolerance)
+    np.testing.assert_allclose(
+        total.astype(F64), expected_total.astype(F64), rtol=tolerance, atol=tolerance
+    )
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(largest.astype(F64), x.max(axis=1).astype(F64))
         np.testing.assert_array_equal(smallest.astype(F64), x.min(axis=1).astype(F64))
@@ -597,14 +811,21 @@ def test_column_reduction_both_loop_orders():
 
     def body(x, by_reduce, by_accumulate):
         # Reduce form: a strided inner loop. Accumulate form: rows streamed into the output.
-        strided = kir.loop_nest((9,), lambda j: [
-            Store(by_reduce, (j,), Reduce(ReduceKind.MAX, k, 0, 50, x[k, j]))], prefix="j")
+        strided = kir.loop_nest(
+            (9,),
+            lambda j: [Store(by_reduce, (j,), Reduce(ReduceKind.MAX, k, 0, 50, x[k, j]))],
+            prefix="j",
+        )
         init = kir.loop_nest((9,), lambda j: [Store(by_accumulate, (j,), 0.0)], prefix="c")
         streamed = kir.loop_nest((50, 9), lambda i, j: [kir.accumulate(by_accumulate, j, x[i, j])])
         return strided + init + streamed
 
-    program = single_kernel_program("columns", {"x": (F32, (50, 9))},
-                                    {"by_reduce": (F32, (9,)), "by_accumulate": (F32, (9,))}, body)
+    program = single_kernel_program(
+        "columns",
+        {"x": (F32, (50, 9))},
+        {"by_reduce": (F32, (9,)), "by_accumulate": (F32, (9,))},
+        body,
+    )
     x = np.random.default_rng(4).standard_normal((50, 9)).astype(np.float32)
     by_reduce, by_accumulate = compile_program(program)(x)
     np.testing.assert_array_equal(by_reduce, x.max(axis=0))
@@ -616,16 +837,27 @@ def test_bool_and_integer_reductions_with_init():
     u8, i16 = np.dtype(np.uint8), np.dtype(np.int16)
 
     def body(flags, values, every, some, wrapped, product):
-        return kir.loop_nest((3,), lambda i: [
-            Store(every, (i,), Reduce(ReduceKind.AND, k, 0, 4, flags[i, k])),
-            Store(some, (i,), Reduce(ReduceKind.OR, k, 0, 4, flags[i, k])),
-            Store(wrapped, (i,), Reduce(ReduceKind.SUM, k, 0, 4, values[i, k], init=200)),
-            Store(product, (i,), Reduce(ReduceKind.PROD, k, 0, 4, kir.cast(values[i, k], i16)))])
+        return kir.loop_nest(
+            (3,),
+            lambda i: [
+                Store(every, (i,), Reduce(ReduceKind.AND, k, 0, 4, flags[i, k])),
+                Store(some, (i,), Reduce(ReduceKind.OR, k, 0, 4, flags[i, k])),
+                Store(wrapped, (i,), Reduce(ReduceKind.SUM, k, 0, 4, values[i, k], init=200)),
+                Store(product, (i,), Reduce(ReduceKind.PROD, k, 0, 4, kir.cast(values[i, k], i16))),
+            ],
+        )
 
     program = single_kernel_program(
-        "logic", {"flags": (BOOL, (3, 4)), "values": (u8, (3, 4))},
-        {"every": (BOOL, (3,)), "some": (BOOL, (3,)), "wrapped": (u8, (3,)),
-         "product": (i16, (3,))}, body)
+        "logic",
+        {"flags": (BOOL, (3, 4)), "values": (u8, (3, 4))},
+        {
+            "every": (BOOL, (3,)),
+            "some": (BOOL, (3,)),
+            "wrapped": (u8, (3,)),
+            "product": (i16, (3,)),
+        },
+        body,
+    )
     flags = np.array([[1, 1, 1, 1], [1, 0, 1, 1], [0, 0, 0, 0]], bool)
     values = np.array([[1, 2, 3, 4], [100, 100, 100, 100], [255, 255, 1, 0]], np.uint8)
     every, some, wrapped, product = compile_program(program)(flags, values)
@@ -644,14 +876,25 @@ def test_softmax_multi_output_with_reduction_used_per_element():
         def row(i):
             largest = Reduce(ReduceKind.MAX, m, 0, 40, x[i, m])
             total = Reduce(ReduceKind.SUM, k, 0, 40, exp(x[i, k] - largest))
-            return [Loop(Var("j"), 0, 40, [Store(out, (i, Var("j")),
-                                                 exp(x[i, Var("j")] - largest) / total)]),
-                    Store(row_max, (i,), largest), Store(row_sum, (i,), total)]
+            return [
+                Loop(
+                    Var("j"),
+                    0,
+                    40,
+                    [Store(out, (i, Var("j")), exp(x[i, Var("j")] - largest) / total)],
+                ),
+                Store(row_max, (i,), largest),
+                Store(row_sum, (i,), total),
+            ]
+
         return kir.loop_nest((8,), row)
 
-    program = single_kernel_program("softmax", {"x": (F32, (8, 40))},
-                                    {"out": (F32, (8, 40)), "row_max": (F32, (8,)),
-                                     "row_sum": (F32, (8,))}, body)
+    program = single_kernel_program(
+        "softmax",
+        {"x": (F32, (8, 40))},
+        {"out": (F32, (8, 40)), "row_max": (F32, (8,)), "row_sum": (F32, (8,))},
+        body,
+    )
     x = np.random.default_rng(5).standard_normal((8, 40)).astype(np.float32)
     out, row_max, row_sum = compile_program(program)(x)
     shifted = np.exp(x.astype(F64) - x.max(axis=1, keepdims=True))
@@ -660,7 +903,7 @@ def test_softmax_multi_output_with_reduction_used_per_element():
     np.testing.assert_allclose(row_sum, shifted.sum(axis=1), rtol=1e-5)
     # The row's max and sum are computed once per row, before the j loop, not per element.
     text = compile_program(program).unoptimized_ir
-    kernel = text[text.index("define internal"):]
+    kernel = text[text.index("define internal") :]
     assert kernel.index('"k.header"') < kernel.index('"j.header"')
 
 
@@ -673,9 +916,11 @@ def test_two_kernel_program_with_temps_on_stack_and_heap():
         u = Buffer("u", F32, (size,), "temp")
         y = Buffer("y", F32, (size,), "output")
         i = Var("i")
-        kernels = [Kernel("double", [Loop(i, 0, size, [Store(t, i, x[i] * 2.0)])]),
-                   Kernel("inc", [Loop(i, 0, size, [Store(u, i, t[i] + 1.0)])]),
-                   Kernel("mul", [Loop(i, 0, size, [Store(y, i, t[i] * u[i])])])]
+        kernels = [
+            Kernel("double", [Loop(i, 0, size, [Store(t, i, x[i] * 2.0)])]),
+            Kernel("inc", [Loop(i, 0, size, [Store(u, i, t[i] + 1.0)])]),
+            Kernel("mul", [Loop(i, 0, size, [Store(y, i, t[i] * u[i])])]),
+        ]
         program = Program(f"temps{size}", [x, y, t, u], kernels)
         data = np.random.default_rng(6).standard_normal(size).astype(np.float32)
         (result,) = compile_program(program)(data)
@@ -688,8 +933,15 @@ def test_if_statement_and_rank0_buffers():
     x = Buffer("x", np.dtype(np.int64), (10,))
     y = Buffer("y", np.dtype(np.int64), (), "output")
     i = Var("i")
-    program = Program("conditional", [x, y], [Kernel("k", [
-        Store(y, 0, 0), Loop(i, 0, 10, [If(x[i] > 0, [kir.accumulate(y, 0, x[i])])])])])
+    program = Program(
+        "conditional",
+        [x, y],
+        [
+            Kernel(
+                "k", [Store(y, 0, 0), Loop(i, 0, 10, [If(x[i] > 0, [kir.accumulate(y, 0, x[i])])])]
+            )
+        ],
+    )
     data = np.arange(10, dtype=np.int64) - 4
     (result,) = compile_program(program)(data)
     assert result.shape == () and int(result) == data[data > 0].sum()
@@ -699,8 +951,18 @@ def test_empty_buffers_run_no_iterations():
     x = Buffer("x", F32, (0, 3))
     y = Buffer("y", F32, (0,), "output")
     k = Var("k")
-    program = Program("empty", [x, y], [Kernel("k", kir.loop_nest((0,), lambda i: [
-        Store(y, (i,), Reduce(ReduceKind.SUM, k, 0, 3, x[i, k]))]))])
+    program = Program(
+        "empty",
+        [x, y],
+        [
+            Kernel(
+                "k",
+                kir.loop_nest(
+                    (0,), lambda i: [Store(y, (i,), Reduce(ReduceKind.SUM, k, 0, 3, x[i, k]))]
+                ),
+            )
+        ],
+    )
     (result,) = compile_program(program)(np.zeros((0, 3), np.float32))
     assert result.shape == (0,)
 
@@ -710,25 +972,37 @@ def test_empty_buffers_run_no_iterations():
 
 
 def _kernel_ir(native) -> str:
-    return native.llvm_ir[native.llvm_ir.index("define internal"):]
+    return native.llvm_ir[native.llvm_ir.index("define internal") :]
 
 
 def test_elementwise_and_row_sum_are_vectorized_to_512_bits():
     from kiln.codegen.llvm.target import current_target
+
     if not current_target().has_avx512:
         pytest.skip("the target has no AVX-512")
     n = 4096
     x, y = Buffer("x", F32, (n,)), Buffer("y", F32, (n,))
     z = Buffer("z", F32, (n,), "output")
     i = Var("i")
-    elementwise = Program("vector_add", [x, y, z], [Kernel("add", [
-        Loop(i, 0, n, [Store(z, i, x[i] * y[i] + 1.0)])])])
+    elementwise = Program(
+        "vector_add", [x, y, z], [Kernel("add", [Loop(i, 0, n, [Store(z, i, x[i] * y[i] + 1.0)])])]
+    )
     assert "<16 x float>" in _kernel_ir(compile_program(elementwise))
     m = Buffer("m", F32, (64, 512))
     s = Buffer("s", F32, (64,), "output")
     k = Var("k")
-    row_sum = Program("vector_row_sum", [m, s], [Kernel("row_sum", kir.loop_nest((64,), lambda r: [
-        Store(s, (r,), Reduce(ReduceKind.SUM, k, 0, 512, m[r, k]))]))])
+    row_sum = Program(
+        "vector_row_sum",
+        [m, s],
+        [
+            Kernel(
+                "row_sum",
+                kir.loop_nest(
+                    (64,), lambda r: [Store(s, (r,), Reduce(ReduceKind.SUM, k, 0, 512, m[r, k]))]
+                ),
+            )
+        ],
+    )
     text = _kernel_ir(compile_program(row_sum))
     assert "<16 x float>" in text and "fadd reassoc" in text
     assert not re.search(r"\b(nnan|ninf|fast)\b", text), "no value-changing fast-math flags"
@@ -744,6 +1018,7 @@ def test_identical_programs_share_native_code_and_expose_ir_and_asm():
 
 def test_run_accepts_pointer_array_int_address_and_ctypes_array():
     import ctypes
+
     native = compile_program(broadcast_program())
     rng = np.random.default_rng(7)
     x, y, w = (rng.standard_normal(s).astype(np.float32) for s in [(5, 37), (37,), (5, 1)])
@@ -770,8 +1045,11 @@ def test_concurrent_compilation_from_threads():
         x = Buffer("x", F64, (17,))
         y = Buffer("y", F64, (17,), "output")
         i = Var("i")
-        program = Program(f"threaded{offset}", [x, y], [Kernel("k", [
-            Loop(i, 0, 17, [Store(y, i, x[i] * 2.0 + float(offset))])])])
+        program = Program(
+            f"threaded{offset}",
+            [x, y],
+            [Kernel("k", [Loop(i, 0, 17, [Store(y, i, x[i] * 2.0 + float(offset))])])],
+        )
         data = np.arange(17.0)
         return np.array_equal(compile_program(program)(data)[0], data * 2 + offset)
 
@@ -781,22 +1059,36 @@ def test_concurrent_compilation_from_threads():
 
 def test_column_reductions_are_rescheduled_without_changing_results():
     from kiln.compiler.kir_schedule import schedule_kernel
+
     k = Var("k")
     rows, cols = 30, 70  # 70 columns: strip-mined blocks plus a remainder loop
 
     def body(x, h, total, mean, where, half_total):
         def column(j):
-            return [Store(total, (j,), Reduce(ReduceKind.SUM, k, 0, rows, x[k, j])),
-                    Store(mean, (j,), Reduce(ReduceKind.SUM, k, 0, rows, x[k, j]) * (1 / rows)),
-                    Store(where, (j,), Reduce(ReduceKind.ARGMAX, k, 0, rows, x[k, j],
-                                              index_dtype=np.int32)),
-                    Store(half_total, (j,), Reduce(ReduceKind.SUM, k, 0, rows, h[k, j]))]
+            return [
+                Store(total, (j,), Reduce(ReduceKind.SUM, k, 0, rows, x[k, j])),
+                Store(mean, (j,), Reduce(ReduceKind.SUM, k, 0, rows, x[k, j]) * (1 / rows)),
+                Store(
+                    where,
+                    (j,),
+                    Reduce(ReduceKind.ARGMAX, k, 0, rows, x[k, j], index_dtype=np.int32),
+                ),
+                Store(half_total, (j,), Reduce(ReduceKind.SUM, k, 0, rows, h[k, j])),
+            ]
+
         return kir.loop_nest((cols,), column, prefix="j")
 
     program = single_kernel_program(
-        "columns_scheduled", {"x": (F32, (rows, cols)), "h": (F16, (rows, cols))},
-        {"total": (F32, (cols,)), "mean": (F32, (cols,)), "where": (np.dtype(np.int32), (cols,)),
-         "half_total": (F16, (cols,))}, body)
+        "columns_scheduled",
+        {"x": (F32, (rows, cols)), "h": (F16, (rows, cols))},
+        {
+            "total": (F32, (cols,)),
+            "mean": (F32, (cols,)),
+            "where": (np.dtype(np.int32), (cols,)),
+            "half_total": (F16, (cols,)),
+        },
+        body,
+    )
     scheduled = schedule_kernel(program.kernels[0])
     kir.verify_kernel(scheduled)
     assert scheduled is not program.kernels[0]
@@ -810,21 +1102,32 @@ def test_column_reductions_are_rescheduled_without_changing_results():
     np.testing.assert_array_equal(total, in_order)
     np.testing.assert_array_equal(mean, in_order * np.float32(1 / rows))
     np.testing.assert_array_equal(where, x.argmax(axis=0))
-    np.testing.assert_allclose(half_total.astype(F64), h.astype(F64).sum(axis=0), rtol=2e-3,
-                               atol=2e-3)
+    np.testing.assert_allclose(
+        half_total.astype(F64), h.astype(F64).sum(axis=0), rtol=2e-3, atol=2e-3
+    )
 
 
 def test_scheduling_leaves_row_sums_alone_and_splits_argmax():
     from kiln.compiler.kir_schedule import schedule_kernel
+
     row_sum = single_kernel_program(
-        "row_sum_only", {"x": (F32, (4, 9))}, {"s": (F32, (4,))},
-        lambda x, s: kir.loop_nest((4,), lambda i: [
-            Store(s, (i,), Reduce(ReduceKind.SUM, Var("k"), 0, 9, x[i, Var("k")]))]))
+        "row_sum_only",
+        {"x": (F32, (4, 9))},
+        {"s": (F32, (4,))},
+        lambda x, s: kir.loop_nest(
+            (4,), lambda i: [Store(s, (i,), Reduce(ReduceKind.SUM, Var("k"), 0, 9, x[i, Var("k")]))]
+        ),
+    )
     assert schedule_kernel(row_sum.kernels[0]) is row_sum.kernels[0]
     scheduled = schedule_kernel(row_reduction_program(F32).kernels[0])
     kir.verify_kernel(scheduled)
-    kinds = {n.kind for n in kir.toposort([e for s in kir.walk_stmts(scheduled.body)
-                                          for e in kir.stmt_exprs(s)]) if isinstance(n, Reduce)}
+    kinds = {
+        n.kind
+        for n in kir.toposort(
+            [e for s in kir.walk_stmts(scheduled.body) for e in kir.stmt_exprs(s)]
+        )
+        if isinstance(n, Reduce)
+    }
     assert kinds == {ReduceKind.SUM, ReduceKind.MAX, ReduceKind.MIN}
 
 
@@ -835,11 +1138,15 @@ def test_argvalue_is_the_winning_element():
         def row(i):
             winner = Reduce(ReduceKind.ARGMIN, k, 0, 6, x[i, k] * x[i, k], index_dtype=np.int16)
             return [Store(best, (i,), kir.ArgValue(winner)), Store(where, (i,), winner)]
+
         return kir.loop_nest((3,), row)
 
-    program = single_kernel_program("argvalue", {"x": (F64, (3, 6))},
-                                    {"best": (F64, (3,)), "where": (np.dtype(np.int16), (3,))},
-                                    body)
+    program = single_kernel_program(
+        "argvalue",
+        {"x": (F64, (3, 6))},
+        {"best": (F64, (3,)), "where": (np.dtype(np.int16), (3,))},
+        body,
+    )
     x = np.array([[3, -1, 1, 2, -5, 1], [0, 0, -0.0, 1, 2, 3], [4, np.nan, 1, np.nan, 0, 0]])
     best, where = compile_program(program)(x)
     assert where.tolist() == [1, 0, 1]

@@ -19,7 +19,6 @@ import kiln
 import kiln.lax as lax
 import kiln.numpy as jnp
 from kiln.codegen.llvm import objects, target, vmath
-from kiln.runtime import native
 from tests._testing import CODEGEN_TARGETS, use_codegen_target
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -65,16 +64,18 @@ def test_ulp_errors_catch_special_value_mismatches():
     """The measure itself: a wrong NaN, infinity or zero sign is an infinite error."""
     hi = np.array([np.nan, np.inf, -0.0, 1.0, 1.0])
     lo = np.zeros(5)
-    got = np.array([1.0, np.finfo(np.float64).max, 0.0, np.nan, 1.0 + 2 ** -52])
+    got = np.array([1.0, np.finfo(np.float64).max, 0.0, np.nan, 1.0 + 2**-52])
     err = ulp_table.ulp_errors(got, hi, lo)
     assert np.all(np.isinf(err[:4])) and err[4] == 1.0
 
 
 def test_large_trig_arguments():
     """The examples of issue #14: reductions that ran out of bits before."""
-    cases = {"float32": [3e7, 1e10, -1e30, 3.4e38],
-             # The last is the float64 closest to a multiple of pi/2 (r ~ 2**-61 * x's ulp).
-             "float64": [1e17, 1e300, -2.0 ** 1000, 6381956970095103 * 2.0 ** 797]}
+    cases = {
+        "float32": [3e7, 1e10, -1e30, 3.4e38],
+        # The last is the float64 closest to a multiple of pi/2 (r ~ 2**-61 * x's ulp).
+        "float64": [1e17, 1e300, -(2.0**1000), 6381956970095103 * 2.0**797],
+    }
     for dtype, values in cases.items():
         x = np.array(values, dtype=dtype)
         for op in ("sin", "cos", "tan"):
@@ -93,8 +94,11 @@ def test_large_trig_arguments_on_every_target(name):
     with use_codegen_target(name):
         for dtype in DTYPES:
             top = 3e38 if dtype == "float32" else 1e308
-            mixed = np.where(rng.random(67) < 0.3, 10.0 ** rng.uniform(5, np.log10(top), 67),
-                             rng.uniform(-4, 4, 67)) * rng.choice([-1, 1], 67)
+            mixed = np.where(
+                rng.random(67) < 0.3,
+                10.0 ** rng.uniform(5, np.log10(top), 67),
+                rng.uniform(-4, 4, 67),
+            ) * rng.choice([-1, 1], 67)
             for x in (mixed, 10.0 ** rng.uniform(5, np.log10(top), 67)):
                 x = x.astype(dtype)
                 for op in ("sin", "cos", "tan"):
@@ -127,8 +131,12 @@ def _jit_and_eager(dtype: str):
     """(op, inputs, kiln.jit result, eager result) for every op, two jitted programs in all."""
     unary = sorted(op for op in KILN_FUNCTIONS if op not in ulp_table.BINARY)
     binary = sorted(ulp_table.BINARY)
-    x = np.concatenate([ulp_table.inputs("sin", dtype, 100, seed=11)[0],
-                        ulp_table.inputs("log1p", dtype, 100, seed=12)[0]])
+    x = np.concatenate(
+        [
+            ulp_table.inputs("sin", dtype, 100, seed=11)[0],
+            ulp_table.inputs("log1p", dtype, 100, seed=12)[0],
+        ]
+    )
     pairs = ulp_table.inputs("pow", dtype, 60, seed=13)
 
     def unary_all(v):
@@ -139,8 +147,9 @@ def _jit_and_eager(dtype: str):
 
     with np.errstate(all="ignore"):
         rows = list(zip(unary, [(x,)] * len(unary), kiln.jit(unary_all)(x), unary_all(x)))
-        rows += list(zip(binary, [pairs] * len(binary), kiln.jit(binary_all)(*pairs),
-                         binary_all(*pairs)))
+        rows += list(
+            zip(binary, [pairs] * len(binary), kiln.jit(binary_all)(*pairs), binary_all(*pairs))
+        )
     return rows
 
 
@@ -167,6 +176,10 @@ def test_jit_agrees_with_eager(dtype, strict_native):
         assert jit_err.max() <= bound, f"{op} {dtype}: kiln.jit is {jit_err.max():.2f} ulp off"
         accurate = ulp_table.ulp_errors(eager, *exact) <= 1.0
         # In the same units as the bound (lgamma and digamma scale them for x < 0).
-        diff = ulp_table.ulp_errors(jitted[accurate], eager[accurate].astype(np.float64),
-                                    np.zeros(int(accurate.sum())), exact[2][accurate])
+        diff = ulp_table.ulp_errors(
+            jitted[accurate],
+            eager[accurate].astype(np.float64),
+            np.zeros(int(accurate.sum())),
+            exact[2][accurate],
+        )
         assert diff.max(initial=0.0) <= bound + 1.0, f"{op} {dtype}: jit and eager differ"

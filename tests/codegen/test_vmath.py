@@ -27,6 +27,7 @@ _BINARY = {"pow", "atan2"}
 
 # ---- harness: one module with a loop per (op, dtype), optimized and JIT-compiled once --------
 
+
 def _emit_loop(module: ir.Module, op: str, dtype: str) -> str:
     """Emit `void name(T* in0, [T* in1,] T* out, i64 n)` applying op elementwise."""
     ty = _TYPES[dtype]
@@ -112,6 +113,7 @@ def jit() -> _Jit:
 
 # ---- references and ulp measurement ----------------------------------------------------------
 
+
 def _ld(fn):
     """A reference evaluated in long double (x87 80-bit) for float64 and in double for float32."""
     return lambda *xs: fn(*[x.astype(LD if x.dtype == F64 else F64) for x in xs])
@@ -186,6 +188,7 @@ _DIGAMMA_ROOT_TEXT = "1.461632144968362341262659542325721328468"
 def _long_double_parts(text: str):
     """A decimal constant as (hi, lo) long doubles with hi + lo ~ 128-bit accurate."""
     from decimal import Decimal, getcontext
+
     getcontext().prec = 50
     hi = LD(text)
     numerator, denominator = hi.as_integer_ratio()
@@ -195,9 +198,21 @@ def _long_double_parts(text: str):
 # digamma's positive zero in two parts: t - root must stay accurate to ~1e-35 near it.
 _DIGAMMA_ROOT, _DIGAMMA_ROOT_LO = _long_double_parts(_DIGAMMA_ROOT_TEXT)
 # Bernoulli numbers B2, B4, ..., B20 for the asymptotic series.
-_BERNOULLI = [LD(n) / LD(d) for n, d in ((1, 6), (-1, 30), (1, 42), (-1, 30), (5, 66),
-                                          (-691, 2730), (7, 6), (-3617, 510), (43867, 798),
-                                          (-174611, 330))]
+_BERNOULLI = [
+    LD(n) / LD(d)
+    for n, d in (
+        (1, 6),
+        (-1, 30),
+        (1, 42),
+        (-1, 30),
+        (5, 66),
+        (-691, 2730),
+        (7, 6),
+        (-3617, 510),
+        (43867, 798),
+        (-174611, 330),
+    )
+]
 
 
 def _zeta_minus_one(count: int) -> list:
@@ -208,7 +223,7 @@ def _zeta_minus_one(count: int) -> list:
     for k in range(2, count):
         head = sum(LD(n) ** -k for n in range(2, n_split))
         big_n = LD(n_split)
-        tail = big_n ** (1 - k) / (k - 1) + big_n ** -k / 2
+        tail = big_n ** (1 - k) / (k - 1) + big_n**-k / 2
         rising, factorial = LD(1), LD(1)
         for j, bernoulli in enumerate(_BERNOULLI[:6], start=1):
             rising *= (k + 2 * j - 2) * (k + 2 * j - 3) if j > 1 else k
@@ -284,8 +299,14 @@ def _lgamma_stirling(t):
 def _lgamma_positive_ld(t):
     """log Gamma(t) for t > 0 in long double: zeta series near 1 and 2 (with the zero factored
     out), lgamma(t+1) - log t below 1/2, Stirling after shifting to >= 30 above 3.5."""
-    return _piecewise(t, [(t < 1.5, _lgamma_near_one), ((t >= 1.5) & (t < 3.5), _lgamma_near_two),
-                          (t >= 3.5, _lgamma_stirling)])
+    return _piecewise(
+        t,
+        [
+            (t < 1.5, _lgamma_near_one),
+            ((t >= 1.5) & (t < 3.5), _lgamma_near_two),
+            (t >= 3.5, _lgamma_stirling),
+        ],
+    )
 
 
 def _digamma_near_one(t):
@@ -323,10 +344,15 @@ def _digamma_asymptotic(t):
 def _digamma_positive_ld(t):
     """digamma(t) for t > 0 in long double; near its zero the series is written with
     (t - root) factored out, so the reference keeps its relative accuracy there."""
-    return _piecewise(t, [(t < 1.2, _digamma_near_one),
-                          ((t >= 1.2) & (t < 1.7), _digamma_near_root),
-                          ((t >= 1.7) & (t < 2.5), _digamma_near_two),
-                          (t >= 2.5, _digamma_asymptotic)])
+    return _piecewise(
+        t,
+        [
+            (t < 1.2, _digamma_near_one),
+            ((t >= 1.2) & (t < 1.7), _digamma_near_root),
+            ((t >= 1.7) & (t < 2.5), _digamma_near_two),
+            (t >= 2.5, _digamma_asymptotic),
+        ],
+    )
 
 
 def _sin_pi_ld(t):
@@ -384,25 +410,65 @@ def _reflection_scale(op, x):
 
 
 REFERENCES = {
-    "exp": _ld(np.exp), "exp2": _ld(np.exp2), "expm1": _ld(np.expm1), "log": _ld(np.log),
-    "log1p": _ld(np.log1p), "log2": _ld(np.log2), "log10": _ld(np.log10), "tanh": _ld(np.tanh),
-    "logistic": _ld(_logistic_ref), "erf": _erf_ref, "erfc": _erfc_ref,
-    "sin": _ld(np.sin), "cos": _ld(np.cos), "pow": _ld(np.power), "tan": _ld(np.tan),
-    "atan": _ld(np.arctan), "atan2": _ld(np.arctan2), "asin": _ld(np.arcsin),
+    "exp": _ld(np.exp),
+    "exp2": _ld(np.exp2),
+    "expm1": _ld(np.expm1),
+    "log": _ld(np.log),
+    "log1p": _ld(np.log1p),
+    "log2": _ld(np.log2),
+    "log10": _ld(np.log10),
+    "tanh": _ld(np.tanh),
+    "logistic": _ld(_logistic_ref),
+    "erf": _erf_ref,
+    "erfc": _erfc_ref,
+    "sin": _ld(np.sin),
+    "cos": _ld(np.cos),
+    "pow": _ld(np.power),
+    "tan": _ld(np.tan),
+    "atan": _ld(np.arctan),
+    "atan2": _ld(np.arctan2),
+    "asin": _ld(np.arcsin),
     "acos": _ld(np.arccos),
-    "sinh": _ld(np.sinh), "cosh": _ld(np.cosh), "asinh": _ld(np.arcsinh), "acosh": _ld(np.arccosh),
-    "atanh": _ld(np.arctanh), "cbrt": _ld(np.cbrt), "erf_inv": _erf_inv_ref,
-    "lgamma": _lgamma_ref, "digamma": _digamma_ref,
+    "sinh": _ld(np.sinh),
+    "cosh": _ld(np.cosh),
+    "asinh": _ld(np.arcsinh),
+    "acosh": _ld(np.arccosh),
+    "atanh": _ld(np.arctanh),
+    "cbrt": _ld(np.cbrt),
+    "erf_inv": _erf_inv_ref,
+    "lgamma": _lgamma_ref,
+    "digamma": _digamma_ref,
 }
 # NumPy itself, in the test dtype, for the special-value comparison.
 NUMPY_SAME_DTYPE = {
-    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log1p": np.log1p,
-    "log2": np.log2, "log10": np.log10, "tanh": np.tanh, "logistic": scipy.special.expit,
-    "erf": scipy.special.erf, "erfc": scipy.special.erfc, "sin": np.sin, "cos": np.cos,
-    "pow": np.power, "tan": np.tan, "atan": np.arctan, "atan2": np.arctan2, "asin": np.arcsin,
-    "acos": np.arccos, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
-    "acosh": np.arccosh, "atanh": np.arctanh, "cbrt": np.cbrt, "erf_inv": scipy.special.erfinv,
-    "lgamma": scipy.special.gammaln, "digamma": scipy.special.psi,
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "expm1": np.expm1,
+    "log": np.log,
+    "log1p": np.log1p,
+    "log2": np.log2,
+    "log10": np.log10,
+    "tanh": np.tanh,
+    "logistic": scipy.special.expit,
+    "erf": scipy.special.erf,
+    "erfc": scipy.special.erfc,
+    "sin": np.sin,
+    "cos": np.cos,
+    "pow": np.power,
+    "tan": np.tan,
+    "atan": np.arctan,
+    "atan2": np.arctan2,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "cbrt": np.cbrt,
+    "erf_inv": scipy.special.erfinv,
+    "lgamma": scipy.special.gammaln,
+    "digamma": scipy.special.psi,
 }
 
 
@@ -434,6 +500,7 @@ def _ulp_error(got, ref, scale):
 
 # ---- sample sets ----------------------------------------------------------------------------
 
+
 def _logu(rng, low, high, size, dtype, signed=True):
     """Log-uniform magnitudes in [low, high], random signs when signed."""
     x = np.exp(rng.uniform(np.log(low), np.log(high), size))
@@ -460,48 +527,76 @@ def samples(op: str, dtype: str):
         return np.concatenate([np.asarray(p, dtype=dtype) for p in parts])
 
     if op in ("exp", "exp2", "expm1"):
-        lo, hi = {"exp": (-746.0 if f64 else -104.0, 710.0 if f64 else 89.0),
-                  "exp2": (-1076.0 if f64 else -150.0, 1025.0 if f64 else 129.0),
-                  "expm1": (-40.0 if f64 else -18.0, 710.0 if f64 else 89.0)}[op]
-        return cat(_lin(lo, hi, n, dtype), _lin(-1, 1, n // 2, dtype),
-                   _logu(rng, tiny, 1.0, n // 4, dtype))
+        lo, hi = {
+            "exp": (-746.0 if f64 else -104.0, 710.0 if f64 else 89.0),
+            "exp2": (-1076.0 if f64 else -150.0, 1025.0 if f64 else 129.0),
+            "expm1": (-40.0 if f64 else -18.0, 710.0 if f64 else 89.0),
+        }[op]
+        return cat(
+            _lin(lo, hi, n, dtype), _lin(-1, 1, n // 2, dtype), _logu(rng, tiny, 1.0, n // 4, dtype)
+        )
     if op in ("log", "log2", "log10"):
         return cat(_logu(rng, tiny, huge, n, dtype, False), _lin(0.5, 2.0, n, dtype))
     if op == "log1p":
-        return cat(_lin(-1, 1, n, dtype), _logu(rng, tiny, huge, n // 2, dtype, False),
-                   -_logu(rng, tiny, 1.0, n // 2, dtype, False))
+        return cat(
+            _lin(-1, 1, n, dtype),
+            _logu(rng, tiny, huge, n // 2, dtype, False),
+            -_logu(rng, tiny, 1.0, n // 2, dtype, False),
+        )
     if op in ("tanh", "sinh", "cosh", "asinh"):
         top = {"tanh": 25.0, "sinh": big + 10, "cosh": big + 10, "asinh": huge}[op]
         return cat(_lin(-min(top, 30.0), min(top, 30.0), n, dtype), _logu(rng, tiny, top, n, dtype))
     if op == "logistic":
-        return cat(_lin(-110.0 if not f64 else -750.0, 110.0 if not f64 else 750.0, n, dtype),
-                   _lin(-20, 20, n, dtype), _logu(rng, tiny, 1e3, n // 2, dtype))
+        return cat(
+            _lin(-110.0 if not f64 else -750.0, 110.0 if not f64 else 750.0, n, dtype),
+            _lin(-20, 20, n, dtype),
+            _logu(rng, tiny, 1e3, n // 2, dtype),
+        )
     if op in ("erf", "erfc"):
-        return cat(_lin(-30 if f64 else -11, 30 if f64 else 11, n, dtype), _lin(-3, 3, n, dtype),
-                   _logu(rng, tiny, 30.0, n // 2, dtype))
+        return cat(
+            _lin(-30 if f64 else -11, 30 if f64 else 11, n, dtype),
+            _lin(-3, 3, n, dtype),
+            _logu(rng, tiny, 30.0, n // 2, dtype),
+        )
     if op in ("sin", "cos", "tan"):
         # The whole range: the fast reduction below 65536 (float32) or 2**30 (float64), the
         # exact one above, and magnitudes around the switch.
-        switch = 65536.0 if not f64 else 2.0 ** 30
-        return cat(_lin(-10, 10, n, dtype), _lin(-2 * switch, 2 * switch, n, dtype),
-                   _logu(rng, tiny, huge, n, dtype), _logu(rng, switch / 4, switch * 4, n, dtype))
+        switch = 65536.0 if not f64 else 2.0**30
+        return cat(
+            _lin(-10, 10, n, dtype),
+            _lin(-2 * switch, 2 * switch, n, dtype),
+            _logu(rng, tiny, huge, n, dtype),
+            _logu(rng, switch / 4, switch * 4, n, dtype),
+        )
     if op == "atan":
         return cat(_lin(-5, 5, n, dtype), _logu(rng, tiny, huge, n, dtype))
     if op in ("asin", "acos", "atanh", "erf_inv"):
-        return cat(_lin(-1, 1, n, dtype), _logu(rng, tiny, 1.0, n, dtype),
-                   1 - _logu(rng, info.eps / 2, 1.0, n // 4, dtype, False))
+        return cat(
+            _lin(-1, 1, n, dtype),
+            _logu(rng, tiny, 1.0, n, dtype),
+            1 - _logu(rng, info.eps / 2, 1.0, n // 4, dtype, False),
+        )
     if op == "acosh":
-        return cat(_lin(1, 10, n, dtype), 1 + _logu(rng, info.eps, 1.0, n // 2, dtype, False),
-                   _logu(rng, 1.0, huge, n // 2, dtype, False))
+        return cat(
+            _lin(1, 10, n, dtype),
+            1 + _logu(rng, info.eps, 1.0, n // 2, dtype, False),
+            _logu(rng, 1.0, huge, n // 2, dtype, False),
+        )
     if op == "cbrt":
         return cat(_logu(rng, tiny, huge, n, dtype), _lin(-10, 10, n // 2, dtype))
     if op == "pow":
-        x = cat(_logu(rng, 1e-3, 1e3, n, dtype, False),
-                _logu(rng, tiny, huge, n // 2, dtype, False),
-                _lin(0.5, 2.0, n // 2, dtype), -rng.integers(1, 20, n // 4))
-        y = cat(rng.uniform(-30, 30, n), rng.uniform(-1, 1, n // 2),
-                rng.uniform(-1000 if f64 else -100, 1000 if f64 else 100, n // 2),
-                rng.integers(-30, 30, n // 4))
+        x = cat(
+            _logu(rng, 1e-3, 1e3, n, dtype, False),
+            _logu(rng, tiny, huge, n // 2, dtype, False),
+            _lin(0.5, 2.0, n // 2, dtype),
+            -rng.integers(1, 20, n // 4),
+        )
+        y = cat(
+            rng.uniform(-30, 30, n),
+            rng.uniform(-1, 1, n // 2),
+            rng.uniform(-1000 if f64 else -100, 1000 if f64 else 100, n // 2),
+            rng.integers(-30, 30, n // 4),
+        )
         return x, y
     if op == "atan2":
         y = cat(_logu(rng, tiny, huge, n, dtype), rng.uniform(-3, 3, n))
@@ -510,18 +605,60 @@ def samples(op: str, dtype: str):
     if op in ("lgamma", "digamma"):
         zeros = (1.0, 2.0) if op == "lgamma" else (1.4616321449683623,)
         near = [z + _logu(rng, info.eps, 0.2, n // 8, dtype) for z in zeros]
-        return cat(_lin(0, 12, n, dtype), _logu(rng, tiny, huge, n, dtype, False), *near,
-                   _lin(-20, 0, n // 2, dtype), -_logu(rng, tiny, 1e4, n // 2, dtype, False))
+        return cat(
+            _lin(0, 12, n, dtype),
+            _logu(rng, tiny, huge, n, dtype, False),
+            *near,
+            _lin(-20, 0, n // 2, dtype),
+            -_logu(rng, tiny, 1e4, n // 2, dtype, False),
+        )
     raise KeyError(op)
 
 
 def special_values(dtype: str) -> np.ndarray:
     info = np.finfo(dtype)
     tiny, small, huge = info.smallest_subnormal, info.smallest_normal, info.max
-    values = [0.0, -0.0, np.inf, -np.inf, np.nan, tiny, -tiny, small, -small, huge, -huge,
-              1.0, -1.0, 0.5, -0.5, 2.0, 3 * tiny, small / 2, 1e-30, -1e-30, 88.72, 88.73, 88.8,
-              -87.3, -103.9, -104.0, 709.7, 709.8, -745.0, -745.2, 2.0, 10.0, -10.0, 30.0,
-              np.pi, np.pi / 2, 1 - info.epsneg, 1 + info.eps, -1 + info.epsneg]
+    values = [
+        0.0,
+        -0.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        tiny,
+        -tiny,
+        small,
+        -small,
+        huge,
+        -huge,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0,
+        3 * tiny,
+        small / 2,
+        1e-30,
+        -1e-30,
+        88.72,
+        88.73,
+        88.8,
+        -87.3,
+        -103.9,
+        -104.0,
+        709.7,
+        709.8,
+        -745.0,
+        -745.2,
+        2.0,
+        10.0,
+        -10.0,
+        30.0,
+        np.pi,
+        np.pi / 2,
+        1 - info.epsneg,
+        1 + info.eps,
+        -1 + info.epsneg,
+    ]
     with np.errstate(over="ignore"):
         return np.array(values, dtype=dtype)
 
@@ -578,11 +715,28 @@ def test_special_values(op, dtype):
 
 def test_pow_c99_edge_cases():
     nan, inf = np.nan, np.inf
-    cases = [(nan, 0.0, 1.0), (1.0, nan, 1.0), (-1.0, inf, 1.0), (-1.0, -inf, 1.0),
-             (-2.0, 3.0, -8.0), (-2.0, 2.0, 4.0), (-2.0, 0.5, nan), (-0.0, -3.0, -inf),
-             (-0.0, -2.0, inf), (0.0, -1.0, inf), (-0.0, 3.0, -0.0), (-inf, 3.0, -inf),
-             (-inf, -3.0, -0.0), (-inf, 2.0, inf), (0.5, inf, 0.0), (2.0, -inf, 0.0),
-             (0.5, -inf, inf), (inf, -1.0, 0.0), (2.0, 1024.0, inf), (2.0, -1074.0, 5e-324)]
+    cases = [
+        (nan, 0.0, 1.0),
+        (1.0, nan, 1.0),
+        (-1.0, inf, 1.0),
+        (-1.0, -inf, 1.0),
+        (-2.0, 3.0, -8.0),
+        (-2.0, 2.0, 4.0),
+        (-2.0, 0.5, nan),
+        (-0.0, -3.0, -inf),
+        (-0.0, -2.0, inf),
+        (0.0, -1.0, inf),
+        (-0.0, 3.0, -0.0),
+        (-inf, 3.0, -inf),
+        (-inf, -3.0, -0.0),
+        (-inf, 2.0, inf),
+        (0.5, inf, 0.0),
+        (2.0, -inf, 0.0),
+        (0.5, -inf, inf),
+        (inf, -1.0, 0.0),
+        (2.0, 1024.0, inf),
+        (2.0, -1074.0, 5e-324),
+    ]
     for dtype in ("float32", "float64"):
         x, y, want = (np.array(c, dtype=dtype) for c in zip(*cases))
         got = jit()("pow", dtype, x, y)
@@ -600,8 +754,8 @@ def test_exp_overflow_and_denormal_edges():
 
 def test_exp_loop_is_vectorized():
     text = jit().optimized_ir
-    body = text[text.index("@vm_exp_float32"):]
-    body = body[:body.index("\n}\n")]
+    body = text[text.index("@vm_exp_float32") :]
+    body = body[: body.index("\n}\n")]
     assert "<16 x float>" in body or "<8 x float>" in body
 
 
@@ -610,8 +764,8 @@ def test_trig_loop_is_vectorized_with_its_large_path_inline():
     into it (a call per vector would cost the fast path ~25%); the scalar remainder still
     calls the out-of-line scalar function."""
     text = jit().optimized_ir
-    body = text[text.index("@vm_sin_float32"):]
-    body = body[:body.index("\n}\n")]
+    body = text[text.index("@vm_sin_float32") :]
+    body = body[: body.index("\n}\n")]
     assert "<16 x float>" in body or "<8 x float>" in body
     assert "@kiln_vmath_sin_large_float32_m" not in body
     assert "@kiln_vmath_sin_large_float32(" in body

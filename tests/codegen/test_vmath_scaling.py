@@ -48,8 +48,26 @@ def test_exp_edges_on_both_paths(portable_jit, portable):
     """NaN (payload kept as NaN), ±inf, the overflow edge and gradual underflow, float32."""
     jit = portable_jit if portable else tv.jit()
     info = np.finfo(np.float32)
-    x = np.array([np.nan, -np.nan, np.inf, -np.inf, 88.72283, 88.7229, 1e30, 3e38, -87.4,
-                  -100.0, -103.9, -104.0, -1e30, -0.0, 0.0], dtype=np.float32)
+    x = np.array(
+        [
+            np.nan,
+            -np.nan,
+            np.inf,
+            -np.inf,
+            88.72283,
+            88.7229,
+            1e30,
+            3e38,
+            -87.4,
+            -100.0,
+            -103.9,
+            -104.0,
+            -1e30,
+            -0.0,
+            0.0,
+        ],
+        dtype=np.float32,
+    )
     got = jit("exp", "float32", x)
     assert np.isnan(got[:2]).all()
     assert got[2] == np.inf and got[3] == 0.0 and not np.signbit(got[3])

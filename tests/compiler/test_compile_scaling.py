@@ -2,6 +2,7 @@
 different indices (rolls, stencils) are recomputed only while that stays cheap, deep chains
 lower without recursion, and heavy stages are cut into segments. Work is counted (rule
 expansions, kernel IR nodes), not timed; results are checked against the interpreter."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,6 @@ import pytest
 import kiln
 import kiln.numpy as jnp
 from kiln.compiler import fusion, kir, lower
-from kiln.runtime import native
 
 
 @pytest.fixture(autouse=True)
@@ -41,14 +41,16 @@ def rolled(n):
         for _ in range(n):
             x = jnp.roll(x, 1) + x
         return x
+
     return f
 
 
 def check_against_interpreter(fn, *args, rtol=1e-5, atol=1e-6):
     _, compiled = compiled_native(fn, *args)
     expected = kiln.jit(fn, backend="interpret")(*args)
-    np.testing.assert_allclose(np.asarray(compiled(*args)), np.asarray(expected), rtol=rtol,
-                               atol=atol)
+    np.testing.assert_allclose(
+        np.asarray(compiled(*args)), np.asarray(expected), rtol=rtol, atol=atol
+    )
 
 
 def test_roll_program_results_match_the_interpreter():
@@ -78,6 +80,7 @@ def test_every_fused_value_is_built_at_most_max_reads_times():
         for _ in range(10):
             x = 0.25 * jnp.roll(x, 1) + 0.5 * x + 0.25 * jnp.roll(x, -1)
         return x
+
     executable, compiled = compiled_native(stencils, x)
     for segment in executable.segments:
         if segment is None:
@@ -87,8 +90,7 @@ def test_every_fused_value_is_built_at_most_max_reads_times():
             if not plan.builder.is_loaded(var):
                 assert len(nodes) <= fusion.MAX_READS
     expected = kiln.jit(stencils, backend="interpret")(x)
-    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-5, atol=1e-6)
 
 
 def test_deep_shared_values_on_two_axes_match_the_interpreter():
@@ -99,6 +101,7 @@ def test_deep_shared_values_on_two_axes_match_the_interpreter():
             y = jnp.roll(x, 1, axis=k % 2)
             x = jnp.tanh(y * 0.5 + x) if k % 3 == 0 else y - 0.5 * x
         return x.sum(axis=1), x
+
     _, compiled = compiled_native(f, x)
     expected = kiln.jit(f, backend="interpret")(x)
     for got, want in zip(compiled(x), expected):
@@ -116,6 +119,7 @@ def random_dag(n, seed=0):
             u, v = values[-1], values[other]
             values.append(u + v if op == 0 else u * v if op == 1 else u - v)
         return values[-1]
+
     return f
 
 
@@ -139,6 +143,7 @@ def test_long_chain_lowering_work_is_linear(monkeypatch):
     def counting(self, var, index):
         calls["n"] += 1
         return original(self, var, index)
+
     monkeypatch.setattr(lower.ExprBuilder, "lower", counting)
 
     def chain(x):
@@ -146,6 +151,7 @@ def test_long_chain_lowering_work_is_linear(monkeypatch):
             x = x * 1.0001 if k % 2 else x + 0.5
             x = jnp.maximum(x, -1.0)
         return x
+
     x = jnp.asarray(np.linspace(0, 1, 8, dtype=np.float32))
     executable, compiled = compiled_native(chain, x)
     assert calls["n"] <= 4 * 2000

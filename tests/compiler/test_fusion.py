@@ -2,6 +2,7 @@
 why, how a mixed program is split into native and interpreted stages, and the parallel split.
 Results are checked against NumPy here too, so a plan that looks right but computes the wrong
 thing fails."""
+
 from __future__ import annotations
 
 import re
@@ -48,6 +49,7 @@ def test_elementwise_chain_is_one_kernel_without_temps():
         z = x * 2.0 + 1.0
         z = jnp.tanh(z) * y - jnp.exp(-z)
         return jnp.maximum(z, 0.0) / (1.0 + jnp.abs(y))
+
     x, y = f32(8, 16), f32(8, 16, seed=1)
     executable, compiled = compile_native(chain, x, y)
     assert counts(executable) == (1, 0, 0)
@@ -57,8 +59,9 @@ def test_elementwise_chain_is_one_kernel_without_temps():
     xn, yn = np.asarray(x, np.float64), np.asarray(y, np.float64)
     z = xn * 2 + 1
     z = np.tanh(z) * yn - np.exp(-z)
-    np.testing.assert_allclose(np.asarray(compiled(x, y)), np.maximum(z, 0) / (1 + np.abs(yn)),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(compiled(x, y)), np.maximum(z, 0) / (1 + np.abs(yn)), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_softmax_is_at_most_two_kernels():
@@ -89,6 +92,7 @@ def _indent(line: str) -> int:
 def test_printed_row_buffer_reductions_sit_where_they_are_computed():
     """A reduction over a row buffer the kernel itself fills prints inside the outer loop,
     after the loop that writes the row (where the emitter computes it), not hoisted above."""
+
     def layernorm_softmax(x, g, b):
         mean = jnp.mean(x, axis=-1, keepdims=True)
         var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
@@ -98,14 +102,18 @@ def test_printed_row_buffer_reductions_sit_where_they_are_computed():
     x, g, b = f32(8, 16), f32(16, seed=1), f32(16, seed=2)
     _, compiled = compile_native(layernorm_softmax, x, g, b)
     lines = compiled.as_text().splitlines()
-    row_buffers = {m.group(1) for line in lines
-                   if (m := re.fullmatch(r"\s*temp (\w+): f32\[16\]", line))}
+    row_buffers = {
+        m.group(1) for line in lines if (m := re.fullmatch(r"\s*temp (\w+): f32\[16\]", line))
+    }
     assert row_buffers, "expected a row buffer temp in:\n" + "\n".join(lines)
     checked = 0
     for name in row_buffers:
         stores = [i for i, line in enumerate(lines) if re.match(rf"\s*{name}\[\w+\] = ", line)]
-        readers = [i for i, line in enumerate(lines)
-                   if re.match(r"\s*r\d+: f32 = \w+\(", line) and f"{name}[k" in line]
+        readers = [
+            i
+            for i, line in enumerate(lines)
+            if re.match(r"\s*r\d+: f32 = \w+\(", line) and f"{name}[k" in line
+        ]
         for i in readers:
             loops_above = [j for j in range(i) if lines[j].lstrip().startswith("for i0 ")]
             assert loops_above, f"{lines[i].strip()!r} printed above the outer loop"
@@ -118,21 +126,25 @@ def test_printed_row_buffer_reductions_sit_where_they_are_computed():
     mean = xn.mean(-1, keepdims=True)
     y = (xn - mean) / np.sqrt(((xn - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * gn + bn
     e = np.exp(y - y.max(-1, keepdims=True))
-    np.testing.assert_allclose(np.asarray(compiled(x, g, b)), e / e.sum(-1, keepdims=True),
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(compiled(x, g, b)), e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6
+    )
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: kiln.nn.logsumexp(x, axis=1),
-    lambda x: (x - x.mean(axis=1, keepdims=True)) / (x.std(axis=1, keepdims=True) + 1e-5),
-], ids=["logsumexp", "layernorm"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: kiln.nn.logsumexp(x, axis=1),
+        lambda x: (x - x.mean(axis=1, keepdims=True)) / (x.std(axis=1, keepdims=True) + 1e-5),
+    ],
+    ids=["logsumexp", "layernorm"],
+)
 def test_row_reductions_fuse_with_producers_and_consumers(fn):
     x = f32(5, 64)
     executable, compiled = compile_native(fn, x)
     assert counts(executable) == (1, 0, 0)
     expected = kiln.jit(fn, backend="interpret")(x)
-    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-5, atol=1e-6)
 
 
 def test_reduction_consumer_uses_the_reduce_expression():
@@ -181,12 +193,15 @@ def test_multi_output_fusion_shares_one_loop_nest():
     def outputs(x):
         y = jnp.exp(x)
         return y, y * 2, jnp.sin(x) + y
+
     executable, compiled = compile_native(outputs, x)
     assert counts(executable) == (1, 0, 0)
     (kernel,) = segments(executable)[0].program.kernels
     runs = fusion.evaluation_counts(kernel)
-    assert sum(c for n, c in runs.items()
-               if isinstance(n, kir.Op) and n.op is kir.ScalarOp.EXP) == x.size
+    assert (
+        sum(c for n, c in runs.items() if isinstance(n, kir.Op) and n.op is kir.ScalarOp.EXP)
+        == x.size
+    )
     y, y2, z = compiled(x)
     np.testing.assert_allclose(np.asarray(y2), 2 * np.exp(np.asarray(x)), rtol=1e-6)
 
@@ -201,9 +216,10 @@ def test_mixed_program_runs_impls_between_native_kernels():
     x, w, b = f32(4, 6), f32(6, 3, seed=1), f32(3, seed=2)
 
     def mlp(x, w, b):
-        h = jnp.tanh(x * 0.5)           # native
-        y = h @ w                        # dot_general: interpreted
+        h = jnp.tanh(x * 0.5)  # native
+        y = h @ w  # dot_general: interpreted
         return jnp.maximum(y + b, 0.0)  # native, after the matmul
+
     executable, compiled = compile_native(mlp, x, w, b)
     kinds = [s.native for s in executable.stages]
     assert kinds == [True, False, True]
@@ -211,8 +227,12 @@ def test_mixed_program_runs_impls_between_native_kernels():
     assert len(re.findall(r"native segment \d", text)) == 2
     assert "interpreted (reference impl):" in text and "dot_general" in text
     xn, wn, bn = (np.asarray(a, np.float64) for a in (x, w, b))
-    np.testing.assert_allclose(np.asarray(compiled(x, w, b)),
-                               np.maximum(np.tanh(xn * 0.5) @ wn + bn, 0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(compiled(x, w, b)),
+        np.maximum(np.tanh(xn * 0.5) @ wn + bn, 0),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_partition_delays_native_work_to_its_consumer():
@@ -233,6 +253,7 @@ def test_interpreted_equations_keep_program_order():
         y = jnp.sort(x * 2)
         kiln.debug.callback(lambda v: order.append("second"), y)
         return y + 1
+
     if not hasattr(kiln.debug, "callback"):
         pytest.skip("kiln.debug.callback is not available")
     kiln.jit(f, backend="native")(x)
@@ -242,10 +263,12 @@ def test_interpreted_equations_keep_program_order():
 def test_long_chain_lowers_without_deep_recursion():
     """Lowering walks the program with an explicit stack: a chain far deeper than Python's
     recursion limit still fuses into one kernel."""
+
     def long_chain(x):
         for _ in range(1500):
             x = x * 1.0001 + 0.0001
         return x
+
     x = f32(4)
     executable, compiled = compile_native(long_chain, x)
     kernels, temps, _ = counts(executable)
@@ -253,8 +276,7 @@ def test_long_chain_lowers_without_deep_recursion():
     assert temps == 0 and kernels == len(segments(executable)) >= 3000 // fusion.MAX_SEGMENT_WEIGHT
     expected = kiln.jit(long_chain, backend="interpret")(x)
     # (the multiply-adds contract to FMAs natively, one rounding each instead of two.)
-    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-3,
-                               atol=1e-4)
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-3, atol=1e-4)
 
 
 def test_heavy_stage_is_cut_only_where_few_values_cross():
@@ -270,12 +292,13 @@ def test_heavy_stage_is_cut_only_where_few_values_cross():
         for _ in range(2 * limit):  # only acc is live here
             acc = acc * 0.999
         return acc
+
     closed = kiln.make_jaxpr(program)(f32(4))
     stages = fusion.partition(closed.jaxpr.eqns, closed.jaxpr.outvars, lower.lowerable)
     assert len(stages) >= 3 and all(s.native for s in stages)
     for position, stage in enumerate(stages[:-1]):
-        made_before = {v for s in stages[:position + 1] for e in s.eqns for v in e.outvars}
-        read_after = {a for s in stages[position + 1:] for e in s.eqns for a in e.invars}
+        made_before = {v for s in stages[: position + 1] for e in s.eqns for v in e.outvars}
+        read_after = {a for s in stages[position + 1 :] for e in s.eqns for a in e.invars}
         assert len(made_before & read_after) <= fusion.MAX_CROSSING
     # The first stage holds the whole first chain: no cut was allowed inside it.
     assert sum(map(fusion.equation_weight, stages[0].eqns)) > limit
@@ -326,8 +349,7 @@ def test_split_column_reduction_keeps_constant_bounds(monkeypatch):
     (segment,) = segments(executable)
     (step,) = segment.steps
     assert step.bounds is None and len(step.entries) == step.chunks > 1
-    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(x).sum(0), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(x).sum(0), rtol=1e-5, atol=1e-5)
 
 
 def test_pool_runs_every_chunk_once():
@@ -340,10 +362,11 @@ def test_pool_runs_every_chunk_once():
 
 def test_stage_partition_of_a_handmade_jaxpr():
     def f(x, w):
-        a = jnp.exp(x)          # native, needed by the matmul: stage 0
-        b = a @ w               # interpreted: stage 1
+        a = jnp.exp(x)  # native, needed by the matmul: stage 0
+        b = a @ w  # interpreted: stage 1
         c = jnp.sort(b, axis=0)  # interpreted, same stage
-        return c * 2 + a        # native: stage 2
+        return c * 2 + a  # native: stage 2
+
     closed = kiln.make_jaxpr(f)(f32(3, 3), f32(3, 3))
     stages = fusion.partition(closed.jaxpr.eqns, closed.jaxpr.outvars, lower.lowerable)
     names = [[str(e.primitive) for e in s.eqns] for s in stages]
@@ -353,8 +376,7 @@ def test_stage_partition_of_a_handmade_jaxpr():
 
 def test_wide_concatenate_runs_its_impl_between_native_segments():
     x = f32(40)
-    fn = lambda x: jnp.concatenate([jnp.exp(x[i:i + 1]) for i in range(20)]) * 2  # noqa: E731
+    fn = lambda x: jnp.concatenate([jnp.exp(x[i : i + 1]) for i in range(20)]) * 2  # noqa: E731
     executable, compiled = compile_native(fn, x)
     assert [s.native for s in executable.stages] == [True, False, True]
-    np.testing.assert_allclose(np.asarray(compiled(x)), np.exp(np.asarray(x)[:20]) * 2,
-                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(compiled(x)), np.exp(np.asarray(x)[:20]) * 2, rtol=1e-6)

@@ -1,13 +1,27 @@
 """The kernel IR on its own: construction, hash-consing, index folding, the printer's text, and
 the verifier's errors on malformed kernels (no native code here)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from kiln.compiler import kir
-from kiln.compiler.kir import (ArgValue, Buffer, Const, Kernel, KirError, Load, Loop, Program,
-                               Reduce, ReduceKind, ScalarOp, Store, Var)
+from kiln.compiler.kir import (
+    ArgValue,
+    Buffer,
+    Const,
+    Kernel,
+    KirError,
+    Load,
+    Loop,
+    Program,
+    Reduce,
+    ReduceKind,
+    ScalarOp,
+    Store,
+    Var,
+)
 
 F32, I32, I64 = np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64)
 
@@ -100,24 +114,38 @@ def test_printed_kernel_shows_loops_fused_ops_and_reductions():
 
     def body(i):
         row_sum = Reduce(ReduceKind.SUM, k, 0, 8, x[i, k] * x[i, k])
-        return [Loop(Var("j"), 0, 8, [Store(z, (i, Var("j")),
-                                            kir.op(ScalarOp.EXP, x[i, Var("j")] - y[Var("j")])
-                                            / row_sum)]),
-                Store(s, (i,), row_sum)]
+        return [
+            Loop(
+                Var("j"),
+                0,
+                8,
+                [
+                    Store(
+                        z,
+                        (i, Var("j")),
+                        kir.op(ScalarOp.EXP, x[i, Var("j")] - y[Var("j")]) / row_sum,
+                    )
+                ],
+            ),
+            Store(s, (i,), row_sum),
+        ]
 
     kernel = Kernel("fused", kir.loop_nest((4,), body))
-    assert str(kernel) == "\n".join([
-        "kernel fused(x: f32[4,8], y: f32[8]) -> (z: f32[4,8], s: f32[4]):",
-        "  for i0 in 0..4:",
-        "    r0: f32 = sum(x[i0 * 8 + k] * x[i0 * 8 + k] for k in 0..8)",
-        "    for j in 0..8:",
-        "      t0: i64 = i0 * 8 + j",
-        "      z[t0] = exp(x[t0] - y[j]) / r0",
-        "    s[i0] = r0",
-    ])
+    assert str(kernel) == "\n".join(
+        [
+            "kernel fused(x: f32[4,8], y: f32[8]) -> (z: f32[4,8], s: f32[4]):",
+            "  for i0 in 0..4:",
+            "    r0: f32 = sum(x[i0 * 8 + k] * x[i0 * 8 + k] for k in 0..8)",
+            "    for j in 0..8:",
+            "      t0: i64 = i0 * 8 + j",
+            "      z[t0] = exp(x[t0] - y[j]) / r0",
+            "    s[i0] = r0",
+        ]
+    )
     program = Program("f", [x, y, z, s], [kernel])
     assert str(program).splitlines()[0] == (
-        "program f(x: f32[4,8], y: f32[8]) -> (z: f32[4,8], s: f32[4]):")
+        "program f(x: f32[4,8], y: f32[8]) -> (z: f32[4,8], s: f32[4]):"
+    )
 
 
 def test_printer_parenthesizes_by_precedence_and_names_shared_nodes():
@@ -154,11 +182,15 @@ def test_verifier_rejects_out_of_range_static_indices():
     x = Buffer("x", F32, (4,))
     y = Buffer("y", F32, (5,), "output")
     i = Var("i")
-    _expect_error(Kernel("k", [Loop(i, 0, 5, [Store(y, i, x[i])])]),
-                  r"load from 'x' may index outside it: the index ranges over \[0, 4\] but the "
-                  r"buffer has 4 elements")
-    _expect_error(Kernel("k", [Loop(i, 0, 5, [Store(y, kir.index_add(i, 1), 0.0)])]),
-                  r"store to 'y'.*\[1, 5\]")
+    _expect_error(
+        Kernel("k", [Loop(i, 0, 5, [Store(y, i, x[i])])]),
+        r"load from 'x' may index outside it: the index ranges over \[0, 4\] but the "
+        r"buffer has 4 elements",
+    )
+    _expect_error(
+        Kernel("k", [Loop(i, 0, 5, [Store(y, kir.index_add(i, 1), 0.0)])]),
+        r"store to 'y'.*\[1, 5\]",
+    )
 
 
 def test_verifier_demands_clamped_data_dependent_indices():
@@ -166,8 +198,10 @@ def test_verifier_demands_clamped_data_dependent_indices():
     idx = Buffer("idx", np.dtype(np.uint8), (3,))
     y = Buffer("y", F32, (3,), "output")
     i = Var("i")
-    _expect_error(Kernel("gather", [Loop(i, 0, 3, [Store(y, i, x[idx[i]])])]),
-                  r"\[0, 255\].*clamp data-dependent indices")
+    _expect_error(
+        Kernel("gather", [Loop(i, 0, 3, [Store(y, i, x[idx[i]])])]),
+        r"\[0, 255\].*clamp data-dependent indices",
+    )
     kir.verify_kernel(Kernel("gather", [Loop(i, 0, 3, [Store(y, i, x[kir.clamp(idx[i], 0, 9)])])]))
 
 
@@ -175,13 +209,17 @@ def test_verifier_rejects_unbound_and_shadowed_variables():
     x = Buffer("x", F32, (4,))
     y = Buffer("y", F32, (4,), "output")
     i, j = Var("i"), Var("j")
-    _expect_error(Kernel("k", [Loop(i, 0, 4, [Store(y, i, x[j])])]),
-                  "uses loop variable j outside any loop that binds it")
-    _expect_error(Kernel("k", [Loop(i, 0, 4, [Loop(i, 0, 4, [Store(y, i, 0.0)])])]),
-                  "loop variable i shadows")
+    _expect_error(
+        Kernel("k", [Loop(i, 0, 4, [Store(y, i, x[j])])]),
+        "uses loop variable j outside any loop that binds it",
+    )
+    _expect_error(
+        Kernel("k", [Loop(i, 0, 4, [Loop(i, 0, 4, [Store(y, i, 0.0)])])]), "loop variable i shadows"
+    )
     inner = Reduce(ReduceKind.SUM, i, 0, 4, x[i])
-    _expect_error(Kernel("k", [Loop(i, 0, 4, [Store(y, i, inner)])]),
-                  "reduction variable i shadows")
+    _expect_error(
+        Kernel("k", [Loop(i, 0, 4, [Store(y, i, inner)])]), "reduction variable i shadows"
+    )
 
 
 def test_verifier_rejects_bad_buffers_and_store_dtypes():
@@ -190,10 +228,14 @@ def test_verifier_rejects_bad_buffers_and_store_dtypes():
     other = Buffer("other", F32, (4,))
     i = Var("i")
     _expect_error(Kernel("k", [Loop(i, 0, 4, [Store(x, i, 1.0)])]), "stores to input buffer 'x'")
-    _expect_error(Kernel("k", [Loop(i, 0, 4, [Store(y, i, other[i])])], params=[y]),
-                  "loads 'other', which is not a parameter")
-    _expect_error(Kernel("k", [Loop(i, 0, 4, [Store(y, i, Const(1, I32))])]),
-                  "stores a i32 value into f32 buffer 'y'; insert a cast")
+    _expect_error(
+        Kernel("k", [Loop(i, 0, 4, [Store(y, i, other[i])])], params=[y]),
+        "loads 'other', which is not a parameter",
+    )
+    _expect_error(
+        Kernel("k", [Loop(i, 0, 4, [Store(y, i, Const(1, I32))])]),
+        "stores a i32 value into f32 buffer 'y'; insert a cast",
+    )
     _expect_error(Kernel("k", [kir.If(Const(1, I32), [])]), "if condition is i32, not bool")
 
 
@@ -208,8 +250,10 @@ def test_program_verifier_checks_roles_names_and_temp_order():
     _expect_error(Program("early", [x, y, t], [read_t, write_t]), "reads temp 't' before")
     _expect_error(Program("missing", [x, y], [write_t]), "not among the program's buffers")
     _expect_error(Program("unwritten", [x, y, t], [write_t]), r"outputs \['y'\] are never")
-    _expect_error(Program("twice", [x, y, Buffer("x", F32, (2,), "temp")], [write_t]),
-                  "duplicate buffer names")
+    _expect_error(
+        Program("twice", [x, y, Buffer("x", F32, (2,), "temp")], [write_t]),
+        "duplicate buffer names",
+    )
 
 
 def test_kernel_params_are_inferred_in_order_of_use():
@@ -238,6 +282,7 @@ def test_deep_expression_chains_do_not_hit_the_recursion_limit():
 
 def test_free_vars_and_substitution():
     from kiln.compiler import kir_rewrite
+
     x = Buffer("x", F32, (4, 8))
     i, j, k = Var("i"), Var("j"), Var("k")
     row = Reduce(ReduceKind.SUM, k, 0, 8, x[i, k])
@@ -247,15 +292,18 @@ def test_free_vars_and_substitution():
     moved = kir_rewrite.substitute(expr, {i: kir.index_add(i, 1), j: Const(3, I64)})
     assert kir_rewrite.free_vars(moved) == {i}
     # Hash-consing: substituting back gives the very same node.
-    assert kir_rewrite.substitute(kir_rewrite.substitute(expr, {j: Var("q")}),
-                                  {Var("q"): j}) is expr
-    stmt = kir_rewrite.substitute_stmt(Loop(j, 0, 8, [Store(Buffer("y", F32, (4, 8), "output"),
-                                                            (i, j), expr)]), {i: Const(2, I64)})
+    assert (
+        kir_rewrite.substitute(kir_rewrite.substitute(expr, {j: Var("q")}), {Var("q"): j}) is expr
+    )
+    stmt = kir_rewrite.substitute_stmt(
+        Loop(j, 0, 8, [Store(Buffer("y", F32, (4, 8), "output"), (i, j), expr)]), {i: Const(2, I64)}
+    )
     assert kir_rewrite.free_vars(stmt.body[0].value) == {j}
 
 
 def test_affine_coefficients_recognize_strides():
     from kiln.compiler.kir_schedule import affine_coefficient
+
     i, j, k = Var("i"), Var("j"), Var("k")
     index = kir.affine([(i, 64), (j, 1), (k, 8)], 5)
     assert [affine_coefficient(index, v) for v in (i, j, k, Var("z"))] == [64, 1, 8, 0]

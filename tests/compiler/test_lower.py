@@ -2,6 +2,7 @@
 reduction rule produces (read as the printed expression), what counts as lowerable, and that
 the rule registry covers the primitives it should. Native execution of every rule against the
 interpreter is in tests/test_native_vs_interpreter.py."""
+
 from __future__ import annotations
 
 import pathlib
@@ -46,17 +47,92 @@ def zeros(*shape, dtype=np.float32):
 def test_registry_covers_the_lowerable_primitives():
     names = {str(p) for p in lower.lowering_rules}
     expected = {
-        "add", "sub", "mul", "div", "rem", "neg", "max", "min", "abs", "sign", "floor", "ceil",
-        "round", "is_finite", "nextafter", "eq", "ne", "lt", "le", "gt", "ge", "not", "and",
-        "or", "xor", "population_count", "clz", "shift_left", "shift_right_logical",
-        "shift_right_arithmetic", "integer_pow", "square", "pow", "exp", "exp2", "log",
-        "log1p", "expm1", "sqrt", "rsqrt", "cbrt", "sin", "cos", "tan", "asin", "acos", "atan",
-        "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "logistic", "erf", "erfc",
-        "erf_inv", "lgamma", "digamma", "select_n", "clamp", "convert_element_type",
-        "broadcast_in_dim", "reshape", "squeeze", "transpose", "rev", "copy", "slice", "pad",
-        "concatenate", "iota", "dynamic_slice", "dynamic_update_slice", "gather",
-        "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_and", "reduce_or",
-        "reduce_xor", "argmax", "argmin"}
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "rem",
+        "neg",
+        "max",
+        "min",
+        "abs",
+        "sign",
+        "floor",
+        "ceil",
+        "round",
+        "is_finite",
+        "nextafter",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "not",
+        "and",
+        "or",
+        "xor",
+        "population_count",
+        "clz",
+        "shift_left",
+        "shift_right_logical",
+        "shift_right_arithmetic",
+        "integer_pow",
+        "square",
+        "pow",
+        "exp",
+        "exp2",
+        "log",
+        "log1p",
+        "expm1",
+        "sqrt",
+        "rsqrt",
+        "cbrt",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "atan2",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "logistic",
+        "erf",
+        "erfc",
+        "erf_inv",
+        "lgamma",
+        "digamma",
+        "select_n",
+        "clamp",
+        "convert_element_type",
+        "broadcast_in_dim",
+        "reshape",
+        "squeeze",
+        "transpose",
+        "rev",
+        "copy",
+        "slice",
+        "pad",
+        "concatenate",
+        "iota",
+        "dynamic_slice",
+        "dynamic_update_slice",
+        "gather",
+        "reduce_sum",
+        "reduce_prod",
+        "reduce_max",
+        "reduce_min",
+        "reduce_and",
+        "reduce_or",
+        "reduce_xor",
+        "argmax",
+        "argmin",
+    }
     assert expected <= names
 
 
@@ -64,8 +140,14 @@ def test_primitives_never_import_the_lowering():
     """The lowering rules live in the compiler, so primitives/ never imports the backend
     (jaxpr-level passes it may use)."""
     root = pathlib.Path(kiln.__file__).parent / "primitives"
-    banned = ("kiln.compiler.lower", "kiln.compiler.fusion", "kiln.compiler.kir",
-              "kiln.codegen", "kiln.runtime.native", "kiln.runtime.engine")
+    banned = (
+        "kiln.compiler.lower",
+        "kiln.compiler.fusion",
+        "kiln.compiler.kir",
+        "kiln.codegen",
+        "kiln.runtime.native",
+        "kiln.runtime.engine",
+    )
     for path in root.glob("*.py"):
         source = path.read_text()
         assert not any(name in source for name in banned), path
@@ -74,6 +156,7 @@ def test_primitives_never_import_the_lowering():
 def test_lowerable_decisions():
     def first_eqn(fn, *args):
         return kiln.make_jaxpr(fn)(*args).jaxpr.eqns[0]
+
     x = zeros(3)
     assert lower.lowerable(first_eqn(lambda x: x + 1, x))
     assert lower.lowerable(first_eqn(lambda x: jnp.exp(x), x))
@@ -87,8 +170,9 @@ def test_lowerable_decisions():
 def test_elementwise_ops_read_operands_at_the_output_index():
     assert text(lambda x, y: x * y + 1.0, zeros(4), zeros(4)) == "x0[i0] * x1[i0] + 1.0"
     # a rank-0 operand broadcasts: it is read at the empty index
-    assert text(lambda x, s: lax.sub(x, lax.broadcast(s, (4,))), zeros(4), zeros()) == \
-        "x0[i0] - x1[0]"
+    assert (
+        text(lambda x, s: lax.sub(x, lax.broadcast(s, (4,))), zeros(4), zeros()) == "x0[i0] - x1[0]"
+    )
 
 
 def test_integer_pow_is_binary_exponentiation():
@@ -100,8 +184,13 @@ def test_integer_pow_is_binary_exponentiation():
 
 
 def test_select_n_with_an_integer_selector_clips():
-    node = text(lambda w, a, b, c: lax.select_n(w, a, b, c), zeros(3, dtype=np.int32),
-                zeros(3), zeros(3), zeros(3))
+    node = text(
+        lambda w, a, b, c: lax.select_n(w, a, b, c),
+        zeros(3, dtype=np.int32),
+        zeros(3),
+        zeros(3),
+        zeros(3),
+    )
     assert node == "select(x0[i0] <= 0, x1[i0], select(x0[i0] <= 1, x2[i0], x3[i0]))"
 
 
@@ -142,28 +231,36 @@ def test_concatenate_selects_between_clamped_reads():
 
 
 def test_iota_is_the_index_itself():
-    assert text(lambda x: x + lax.broadcasted_iota(np.float32, (2, 3), 1), zeros(2, 3)) == \
-        "x0[i0 * 3 + i1] + f32(i1)"
+    assert (
+        text(lambda x: x + lax.broadcasted_iota(np.float32, (2, 3), 1), zeros(2, 3))
+        == "x0[i0 * 3 + i1] + f32(i1)"
+    )
 
 
 def test_dynamic_slice_clamps_its_start():
-    node = text(lambda x, i: lax.dynamic_slice(x, (i,), (2,)), zeros(5),
-                jnp.asarray(np.int32(1)))
+    node = text(lambda x, i: lax.dynamic_slice(x, (i,), (2,)), zeros(5), jnp.asarray(np.int32(1)))
     # (kiln.numpy's wrapper first wraps a negative start; the primitive then clamps it)
     assert node.startswith("x0[i0 + min(max(i64(") and node.endswith(", 0), 3)]")
 
 
 def test_dynamic_update_slice_is_a_select_over_the_update_range():
-    node = text(lambda x, u, i: lax.dynamic_update_slice(x, u, (i,)), zeros(5), zeros(2),
-                jnp.asarray(np.int32(1)))
+    node = text(
+        lambda x, u, i: lax.dynamic_update_slice(x, u, (i,)),
+        zeros(5),
+        zeros(2),
+        jnp.asarray(np.int32(1)),
+    )
     assert node.startswith("select(") and "x1[min(max(" in node and "x0[i0]" in node
 
 
 def test_gather_clamps_indices_or_fills():
     take = text(lambda x, i: x[i], zeros(5), jnp.asarray(np.array([1, 2], np.int32)))
     assert "min(max(" in take and "x1[i0]" in take
-    fill = expression(lambda x, i: x.at[i].get(mode="fill", fill_value=-1.0), zeros(5),
-                      jnp.asarray(np.array([1, 9], np.int32)))
+    fill = expression(
+        lambda x, i: x.at[i].get(mode="fill", fill_value=-1.0),
+        zeros(5),
+        jnp.asarray(np.array([1, 9], np.int32)),
+    )
     assert fill.op is kir.ScalarOp.SELECT and fill.args[2] is kir.Const(-1.0, F32)
 
 
@@ -186,8 +283,9 @@ def test_argmax_is_an_arg_reduction_with_the_index_dtype():
 
 def test_empty_operands_are_never_loaded():
     node = expression(lambda x, y: jnp.concatenate([x, y]), zeros(0), zeros(3))
-    assert all(not (isinstance(n, kir.Load) and n.buffer.name == "x0")
-               for n in kir.toposort([node]))
+    assert all(
+        not (isinstance(n, kir.Load) and n.buffer.name == "x0") for n in kir.toposort([node])
+    )
 
 
 def test_literals_and_scalars_inline_as_constants():

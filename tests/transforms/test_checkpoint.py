@@ -2,6 +2,7 @@
 same values and derivatives as the plain one (checked against the plain function, hand-derived
 values and central finite differences in float64), while the staged reverse pass shows which
 values were saved and which are recomputed (equations counted by primitive)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,6 +19,7 @@ policies = kiln.checkpoint_policies
 
 
 # --- functions under test ------------------------------------------------------------------------
+
 
 def sin_cos_chain(x):
     return jnp.sum(jnp.cos(jnp.sin(jnp.sin(x)) * 1.5) + jnp.sin(x) * x)
@@ -55,9 +57,13 @@ def _args(name, dtype=np.float32):
 
 
 FUNCTIONS = {"chain": sin_cos_chain, "mlp": mlp, "scan": scan_loss}
-POLICIES = {"default": None, "nothing": policies.nothing_saveable,
-            "everything": policies.everything_saveable, "dots": policies.dots_saveable,
-            "dots_no_batch": policies.dots_with_no_batch_dims_saveable}
+POLICIES = {
+    "default": None,
+    "nothing": policies.nothing_saveable,
+    "everything": policies.everything_saveable,
+    "dots": policies.dots_saveable,
+    "dots_no_batch": policies.dots_with_no_batch_dims_saveable,
+}
 
 
 def _checkpointed(name, policy):
@@ -100,6 +106,7 @@ def _finite_difference_grad(f, args, eps=1e-6):
 
 # --- counting equations in a staged jaxpr --------------------------------------------------------
 
+
 def _sub_jaxprs(eqn):
     for value in eqn.params.values():
         items = value if isinstance(value, (list, tuple)) else [value]
@@ -131,6 +138,7 @@ def _scalar_sin_sin(x):
 
 
 # --- values --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", FUNCTIONS)
 def test_values_match_the_plain_function(name):
@@ -174,11 +182,13 @@ def test_pytrees_kwargs_and_static_argnums():
         return x
 
     h3 = kiln.checkpoint(h, static_argnums=(1,))
-    np.testing.assert_allclose(float(kiln.grad(h3)(0.5, 3)),
-                               float(kiln.grad(lambda x: h(x, 3))(0.5)), rtol=1e-6)
+    np.testing.assert_allclose(
+        float(kiln.grad(h3)(0.5, 3)), float(kiln.grad(lambda x: h(x, 3))(0.5)), rtol=1e-6
+    )
 
 
 # --- gradients -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("name", FUNCTIONS)
@@ -221,8 +231,9 @@ def test_forward_mode_and_linearize():
     np.testing.assert_allclose(float(out), np.sin(np.sin(0.3)), rtol=1e-6)
     np.testing.assert_allclose(float(tangent), 2 * np.cos(np.sin(0.3)) * np.cos(0.3), rtol=1e-6)
     _, f_jvp = kiln.linearize(f, x)
-    np.testing.assert_allclose(float(f_jvp(np.float32(1.0))), np.cos(np.sin(0.3)) * np.cos(0.3),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        float(f_jvp(np.float32(1.0))), np.cos(np.sin(0.3)) * np.cos(0.3), rtol=1e-6
+    )
 
 
 def test_vmap_of_grad_and_grad_of_vmap():
@@ -267,12 +278,14 @@ def test_integer_arguments_pass_through():
 
 # --- what is saved and what is recomputed --------------------------------------------------------
 
+
 def test_nothing_saveable_recomputes_the_forward_in_the_backward_pass():
     x = np.float32(2.0)
     plain = kiln.make_jaxpr(kiln.grad(_scalar_sin_sin))(x)
     nothing = kiln.make_jaxpr(kiln.grad(kiln.checkpoint(_scalar_sin_sin)))(x)
-    everything = kiln.make_jaxpr(kiln.grad(kiln.checkpoint(
-        _scalar_sin_sin, policy=policies.everything_saveable)))(x)
+    everything = kiln.make_jaxpr(
+        kiln.grad(kiln.checkpoint(_scalar_sin_sin, policy=policies.everything_saveable))
+    )(x)
     # The forward pass computes sin twice; without saving, the backward pass needs sin(x)
     # again (for cos(sin x)), and recomputes cos(x) and cos(sin x) itself.
     assert count(plain, "sin") == 2
@@ -295,13 +308,15 @@ def test_dots_saveable_saves_products_and_recomputes_elementwise():
     layers = len(args[0])
 
     def staged(policy):
-        closed = kiln.make_jaxpr(kiln.grad(kiln.checkpoint(mlp, policy=policy),
-                                           argnums=(0, 1)))(*args)
+        closed = kiln.make_jaxpr(kiln.grad(kiln.checkpoint(mlp, policy=policy), argnums=(0, 1)))(
+            *args
+        )
         (backward,) = backward_checkpoints(closed)
         return backward.params["jaxpr"]
 
-    everything, dots, nothing = (staged(p) for p in (policies.everything_saveable,
-                                                     policies.dots_saveable, None))
+    everything, dots, nothing = (
+        staged(p) for p in (policies.everything_saveable, policies.dots_saveable, None)
+    )
     # The backward pass of every policy has the transposed products; only nothing_saveable
     # recomputes the forward ones. The tanh of each layer is recomputed unless saved.
     transposed = count(everything, "dot_general")
@@ -325,18 +340,22 @@ def test_dots_with_no_batch_dims_saveable():
         return jnp.sum(jnp.sin(plain))
 
     def backward_dots(policy):
-        closed = kiln.make_jaxpr(kiln.grad(kiln.checkpoint(f, policy=policy),
-                                           argnums=(0, 1, 2)))(a, b, c)
+        closed = kiln.make_jaxpr(kiln.grad(kiln.checkpoint(f, policy=policy), argnums=(0, 1, 2)))(
+            a, b, c
+        )
         (backward,) = backward_checkpoints(closed)
         return count(backward.params["jaxpr"], "dot_general")
 
     # Relative to dots_saveable, the batched product is recomputed: one more product.
-    assert backward_dots(policies.dots_with_no_batch_dims_saveable) == \
-        backward_dots(policies.dots_saveable) + 1
+    assert (
+        backward_dots(policies.dots_with_no_batch_dims_saveable)
+        == backward_dots(policies.dots_saveable) + 1
+    )
     assert backward_dots(None) == backward_dots(policies.dots_saveable) + 2
     expected = kiln.grad(f, argnums=(0, 1, 2))(a, b, c)
-    actual = kiln.grad(kiln.checkpoint(f, policy=policies.dots_with_no_batch_dims_saveable),
-                       argnums=(0, 1, 2))(a, b, c)
+    actual = kiln.grad(
+        kiln.checkpoint(f, policy=policies.dots_with_no_batch_dims_saveable), argnums=(0, 1, 2)
+    )(a, b, c)
     _assert_trees_close(actual, expected)
 
 
@@ -346,15 +365,22 @@ def _named(x):
     return jnp.sin(b)
 
 
-@pytest.mark.parametrize("policy, sin_in_backward", [
-    (None, 2),
-    (policies.save_only_these_names("a"), 1),
-    (policies.save_only_these_names("a", "b"), 0),
-    (policies.save_any_names_but_these("b"), 1),
-    (policies.save_any_names_but_these(), 0),
-    (policies.save_from_both_policies(policies.save_only_these_names("a"),
-                                      policies.save_only_these_names("b")), 0),
-])
+@pytest.mark.parametrize(
+    "policy, sin_in_backward",
+    [
+        (None, 2),
+        (policies.save_only_these_names("a"), 1),
+        (policies.save_only_these_names("a", "b"), 0),
+        (policies.save_any_names_but_these("b"), 1),
+        (policies.save_any_names_but_these(), 0),
+        (
+            policies.save_from_both_policies(
+                policies.save_only_these_names("a"), policies.save_only_these_names("b")
+            ),
+            0,
+        ),
+    ],
+)
 def test_name_policies(policy, sin_in_backward):
     x = np.float32(0.9)
     f = kiln.checkpoint(_named, policy=policy)
@@ -392,7 +418,8 @@ def test_policy_split_of_a_jaxpr_composes_to_the_original(policy, num_res):
     closed = kiln.make_jaxpr(_scalar_sin_sin)(np.float32(0.0))
     jvp_closed, _ = jvp_jaxpr(closed, [True], instantiate=True)
     known, unknown, out_unknowns, n_res = partial_eval_jaxpr_with_policy(
-        jvp_closed, [False, True], policy)
+        jvp_closed, [False, True], policy
+    )
     typecheck_jaxpr(known.jaxpr)
     typecheck_jaxpr(unknown.jaxpr)
     # Primal output known, tangent output unknown. Saved: the input x alone, or else the two
@@ -415,6 +442,7 @@ def test_compiled_checkpoint_keeps_its_recomputation():
     def loss(v):
         y = kiln.checkpoint(lambda x: jnp.sin(jnp.sin(x)))(v)
         return jnp.sum(y * y)
+
     closed = optimize(kiln.make_jaxpr(kiln.value_and_grad(loss))(jnp.ones(3)))
     names = [e.primitive.name for e in closed.jaxpr.eqns]
     assert names.count("sin") == 3 and "optimization_barrier" in names

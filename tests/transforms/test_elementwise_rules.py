@@ -2,6 +2,7 @@
 elementwise_math.py), each called directly on concrete arrays and checked against an independent
 reference: central finite differences in float64 for jvps, the dot-product identity
 <ct, f(x)> == <f^T(ct), x> for transposes, and a Python loop over slices for batching."""
+
 from __future__ import annotations
 
 import itertools
@@ -18,8 +19,10 @@ from kiln.primitives import elementwise as ew
 from kiln.primitives import elementwise_math as em
 from tests._testing import x64_mode
 
-P = {**{v.name: v for v in vars(ew).values() if isinstance(v, Primitive)},
-     **{v.name: v for v in vars(em).values() if isinstance(v, Primitive)}}
+P = {
+    **{v.name: v for v in vars(ew).values() if isinstance(v, Primitive)},
+    **{v.name: v for v in vars(em).values() if isinstance(v, Primitive)},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -56,48 +59,83 @@ def sample(rng, domain: str, shape: tuple, dtype=np.float64) -> np.ndarray:
 # (None) are not differentiated (selectors, integer exponents).
 F, C = np.float64, np.complex128
 JVP_CASES = [
-    ("add", ("normal", "normal"), {}, F), ("add_any", ("normal", "normal"), {}, F),
-    ("sub", ("normal", "normal"), {}, F), ("mul", ("normal", "normal"), {}, F),
-    ("div", ("normal", "nonzero"), {}, F), ("rem", ("normal", "nonzero"), {}, F),
-    ("max", ("normal", "normal"), {}, F), ("min", ("normal", "normal"), {}, F),
-    ("atan2", ("normal", "normal"), {}, F), ("pow", ("positive", "normal"), {}, F),
+    ("add", ("normal", "normal"), {}, F),
+    ("add_any", ("normal", "normal"), {}, F),
+    ("sub", ("normal", "normal"), {}, F),
+    ("mul", ("normal", "normal"), {}, F),
+    ("div", ("normal", "nonzero"), {}, F),
+    ("rem", ("normal", "nonzero"), {}, F),
+    ("max", ("normal", "normal"), {}, F),
+    ("min", ("normal", "normal"), {}, F),
+    ("atan2", ("normal", "normal"), {}, F),
+    ("pow", ("positive", "normal"), {}, F),
     ("complex", ("normal", "normal"), {}, F),
-    ("mul", ("normal", "normal"), {}, C), ("div", ("normal", "nonzero"), {}, C),
+    ("mul", ("normal", "normal"), {}, C),
+    ("div", ("normal", "nonzero"), {}, C),
     ("pow", ("positive", "normal"), {}, C),
-    ("neg", ("normal",), {}, F), ("abs", ("nonzero",), {}, F), ("abs", ("nonzero",), {}, C),
-    ("integer_pow", ("normal",), {"y": 3}, F), ("integer_pow", ("nonzero",), {"y": -2}, F),
-    ("integer_pow", ("normal",), {"y": 1}, F), ("integer_pow", ("normal",), {"y": 2}, C),
-    ("real", ("normal",), {}, C), ("imag", ("normal",), {}, C), ("conj", ("normal",), {}, C),
+    ("neg", ("normal",), {}, F),
+    ("abs", ("nonzero",), {}, F),
+    ("abs", ("nonzero",), {}, C),
+    ("integer_pow", ("normal",), {"y": 3}, F),
+    ("integer_pow", ("nonzero",), {"y": -2}, F),
+    ("integer_pow", ("normal",), {"y": 1}, F),
+    ("integer_pow", ("normal",), {"y": 2}, C),
+    ("real", ("normal",), {}, C),
+    ("imag", ("normal",), {}, C),
+    ("conj", ("normal",), {}, C),
     ("conj", ("normal",), {}, F),
     ("convert_element_type", ("normal",), {"new_dtype": np.dtype(C), "weak_type": False}, F),
     ("convert_element_type", ("normal",), {"new_dtype": np.dtype(F), "weak_type": False}, C),
     ("convert_element_type", ("normal",), {"new_dtype": np.dtype(F), "weak_type": True}, F),
-] + [(name, (domain,), {}, dtype) for name, domain, dtypes in [
-    ("exp", "normal", (F, C)), ("exp2", "normal", (F, C)), ("log", "positive", (F, C)),
-    ("log1p", "positive", (F, C)), ("expm1", "normal", (F, C)), ("sqrt", "positive", (F, C)),
-    ("rsqrt", "positive", (F, C)), ("cbrt", "nonzero", (F,)), ("square", "normal", (F, C)),
-    ("sin", "normal", (F, C)), ("cos", "normal", (F, C)), ("tan", "unit", (F, C)),
-    ("asin", "unit", (F, C)), ("acos", "unit", (F, C)), ("atan", "normal", (F, C)),
-    ("sinh", "normal", (F, C)), ("cosh", "normal", (F, C)), ("tanh", "normal", (F, C)),
-    ("asinh", "normal", (F, C)), ("acosh", "above_one", (F, C)), ("atanh", "unit", (F, C)),
-    ("logistic", "normal", (F, C)), ("erf", "normal", (F,)), ("erfc", "normal", (F,)),
-    ("erf_inv", "unit", (F,)), ("lgamma", "positive", (F,)),
-] for dtype in dtypes]
+] + [
+    (name, (domain,), {}, dtype)
+    for name, domain, dtypes in [
+        ("exp", "normal", (F, C)),
+        ("exp2", "normal", (F, C)),
+        ("log", "positive", (F, C)),
+        ("log1p", "positive", (F, C)),
+        ("expm1", "normal", (F, C)),
+        ("sqrt", "positive", (F, C)),
+        ("rsqrt", "positive", (F, C)),
+        ("cbrt", "nonzero", (F,)),
+        ("square", "normal", (F, C)),
+        ("sin", "normal", (F, C)),
+        ("cos", "normal", (F, C)),
+        ("tan", "unit", (F, C)),
+        ("asin", "unit", (F, C)),
+        ("acos", "unit", (F, C)),
+        ("atan", "normal", (F, C)),
+        ("sinh", "normal", (F, C)),
+        ("cosh", "normal", (F, C)),
+        ("tanh", "normal", (F, C)),
+        ("asinh", "normal", (F, C)),
+        ("acosh", "above_one", (F, C)),
+        ("atanh", "unit", (F, C)),
+        ("logistic", "normal", (F, C)),
+        ("erf", "normal", (F,)),
+        ("erfc", "normal", (F,)),
+        ("erf_inv", "unit", (F,)),
+        ("lgamma", "positive", (F,)),
+    ]
+    for dtype in dtypes
+]
 
 
 def finite_difference(prim, primals, tangents, params, eps=1e-6):
     def at(step):
         moved = [p if t is None else p + step * t for p, t in zip(primals, tangents)]
         return np.asarray(prim.bind(*map(arr, moved), **params))
+
     return (at(eps) - at(-eps)) / (2 * eps)
 
 
 def check_jvp(prim, primals, tangents, params, rtol=1e-6):
-    out, out_tangent = prim.rule("jvp")(tuple(map(arr, primals)),
-                                        tuple(None if t is None else arr(t) for t in tangents),
-                                        **params)
-    np.testing.assert_array_equal(np.asarray(out), np.asarray(prim.bind(*map(arr, primals),
-                                                                        **params)))
+    out, out_tangent = prim.rule("jvp")(
+        tuple(map(arr, primals)), tuple(None if t is None else arr(t) for t in tangents), **params
+    )
+    np.testing.assert_array_equal(
+        np.asarray(out), np.asarray(prim.bind(*map(arr, primals), **params))
+    )
     expected = finite_difference(prim, primals, tangents, params)
     got = np.zeros_like(expected) if out_tangent is None else np.asarray(out_tangent)
     assert got.shape == expected.shape and got.dtype == expected.dtype, (got, expected)
@@ -106,8 +144,9 @@ def check_jvp(prim, primals, tangents, params, rtol=1e-6):
 
 def _case_id(case):
     name, _, params, dtype = case
-    return f"{name}-{np.dtype(dtype).name}" + "".join(f"-{k}={v}" for k, v in params.items()
-                                                      if k == "y" or k == "new_dtype")
+    return f"{name}-{np.dtype(dtype).name}" + "".join(
+        f"-{k}={v}" for k, v in params.items() if k == "y" or k == "new_dtype"
+    )
 
 
 @pytest.mark.parametrize("case", JVP_CASES, ids=map(_case_id, JVP_CASES))
@@ -123,8 +162,9 @@ def test_jvp_matches_finite_differences(case):
         primals = [sample(rng, d, s, dtype) for d, s in zip(domains, shapes)]
         for given in itertools.product([True, False], repeat=len(domains)):
             if any(given):
-                tangents = [sample(rng, "normal", s, dtype) if g else None
-                            for g, s in zip(given, shapes)]
+                tangents = [
+                    sample(rng, "normal", s, dtype) if g else None for g, s in zip(given, shapes)
+                ]
                 check_jvp(prim, primals, tangents, params)
 
 
@@ -132,7 +172,7 @@ def test_jvp_matches_finite_differences(case):
 def test_pow_jvp_with_an_integer_exponent(layout):
     rng = np.random.default_rng(1)
     x = sample(rng, "positive", layout[0])
-    y = np.array([0, 1, -2, 3])[:np.prod(layout[1], dtype=int)].reshape(layout[1]).astype(np.int32)
+    y = np.array([0, 1, -2, 3])[: np.prod(layout[1], dtype=int)].reshape(layout[1]).astype(np.int32)
     check_jvp(em.pow_p, [x, y], [sample(rng, "normal", layout[0]), None], {})
 
 
@@ -149,14 +189,17 @@ def test_select_n_and_clamp_jvp():
     for lo, hi in ((np.array(-0.5), np.array(0.5)), (np.full(5, -0.5), np.array(0.5))):
         for given in itertools.product([True, False], repeat=3):
             if any(given):
-                tangents = [sample(rng, "normal", np.shape(v)) if g else None
-                            for g, v in zip(given, (lo, x, hi))]
+                tangents = [
+                    sample(rng, "normal", np.shape(v)) if g else None
+                    for g, v in zip(given, (lo, x, hi))
+                ]
                 check_jvp(ew.clamp_p, [lo, x, hi], tangents, {})
 
 
 def jvp_of(prim, primals, tangents, **params):
-    return prim.rule("jvp")(tuple(map(arr, primals)),
-                            tuple(None if t is None else arr(t) for t in tangents), **params)[1]
+    return prim.rule("jvp")(
+        tuple(map(arr, primals)), tuple(None if t is None else arr(t) for t in tangents), **params
+    )[1]
 
 
 def test_ties_and_kinks_follow_jax():
@@ -166,11 +209,14 @@ def test_ties_and_kinks_follow_jax():
         assert float(np.asarray(jvp_of(prim, [one, one], [None, one]))) == 0.5
         assert float(np.asarray(jvp_of(prim, [one, one], [one, one]))) == 1.0
     x = np.array([-1.0, -0.0, 0.0, 2.0])
-    np.testing.assert_array_equal(np.asarray(jvp_of(ew.abs_p, [x], [np.ones(4)])),
-                                  [-1.0, 1.0, 1.0, 1.0])  # lax.abs: slope 1 at +-0
+    np.testing.assert_array_equal(
+        np.asarray(jvp_of(ew.abs_p, [x], [np.ones(4)])), [-1.0, 1.0, 1.0, 1.0]
+    )  # lax.abs: slope 1 at +-0
     np.testing.assert_allclose(  # Re(conj(x) / |x| * t), and 0 at x == 0
         np.asarray(jvp_of(ew.abs_p, [np.array([0j, 3 + 4j])], [np.array([1 + 1j, 1 + 1j])])),
-        [0.0, 0.6 + 0.8], rtol=1e-15)
+        [0.0, 0.6 + 0.8],
+        rtol=1e-15,
+    )
     # clamp: a tie with a bound passes no tangent to anyone
     for x_value in (1.0, 2.0):
         lo, x_, hi = np.array(1.0), np.array(x_value), np.array(2.0)
@@ -188,12 +234,19 @@ def test_ties_and_kinks_follow_jax():
     assert float(np.asarray(jvp_of(ew.rem_p, [np.array(-7.5), two], [None, one]))) == 3.0
 
 
-ZERO_JVP = [("sign", [np.array([-1.5, 0.0, 2.0])]), ("floor", [np.array([-1.5, 2.2])]),
-            ("ceil", [np.array([-1.5, 2.2])]), ("is_finite", [np.array([1.0, np.inf])]),
-            ("eq", [np.array([1.0, 2.0])] * 2), ("lt", [np.array([1.0]), np.array([2.0])]),
-            ("ne", [np.array([1.0])] * 2), ("ge", [np.array([1.0])] * 2),
-            ("le", [np.array([1.0])] * 2), ("gt", [np.array([1.0])] * 2),
-            ("bitcast_convert_type", [np.array([1.5])])]
+ZERO_JVP = [
+    ("sign", [np.array([-1.5, 0.0, 2.0])]),
+    ("floor", [np.array([-1.5, 2.2])]),
+    ("ceil", [np.array([-1.5, 2.2])]),
+    ("is_finite", [np.array([1.0, np.inf])]),
+    ("eq", [np.array([1.0, 2.0])] * 2),
+    ("lt", [np.array([1.0]), np.array([2.0])]),
+    ("ne", [np.array([1.0])] * 2),
+    ("ge", [np.array([1.0])] * 2),
+    ("le", [np.array([1.0])] * 2),
+    ("gt", [np.array([1.0])] * 2),
+    ("bitcast_convert_type", [np.array([1.5])]),
+]
 
 
 @pytest.mark.parametrize("name,primals", ZERO_JVP, ids=[n for n, _ in ZERO_JVP])
@@ -203,11 +256,20 @@ def test_piecewise_constant_and_boolean_ops_have_zero_tangents(name, primals):
 
 
 def test_round_integer_results_and_constant_powers_have_zero_tangents():
-    out, tangent = P["round"].rule("jvp")((arr([0.5, 1.7]),), (arr([1.0, 1.0]),),
-                                          rounding_method=ew.RoundingMethod.TO_NEAREST_EVEN)
+    out, tangent = P["round"].rule("jvp")(
+        (arr([0.5, 1.7]),), (arr([1.0, 1.0]),), rounding_method=ew.RoundingMethod.TO_NEAREST_EVEN
+    )
     assert tangent is None and np.asarray(out).tolist() == [0.0, 2.0]
-    assert jvp_of(ew.convert_element_type_p, [np.array([1.5])], [np.array([1.0])],
-                  new_dtype=np.dtype(np.int32), weak_type=False) is None
+    assert (
+        jvp_of(
+            ew.convert_element_type_p,
+            [np.array([1.5])],
+            [np.array([1.0])],
+            new_dtype=np.dtype(np.int32),
+            weak_type=False,
+        )
+        is None
+    )
     assert jvp_of(ew.integer_pow_p, [np.array([1.5])], [np.array([1.0])], y=0) is None
 
 
@@ -226,9 +288,12 @@ def _op(shape, dtype=F, linear=True):
 
 
 TRANSPOSE_CASES = [
-    ("add", [_op((3,)), _op((3,))], {}), ("add", [_op(()), _op((3,))], {}),
-    ("add", [_op((3,)), _op((), linear=False)], {}), ("add_any", [_op((3,)), _op((3,))], {}),
-    ("sub", [_op((3,)), _op((3,))], {}), ("sub", [_op((3,), linear=False), _op(())], {}),
+    ("add", [_op((3,)), _op((3,))], {}),
+    ("add", [_op(()), _op((3,))], {}),
+    ("add", [_op((3,)), _op((), linear=False)], {}),
+    ("add_any", [_op((3,)), _op((3,))], {}),
+    ("sub", [_op((3,)), _op((3,))], {}),
+    ("sub", [_op((3,), linear=False), _op(())], {}),
     ("neg", [_op((2, 3))], {}),
     ("mul", [_op((3,)), _op((3,), linear=False)], {}),
     ("mul", [_op(()), _op((3,), linear=False)], {}),
@@ -237,19 +302,24 @@ TRANSPOSE_CASES = [
     ("div", [_op((3,)), _op((3,), linear=False)], {}),
     ("div", [_op(()), _op((3,), linear=False)], {}),
     ("div", [_op((3,)), _op((), linear=False)], {}),
-    ("real", [_op((3,), C)], {}), ("imag", [_op((3,), C)], {}),
-    ("conj", [_op((3,), C)], {}), ("conj", [_op((3,), F)], {}),
-    ("complex", [_op((3,)), _op((3,))], {}), ("complex", [_op(()), _op((3,))], {}),
+    ("real", [_op((3,), C)], {}),
+    ("imag", [_op((3,), C)], {}),
+    ("conj", [_op((3,), C)], {}),
+    ("conj", [_op((3,), F)], {}),
+    ("complex", [_op((3,)), _op((3,))], {}),
+    ("complex", [_op(()), _op((3,))], {}),
     ("complex", [_op((3,), linear=False), _op(())], {}),
-    ("convert_element_type", [_op((3,), np.float32)], {"new_dtype": np.dtype(F),
-                                                       "weak_type": False}),
+    (
+        "convert_element_type",
+        [_op((3,), np.float32)],
+        {"new_dtype": np.dtype(F), "weak_type": False},
+    ),
     ("convert_element_type", [_op((3,), F)], {"new_dtype": np.dtype(C), "weak_type": False}),
     ("convert_element_type", [_op((3,), C)], {"new_dtype": np.dtype(F), "weak_type": False}),
     ("convert_element_type", [_op((3,), F)], {"new_dtype": np.dtype(F), "weak_type": True}),
     ("select_n", [_op((4,), np.bool_, False), _op((4,)), _op((4,))], {}),
     ("select_n", [_op((), np.bool_, False), _op((4,), linear=False), _op((4,))], {}),
-    ("select_n", [_op((4,), np.int32, False), _op((4,)), _op((4,), linear=False),
-                  _op((4,))], {}),
+    ("select_n", [_op((4,), np.int32, False), _op((4,)), _op((4,), linear=False), _op((4,))], {}),
 ]
 
 
@@ -266,16 +336,23 @@ def pairing(a, b) -> float:
     return float(np.sum(np.real(np.asarray(a, np.complex128) * np.asarray(b, np.complex128))))
 
 
-@pytest.mark.parametrize("name,operands,params", TRANSPOSE_CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(TRANSPOSE_CASES)])
+@pytest.mark.parametrize(
+    "name,operands,params",
+    TRANSPOSE_CASES,
+    ids=[f"{c[0]}-{i}" for i, c in enumerate(TRANSPOSE_CASES)],
+)
 def test_transpose_by_dot_product(name, operands, params):
     prim, rng = P[name], np.random.default_rng(3)
-    values = [_known_value(rng, s, d) if not lin else sample(rng, "normal", s, d)
-              for s, d, lin in operands]
+    values = [
+        _known_value(rng, s, d) if not lin else sample(rng, "normal", s, d)
+        for s, d, lin in operands
+    ]
     out = np.asarray(prim.bind(*map(arr, values), **params))
     ct = sample(rng, "normal", out.shape, out.dtype)
-    args = [UndefinedPrimal(ShapedArray(s, d))
-            if lin else arr(v) for (s, d, lin), v in zip(operands, values)]
+    args = [
+        UndefinedPrimal(ShapedArray(s, d)) if lin else arr(v)
+        for (s, d, lin), v in zip(operands, values)
+    ]
     cts = prim.rule("transpose")(arr(ct), *args, **params)
     assert len(cts) == len(operands)
     # Linear in the undefined operands jointly: <ct, f(x)> with the known ones fixed equals the
@@ -292,16 +369,18 @@ def test_transpose_by_dot_product(name, operands, params):
         cotangent = np.asarray(cotangent)
         assert cotangent.shape == shape and cotangent.dtype == dtype, (cotangent, shape, dtype)
         rhs += pairing(cotangent, value)
-    np.testing.assert_allclose(lhs, rhs, rtol=1e-5 if np.float32 in
-                               [d for _, d, _ in operands] else 1e-12)
+    np.testing.assert_allclose(
+        lhs, rhs, rtol=1e-5 if np.float32 in [d for _, d, _ in operands] else 1e-12
+    )
 
 
 def test_linear_jvps_apply_the_op_to_tangents():
     rng = np.random.default_rng(4)
     x, tx = sample(rng, "normal", (3,), C), sample(rng, "normal", (3,), C)
     for name in ("real", "imag", "conj", "neg"):
-        np.testing.assert_array_equal(np.asarray(jvp_of(P[name], [x], [tx])),
-                                      np.asarray(P[name].bind(arr(tx))))
+        np.testing.assert_array_equal(
+            np.asarray(jvp_of(P[name], [x], [tx])), np.asarray(P[name].bind(arr(tx)))
+        )
 
 
 def test_nonlinear_transposes_are_refused():
@@ -328,9 +407,17 @@ def check_batching(prim, values, dims, params=None):
     params = params or {}
     out, out_dim = prim.rule("batching")([arr(v) for v in values], list(dims), **params)
     got = np.moveaxis(np.asarray(out), out_dim, 0)
-    expected = np.stack([np.asarray(prim.bind(*[
-        arr(v if d is None else np.take(v, i, axis=d)) for v, d in zip(values, dims)],
-        **params)) for i in range(B)])
+    expected = np.stack(
+        [
+            np.asarray(
+                prim.bind(
+                    *[arr(v if d is None else np.take(v, i, axis=d)) for v, d in zip(values, dims)],
+                    **params,
+                )
+            )
+            for i in range(B)
+        ]
+    )
     assert got.dtype == expected.dtype
     # (NumPy's vector loops may round a transcendental differently from its scalar ones)
     np.testing.assert_allclose(got, expected, rtol=0 if got.dtype.kind in "biu" else 1e-14)
@@ -339,45 +426,109 @@ def check_batching(prim, values, dims, params=None):
 # (example shape, batch dim) of each operand of a binary op: mixed axes, unbatched operands,
 # rank-0 operands on either side, batched or not
 BINARY_LAYOUTS = [
-    [((2, 4), 0), ((2, 4), 0)], [((2, 4), 1), ((2, 4), 2)], [((2, 4), 0), ((2, 4), None)],
-    [((), None), ((4,), 1)], [((), 0), ((4,), None)], [((4,), 0), ((), 0)],
-    [((), 0), ((), None)], [((), 0), ((), 0)],
+    [((2, 4), 0), ((2, 4), 0)],
+    [((2, 4), 1), ((2, 4), 2)],
+    [((2, 4), 0), ((2, 4), None)],
+    [((), None), ((4,), 1)],
+    [((), 0), ((4,), None)],
+    [((4,), 0), ((), 0)],
+    [((), 0), ((), None)],
+    [((), 0), ((), 0)],
 ]
-BINARY_OPS = [("add", F, "normal"), ("add_any", F, "normal"), ("sub", F, "normal"),
-              ("mul", F, "normal"), ("div", F, "nonzero"), ("rem", F, "nonzero"),
-              ("max", F, "normal"), ("min", F, "normal"), ("nextafter", F, "normal"),
-              ("atan2", F, "normal"), ("pow", F, "positive"), ("complex", F, "normal"),
-              ("eq", F, "normal"), ("ne", np.int32, ""), ("lt", F, "normal"),
-              ("le", F, "normal"), ("gt", np.int32, ""), ("ge", F, "normal"),
-              ("and", np.bool_, ""), ("or", np.int32, ""), ("xor", np.uint8, ""),
-              ("shift_left", np.int32, ""), ("shift_right_logical", np.int32, ""),
-              ("shift_right_arithmetic", np.int32, ""), ("div", np.int32, ""),
-              ("rem", np.int32, "")]
+BINARY_OPS = [
+    ("add", F, "normal"),
+    ("add_any", F, "normal"),
+    ("sub", F, "normal"),
+    ("mul", F, "normal"),
+    ("div", F, "nonzero"),
+    ("rem", F, "nonzero"),
+    ("max", F, "normal"),
+    ("min", F, "normal"),
+    ("nextafter", F, "normal"),
+    ("atan2", F, "normal"),
+    ("pow", F, "positive"),
+    ("complex", F, "normal"),
+    ("eq", F, "normal"),
+    ("ne", np.int32, ""),
+    ("lt", F, "normal"),
+    ("le", F, "normal"),
+    ("gt", np.int32, ""),
+    ("ge", F, "normal"),
+    ("and", np.bool_, ""),
+    ("or", np.int32, ""),
+    ("xor", np.uint8, ""),
+    ("shift_left", np.int32, ""),
+    ("shift_right_logical", np.int32, ""),
+    ("shift_right_arithmetic", np.int32, ""),
+    ("div", np.int32, ""),
+    ("rem", np.int32, ""),
+]
 
 
-@pytest.mark.parametrize("name,dtype,domain", BINARY_OPS,
-                         ids=[f"{n}-{np.dtype(d).name}" for n, d, _ in BINARY_OPS])
+@pytest.mark.parametrize(
+    "name,dtype,domain", BINARY_OPS, ids=[f"{n}-{np.dtype(d).name}" for n, d, _ in BINARY_OPS]
+)
 def test_binary_batching(name, dtype, domain):
     rng = np.random.default_rng(5)
     for layout in BINARY_LAYOUTS:
-        operands = [_batched(rng, shape, dim, dtype, domain or "normal")
-                    for shape, dim in layout]
+        operands = [_batched(rng, shape, dim, dtype, domain or "normal") for shape, dim in layout]
         if name == "div" and np.dtype(dtype).kind == "i":
             operands[1] = (np.where(operands[1][0] == 0, 1, operands[1][0]), operands[1][1])
         check_batching(P[name], *zip(*operands))
 
 
-UNARY_OPS = [(name, F, "positive") for name in (
-    "neg", "abs", "sign", "floor", "ceil", "is_finite", "exp", "exp2", "log", "log1p", "expm1",
-    "sqrt", "rsqrt", "cbrt", "square", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
-    "cosh", "tanh", "asinh", "acosh", "atanh", "logistic", "erf", "erfc", "erf_inv", "lgamma",
-    "digamma", "conj")] + [
-    ("real", C, "normal"), ("imag", C, "normal"), ("conj", C, "normal"), ("abs", C, "normal"),
-    ("not", np.int32, ""), ("population_count", np.int32, ""), ("clz", np.uint16, "")]
+UNARY_OPS = [
+    (name, F, "positive")
+    for name in (
+        "neg",
+        "abs",
+        "sign",
+        "floor",
+        "ceil",
+        "is_finite",
+        "exp",
+        "exp2",
+        "log",
+        "log1p",
+        "expm1",
+        "sqrt",
+        "rsqrt",
+        "cbrt",
+        "square",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "logistic",
+        "erf",
+        "erfc",
+        "erf_inv",
+        "lgamma",
+        "digamma",
+        "conj",
+    )
+] + [
+    ("real", C, "normal"),
+    ("imag", C, "normal"),
+    ("conj", C, "normal"),
+    ("abs", C, "normal"),
+    ("not", np.int32, ""),
+    ("population_count", np.int32, ""),
+    ("clz", np.uint16, ""),
+]
 
 
-@pytest.mark.parametrize("name,dtype,domain", UNARY_OPS,
-                         ids=[f"{n}-{np.dtype(d).name}" for n, d, _ in UNARY_OPS])
+@pytest.mark.parametrize(
+    "name,dtype,domain", UNARY_OPS, ids=[f"{n}-{np.dtype(d).name}" for n, d, _ in UNARY_OPS]
+)
 def test_unary_batching(name, dtype, domain):
     rng = np.random.default_rng(6)
     for shape, dim in (((2, 4), 1), ((), 0), ((4,), 0)):
@@ -385,12 +536,15 @@ def test_unary_batching(name, dtype, domain):
         check_batching(P[name], [value], [dim])
 
 
-PARAM_OPS = [("integer_pow", {"y": 3}), ("integer_pow", {"y": -1}),
-             ("round", {"rounding_method": ew.RoundingMethod.AWAY_FROM_ZERO}),
-             ("round", {"rounding_method": ew.RoundingMethod.TO_NEAREST_EVEN}),
-             ("convert_element_type", {"new_dtype": np.dtype(np.int32), "weak_type": False}),
-             ("convert_element_type", {"new_dtype": np.dtype(C), "weak_type": False}),
-             ("bitcast_convert_type", {"new_dtype": np.dtype(np.uint64)})]
+PARAM_OPS = [
+    ("integer_pow", {"y": 3}),
+    ("integer_pow", {"y": -1}),
+    ("round", {"rounding_method": ew.RoundingMethod.AWAY_FROM_ZERO}),
+    ("round", {"rounding_method": ew.RoundingMethod.TO_NEAREST_EVEN}),
+    ("convert_element_type", {"new_dtype": np.dtype(np.int32), "weak_type": False}),
+    ("convert_element_type", {"new_dtype": np.dtype(C), "weak_type": False}),
+    ("bitcast_convert_type", {"new_dtype": np.dtype(np.uint64)}),
+]
 
 
 @pytest.mark.parametrize("name,params", PARAM_OPS, ids=[n for n, _ in PARAM_OPS])
@@ -411,10 +565,14 @@ def test_pow_batching_with_integer_exponents():
 # select_n: (selector, cases) as (example shape, batch dim); a selector that is an unbatched or
 # batched per-example scalar among larger cases, and rank-0 cases with a batched selector
 SELECT_LAYOUTS = [
-    ((), None, [((4,), 0), ((4,), 1)]), ((), None, [((), 0), ((), None)]),
-    ((), 0, [((4,), None), ((4,), 0)]), ((), 0, [((4,), None), ((4,), None)]),
-    ((4,), 1, [((4,), None), ((4,), 0)]), ((), 0, [((), None), ((), None)]),
-    ((2, 4), 2, [((2, 4), 1), ((2, 4), None)]), ((4,), None, [((4,), 0), ((4,), None)]),
+    ((), None, [((4,), 0), ((4,), 1)]),
+    ((), None, [((), 0), ((), None)]),
+    ((), 0, [((4,), None), ((4,), 0)]),
+    ((), 0, [((4,), None), ((4,), None)]),
+    ((4,), 1, [((4,), None), ((4,), 0)]),
+    ((), 0, [((), None), ((), None)]),
+    ((2, 4), 2, [((2, 4), 1), ((2, 4), None)]),
+    ((4,), None, [((4,), 0), ((4,), None)]),
 ]
 
 
@@ -425,17 +583,20 @@ def test_select_n_batching(layout, which_dtype):
     which_shape, which_dim, case_layout = layout
     which, _ = _batched(rng, which_shape, which_dim, which_dtype)
     n_cases = 2 if which_dtype == np.bool_ else 3
-    cases = [_batched(rng, shape, dim, F) for shape, dim in
-             (case_layout + case_layout)[:n_cases]]
-    check_batching(ew.select_n_p, [which, *(c for c, _ in cases)],
-                   [which_dim, *(d for _, d in cases)])
+    cases = [_batched(rng, shape, dim, F) for shape, dim in (case_layout + case_layout)[:n_cases]]
+    check_batching(
+        ew.select_n_p, [which, *(c for c, _ in cases)], [which_dim, *(d for _, d in cases)]
+    )
 
 
 # clamp: (lo, x, hi) as (example shape, batch dim); rank-0 bounds batched or not
 CLAMP_LAYOUTS = [
-    [((), None), ((4,), 0), ((), None)], [((), 0), ((4,), 1), ((), None)],
-    [((), 0), ((4,), None), ((), 0)], [((4,), 1), ((4,), 0), ((), None)],
-    [((), None), ((), 0), ((), None)], [((), 0), ((), None), ((), None)],
+    [((), None), ((4,), 0), ((), None)],
+    [((), 0), ((4,), 1), ((), None)],
+    [((), 0), ((4,), None), ((), 0)],
+    [((4,), 1), ((4,), 0), ((), None)],
+    [((), None), ((), 0), ((), None)],
+    [((), 0), ((), None), ((), None)],
     [((2, 4), 2), ((2, 4), None), ((2, 4), 0)],
 ]
 
@@ -448,8 +609,20 @@ def test_clamp_batching(layout):
 
 
 # --- every primitive of the two modules declares its rules ------------------------------------
-LINEAR = {"add", "add_any", "sub", "neg", "mul", "div", "real", "imag", "conj", "complex",
-          "select_n", "convert_element_type"}
+LINEAR = {
+    "add",
+    "add_any",
+    "sub",
+    "neg",
+    "mul",
+    "div",
+    "real",
+    "imag",
+    "conj",
+    "complex",
+    "select_n",
+    "convert_element_type",
+}
 
 
 @pytest.mark.parametrize("name", sorted(P))
@@ -461,8 +634,10 @@ def test_every_primitive_has_its_rules(name):
 
 
 # --- through the transformations, where they exist --------------------------------------------
-needs = pytest.mark.skipif(not all(hasattr(kiln, n) for n in ("jvp", "grad", "vmap")),
-                           reason="kiln.jvp/grad/vmap not available")
+needs = pytest.mark.skipif(
+    not all(hasattr(kiln, n) for n in ("jvp", "grad", "vmap")),
+    reason="kiln.jvp/grad/vmap not available",
+)
 
 
 @needs
@@ -477,31 +652,38 @@ def test_grad_and_vmap_end_to_end():
         shift = [np.zeros(()), np.zeros(())]
         shift[argnum] = np.array(eps)
         fd = (float(f(x + shift[0], y + shift[1])) - float(f(x - shift[0], y - shift[1]))) / (
-            2 * eps)
+            2 * eps
+        )
         np.testing.assert_allclose(float(kiln.grad(f, argnum)(x, y)), fd, rtol=1e-6)
     xs = arr(np.linspace(-2, 2, 5))
     got = np.asarray(kiln.vmap(f, in_axes=(0, None))(xs, y))
     np.testing.assert_allclose(got, [float(f(arr(v), y)) for v in np.asarray(xs)], rtol=1e-12)
     grads = np.asarray(kiln.vmap(kiln.grad(f), in_axes=(0, None))(xs, y))
-    np.testing.assert_allclose(grads, [float(kiln.grad(f)(arr(v), y)) for v in np.asarray(xs)],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        grads, [float(kiln.grad(f)(arr(v), y)) for v in np.asarray(xs)], rtol=1e-12
+    )
 
 
 @needs
 @pytest.mark.parametrize("case", JVP_CASES, ids=map(_case_id, JVP_CASES))
 def test_check_grads_forward_and_reverse(case):
     from kiln.test_util import check_grads
+
     name, domains, params, dtype = case
     prim, rng = P[name], np.random.default_rng(11)
-    args = [arr(sample(rng, d, s, dtype)) for d, s in zip(domains, [(3,), ()][:len(domains)])]
+    args = [arr(sample(rng, d, s, dtype)) for d, s in zip(domains, [(3,), ()][: len(domains)])]
     # second order too, except where it would need a derivative kiln lacks (lgamma -> digamma)
     order = 1 if name == "lgamma" else 2
     check_grads(lambda *xs: prim.bind(*xs, **params), args, order=order, modes=("fwd", "rev"))
 
 
-REAL_CASES = [c for c in JVP_CASES if np.dtype(c[3]).kind == "f"
-              and c[2].get("new_dtype", np.dtype(F)).kind == "f" and c[0] not in ("complex",
-                                                                                     "conj")]
+REAL_CASES = [
+    c
+    for c in JVP_CASES
+    if np.dtype(c[3]).kind == "f"
+    and c[2].get("new_dtype", np.dtype(F)).kind == "f"
+    and c[0] not in ("complex", "conj")
+]
 
 
 @needs
@@ -513,8 +695,9 @@ def test_vmap_of_grad_matches_a_loop(case):
     argnums = tuple(range(len(domains)))
     grad = kiln.grad(lambda *xs: prim.bind(*xs, **params), argnums)
     for in_axes in [(0,) * len(domains)] + ([(0, None), (None, 0)] if len(domains) == 2 else []):
-        batched = kiln.vmap(grad, in_axes=in_axes)(*[arr(a if ax == 0 else a[0])
-                                                     for a, ax in zip(args, in_axes)])
+        batched = kiln.vmap(grad, in_axes=in_axes)(
+            *[arr(a if ax == 0 else a[0]) for a, ax in zip(args, in_axes)]
+        )
         for i in range(4):
             expected = grad(*[arr(a[i] if ax == 0 else a[0]) for a, ax in zip(args, in_axes)])
             for got, want in zip(batched, expected):
@@ -540,6 +723,7 @@ def test_vmap_of_select_n_and_clamp_with_scalars():
 
 def test_digamma_derivative_is_trigamma():
     from scipy.special import polygamma
+
     x = np.array([-2.5, -0.3, 0.1, 0.5, 1.0, 3.3, 7.0, 50.0])
     with x64_mode(True):
         out, tangent = P["digamma"].rule("jvp")((arr(x),), (arr(np.ones_like(x)),))

@@ -5,10 +5,10 @@ debug_callback (kiln.debug.print).
 Rules are checked directly (eagerly and under jit) against finite differences, NumPy formulas
 and Python loops over the batch; the printed text and error messages are those of JAX 0.10.2.
 The end-to-end tests run once kiln.vmap / kiln.jvp exist."""
+
 from __future__ import annotations
 
 import contextlib
-import math
 
 import numpy as np
 import pytest
@@ -20,8 +20,15 @@ import kiln.random as kr
 from kiln.callbacks import io_callback_p, pure_callback_p
 from kiln.debug import debug_callback_p
 from kiln.experimental import io_callback
-from kiln.primitives.random_bits import (fma_p, threefry2x32, threefry2x32_p, xla_erf_inv_p,
-                                         xla_erf_p, xla_log1p_p, xla_log_p)
+from kiln.primitives.random_bits import (
+    fma_p,
+    threefry2x32,
+    threefry2x32_p,
+    xla_erf_inv_p,
+    xla_erf_p,
+    xla_log1p_p,
+    xla_log_p,
+)
 from tests._testing import x64_mode
 
 needs_vmap = pytest.mark.skipif(not hasattr(kiln, "vmap"), reason="kiln.vmap does not exist yet")
@@ -35,8 +42,9 @@ def _array(value, dtype=None):
 def _bits_equal(actual, expected) -> None:
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    np.testing.assert_array_equal(actual.reshape(-1).view(np.uint8),
-                                  expected.reshape(-1).view(np.uint8))
+    np.testing.assert_array_equal(
+        actual.reshape(-1).view(np.uint8), expected.reshape(-1).view(np.uint8)
+    )
 
 
 @contextlib.contextmanager
@@ -142,22 +150,23 @@ def test_threefry_has_zero_tangents():
 
 # --- batching of threefry2x32 --------------------------------------------------------------------
 
+
 def _operand(batched_axis, example_shape, size, rng):
     """A uint32 operand with its batch axis at `batched_axis` (None: unbatched)."""
     if batched_axis is None:
-        return rng.integers(0, 2 ** 32, example_shape, dtype=np.uint32)
-    full = rng.integers(0, 2 ** 32, (size,) + example_shape, dtype=np.uint32)
+        return rng.integers(0, 2**32, example_shape, dtype=np.uint32)
+    full = rng.integers(0, 2**32, (size,) + example_shape, dtype=np.uint32)
     return np.moveaxis(full, 0, batched_axis)
 
 
 THREEFRY_LAYOUTS = [
     # (dims of k1, k2, x1, x2), (example shapes of k1, k2, x1, x2)
-    ((0, 0, None, None), ((), (), (5,), (5,))),        # a batch of keys, shared counters
-    ((None, None, 0, 0), ((), (), (2, 3), (2, 3))),    # one key, a batch of counters
-    ((0, None, 1, None), ((), (), (3,), (3,))),        # mixed, batch axis not first
-    ((0, 0, 0, 0), ((), (), (), ())),                  # everything rank-0 per example
+    ((0, 0, None, None), ((), (), (5,), (5,))),  # a batch of keys, shared counters
+    ((None, None, 0, 0), ((), (), (2, 3), (2, 3))),  # one key, a batch of counters
+    ((0, None, 1, None), ((), (), (3,), (3,))),  # mixed, batch axis not first
+    ((0, 0, 0, 0), ((), (), (), ())),  # everything rank-0 per example
     ((None, 0, None, 2), ((), (), (2, 3), (2, 3))),
-    ((0, 0, 0, None), ((4,), (4,), (4,), ())),         # rank-0 counter broadcasts
+    ((0, 0, 0, None), ((4,), (4,), (4,), ())),  # rank-0 counter broadcasts
 ]
 
 
@@ -177,8 +186,8 @@ def test_threefry_batching_matches_a_loop_bit_for_bit(dims, shapes):
 
 def test_threefry_batching_rule_runs_under_jit():
     rng = np.random.default_rng(4)
-    keys = rng.integers(0, 2 ** 32, (3, 2), dtype=np.uint32)
-    counters = rng.integers(0, 2 ** 32, (2, 6), dtype=np.uint32)
+    keys = rng.integers(0, 2**32, (3, 2), dtype=np.uint32)
+    counters = rng.integers(0, 2**32, (2, 6), dtype=np.uint32)
 
     def batched(k1, k2, x1, x2):
         outs, out_dims = threefry2x32_p.rule("batching")([k1, k2, x1, x2], [0, 0, None, None])
@@ -190,29 +199,38 @@ def test_threefry_batching_rule_runs_under_jit():
         _bits_equal(out, want)
 
 
-@pytest.mark.parametrize("prim,kind", [(fma_p, "normal"), (xla_log_p, "positive"),
-                                       (xla_log1p_p, "log1p"), (xla_erf_p, "normal"),
-                                       (xla_erf_inv_p, "unit")],
-                         ids=lambda c: getattr(c, "name", c))
+@pytest.mark.parametrize(
+    "prim,kind",
+    [
+        (fma_p, "normal"),
+        (xla_log_p, "positive"),
+        (xla_log1p_p, "log1p"),
+        (xla_erf_p, "normal"),
+        (xla_erf_inv_p, "unit"),
+    ],
+    ids=lambda c: getattr(c, "name", c),
+)
 def test_float_function_batching_matches_a_loop_bit_for_bit(prim, kind):
     rng = np.random.default_rng(5)
     if prim is fma_p:
-        a = rng.standard_normal((3, 4)).astype(np.float32)   # batched along axis 1
-        b = rng.standard_normal(3).astype(np.float32)        # unbatched
-        c = np.float32(0.25)                                  # unbatched rank-0
+        a = rng.standard_normal((3, 4)).astype(np.float32)  # batched along axis 1
+        b = rng.standard_normal(3).astype(np.float32)  # unbatched
+        c = np.float32(0.25)  # unbatched rank-0
         operands, dims = [a, b, c], [1, None, None]
     else:
         operands, dims = [_sample(kind, (2, 5), rng).astype(np.float32)], [1]
     out, out_dim = prim.rule("batching")([_array(x) for x in operands], dims)
     for i in range(5 if prim is not fma_p else 4):
         example = [x if d is None else np.take(x, i, axis=d) for x, d in zip(operands, dims)]
-        _bits_equal(np.take(np.asarray(out), i, axis=out_dim),
-                    prim.bind(*(_array(x) for x in example)))
+        _bits_equal(
+            np.take(np.asarray(out), i, axis=out_dim), prim.bind(*(_array(x) for x in example))
+        )
 
 
 # --- kiln.random through the rules ---------------------------------------------------------------
-RANDOM_BITS_PRIMITIVES = {p.name for p in (threefry2x32_p, fma_p, xla_log_p, xla_log1p_p,
-                                            xla_erf_p, xla_erf_inv_p)}
+RANDOM_BITS_PRIMITIVES = {
+    p.name for p in (threefry2x32_p, fma_p, xla_log_p, xla_log1p_p, xla_erf_p, xla_erf_inv_p)
+}
 
 
 def _primitive_names(jaxpr) -> set:
@@ -229,17 +247,24 @@ def _primitive_names(jaxpr) -> set:
 
 def test_every_random_bits_primitive_the_samplers_use_has_jvp_and_batching_rules():
     key = kr.PRNGKey(0)
-    samplers = [lambda k: kr.split(k), lambda k: kr.normal(k, (3,)),
-                lambda k: kr.truncated_normal(k, -1.0, 2.0, (3,)),
-                lambda k: kr.exponential(k, (3,)), lambda k: kr.gumbel(k, (3,)),
-                lambda k: kr.laplace(k, (3,)), lambda k: kr.logistic(k, (3,)),
-                lambda k: kr.categorical(k, jnp.zeros(4)), lambda k: kr.randint(k, (3,), 0, 9)]
+    samplers = [
+        lambda k: kr.split(k),
+        lambda k: kr.normal(k, (3,)),
+        lambda k: kr.truncated_normal(k, -1.0, 2.0, (3,)),
+        lambda k: kr.exponential(k, (3,)),
+        lambda k: kr.gumbel(k, (3,)),
+        lambda k: kr.laplace(k, (3,)),
+        lambda k: kr.logistic(k, (3,)),
+        lambda k: kr.categorical(k, jnp.zeros(4)),
+        lambda k: kr.randint(k, (3,), 0, 9),
+    ]
     used = set()
     for sampler in samplers:
         used |= _primitive_names(kiln.make_jaxpr(sampler)(key).jaxpr)
     assert RANDOM_BITS_PRIMITIVES <= used  # the samplers do exercise every one of them
-    prims = {p.name: p for p in (threefry2x32_p, fma_p, xla_log_p, xla_log1p_p, xla_erf_p,
-                                 xla_erf_inv_p)}
+    prims = {
+        p.name: p for p in (threefry2x32_p, fma_p, xla_log_p, xla_log1p_p, xla_erf_p, xla_erf_inv_p)
+    }
     for name in RANDOM_BITS_PRIMITIVES:
         assert prims[name].rule("jvp") is not None, name
         assert prims[name].rule("batching") is not None, name
@@ -248,10 +273,18 @@ def test_every_random_bits_primitive_the_samplers_use_has_jvp_and_batching_rules
 # JAX 0.10.2: jax.vmap(lambda k: jax.random.normal(k, (3,)))(jax.random.split(PRNGKey(0), 4)),
 # as float32 bit patterns, with jax_threefry_partitionable off and on.
 JAX_BATCHED_NORMALS = {
-    False: [[3204008726, 1068408959, 3216747954], [3206970962, 3217450216, 3215338526],
-            [3203775159, 1054474142, 1061421610], [3190546684, 1069718407, 3206805081]],
-    True: [[1065386890, 3211265463, 3208611895], [3223081266, 3221375127, 1045592624],
-           [1067833190, 1068331260, 3201415122], [3206494130, 1059058473, 1071074897]],
+    False: [
+        [3204008726, 1068408959, 3216747954],
+        [3206970962, 3217450216, 3215338526],
+        [3203775159, 1054474142, 1061421610],
+        [3190546684, 1069718407, 3206805081],
+    ],
+    True: [
+        [1065386890, 3211265463, 3208611895],
+        [3223081266, 3221375127, 1045592624],
+        [1067833190, 1068331260, 3201415122],
+        [3206494130, 1059058473, 1071074897],
+    ],
 }
 
 
@@ -263,8 +296,10 @@ def test_vmap_over_keys_gives_jax_normals_bit_for_bit(partitionable):
         batched = kiln.vmap(lambda k: kr.normal(k, (3,)))(keys)
         loop = np.stack([np.asarray(kr.normal(keys[i], (3,))) for i in range(4)])
         _bits_equal(batched, loop)
-        np.testing.assert_array_equal(np.asarray(batched).view(np.uint32),
-                                      np.array(JAX_BATCHED_NORMALS[partitionable], np.uint32))
+        np.testing.assert_array_equal(
+            np.asarray(batched).view(np.uint32),
+            np.array(JAX_BATCHED_NORMALS[partitionable], np.uint32),
+        )
         jitted = kiln.jit(kiln.vmap(lambda k: kr.normal(k, (3,))))(keys)
         _bits_equal(jitted, loop)
 
@@ -278,8 +313,7 @@ SAMPLERS = {
     "split": lambda k: kr.split(k, 3),
     "fold_in": lambda k: kr.fold_in(k, 7),
     "choice": lambda k: kr.choice(k, 5, (3,)),
-    "choice_without_replacement": lambda k: kr.choice(k, 5, (3,), p=jnp.ones(5) / 5,
-                                                      replace=False),
+    "choice_without_replacement": lambda k: kr.choice(k, 5, (3,), p=jnp.ones(5) / 5, replace=False),
     "permutation": lambda k: kr.permutation(k, 5),
     "categorical": lambda k: kr.categorical(k, jnp.zeros(4)),
     "bernoulli": lambda k: kr.bernoulli(k, 0.3, (5,)),
@@ -307,15 +341,18 @@ def test_jvp_through_samplers_in_their_parameters():
     # JAX 0.10.2: d/ds [exponential(key) * s] = the sample, and the truncated normal's
     # derivative in its lower bound at -1 (upper 2) is 0.3527253.
     sample = np.asarray(kr.exponential(key, ()))
-    _, tangent = kiln.jvp(lambda s: kr.exponential(key, ()) * s, (jnp.float32(2.0),),
-                          (jnp.float32(1.0),))
+    _, tangent = kiln.jvp(
+        lambda s: kr.exponential(key, ()) * s, (jnp.float32(2.0),), (jnp.float32(1.0),)
+    )
     np.testing.assert_allclose(np.asarray(tangent), sample, rtol=1e-6)
-    _, tangent = kiln.jvp(lambda mu: mu + kr.normal(key, (2,)), (jnp.float32(1.0),),
-                          (jnp.float32(1.0),))
+    _, tangent = kiln.jvp(
+        lambda mu: mu + kr.normal(key, (2,)), (jnp.float32(1.0),), (jnp.float32(1.0),)
+    )
     np.testing.assert_array_equal(np.asarray(tangent), np.ones(2, np.float32))
 
 
 # --- pure_callback -------------------------------------------------------------------------------
+
 
 class _Recorder:
     """A host function that records the shapes it is called with and adds its arguments."""
@@ -331,9 +368,11 @@ class _Recorder:
 def _pure_callback_params(recorder, vmap_method, shape=(2,)):
     """The params of a pure_callback equation adding two float32 arrays of `shape`."""
     example = _array(np.zeros(shape, np.float32))
-    jaxpr = kiln.make_jaxpr(lambda x, y: kiln.pure_callback(
-        recorder, kiln.ShapeDtypeStruct(shape, np.float32), x, y,
-        vmap_method=vmap_method))(example, example)
+    jaxpr = kiln.make_jaxpr(
+        lambda x, y: kiln.pure_callback(
+            recorder, kiln.ShapeDtypeStruct(shape, np.float32), x, y, vmap_method=vmap_method
+        )
+    )(example, example)
     (eqn,) = jaxpr.jaxpr.eqns
     assert eqn.primitive is pure_callback_p
     return eqn.params
@@ -357,8 +396,9 @@ def test_pure_callback_batching_follows_vmap_method(vmap_method, x_dim):
     xs = np.arange(6, dtype=np.float32).reshape(3, 2)
     y = np.array([10, 20], np.float32)
     operand = xs if x_dim == 0 else xs.T
-    outs, out_dims = pure_callback_p.rule("batching")([_array(operand), _array(y)],
-                                                      [x_dim, None], **params)
+    outs, out_dims = pure_callback_p.rule("batching")(
+        [_array(operand), _array(y)], [x_dim, None], **params
+    )
     assert recorder.calls == VMAP_METHOD_CALLS[vmap_method]
     (out,), (out_dim,) = outs, out_dims
     loop = np.stack([xs[i] + y for i in range(3)])
@@ -390,8 +430,12 @@ def test_pure_callback_batching_without_vmap_method_raises():
 
 def test_pure_callback_rejects_an_unknown_vmap_method():
     with pytest.raises(ValueError, match="vmap_method must be one of"):
-        kiln.pure_callback(np.sin, kiln.ShapeDtypeStruct((), np.float32), jnp.float32(1.0),
-                           vmap_method="vectorized")
+        kiln.pure_callback(
+            np.sin,
+            kiln.ShapeDtypeStruct((), np.float32),
+            jnp.float32(1.0),
+            vmap_method="vectorized",
+        )
 
 
 def test_differentiating_pure_callback_names_custom_jvp():
@@ -408,8 +452,9 @@ def test_vmap_of_pure_callback_matches_a_loop(vmap_method):
     recorder = _Recorder()
 
     def f(x, y):
-        return kiln.pure_callback(recorder, kiln.ShapeDtypeStruct(x.shape, x.dtype), x, y,
-                                  vmap_method=vmap_method)
+        return kiln.pure_callback(
+            recorder, kiln.ShapeDtypeStruct(x.shape, x.dtype), x, y, vmap_method=vmap_method
+        )
 
     xs = jnp.arange(6.0).reshape(3, 2)
     y = jnp.array([10.0, 20.0])
@@ -434,10 +479,12 @@ def test_jvp_of_pure_callback_raises_type_error_naming_custom_jvp():
 
 # --- io_callback ---------------------------------------------------------------------------------
 
+
 def _io_callback_params(fn, ordered: bool):
     example = _array(np.float32(0))
-    jaxpr = kiln.make_jaxpr(lambda x: io_callback(
-        fn, kiln.ShapeDtypeStruct((), np.float32), x, ordered=ordered))(example)
+    jaxpr = kiln.make_jaxpr(
+        lambda x: io_callback(fn, kiln.ShapeDtypeStruct((), np.float32), x, ordered=ordered)
+    )(example)
     (eqn,) = jaxpr.jaxpr.eqns
     return eqn.params
 
@@ -450,8 +497,7 @@ def test_unordered_io_callback_batching_calls_once_per_element_in_order():
         return np.float32(x * 2)
 
     params = _io_callback_params(record, ordered=False)
-    outs, out_dims = io_callback_p.rule("batching")([_array(np.float32([1, 2, 3]))], [0],
-                                                    **params)
+    outs, out_dims = io_callback_p.rule("batching")([_array(np.float32([1, 2, 3]))], [0], **params)
     assert seen == [1.0, 2.0, 3.0]
     np.testing.assert_array_equal(np.moveaxis(np.asarray(outs[0]), out_dims[0], 0), [2, 4, 6])
 
@@ -471,6 +517,7 @@ def test_io_callback_is_not_differentiable():
 
 # --- debug.print ---------------------------------------------------------------------------------
 
+
 def _debug_params(fmt: str, *examples):
     jaxpr = kiln.make_jaxpr(lambda *xs: kiln.debug.print(fmt, *xs))(*examples)
     (eqn,) = jaxpr.jaxpr.eqns
@@ -485,8 +532,9 @@ def test_debug_print_batching_prints_each_element_as_jax_does(capsys):
     assert capsys.readouterr().out == "0.0\n1.0\n2.0\n"
 
     params = _debug_params("x={} y={}", _array(np.zeros(2, np.float32)), _array(np.float32(0)))
-    debug_callback_p.rule("batching")([jnp.arange(6.0).reshape(3, 2), jnp.float32(7)],
-                                      [0, None], **params)
+    debug_callback_p.rule("batching")(
+        [jnp.arange(6.0).reshape(3, 2), jnp.float32(7)], [0, None], **params
+    )
     assert capsys.readouterr().out == "x=[0. 1.] y=7.0\nx=[2. 3.] y=7.0\nx=[4. 5.] y=7.0\n"
 
     params = _debug_params("{}", _array(np.zeros(2, np.float32)))
@@ -519,8 +567,9 @@ def test_vmap_of_debug_print_prints_as_jax_does(capsys):
     kiln.vmap(lambda x: kiln.debug.print("{}", x))(jnp.arange(3.0))
     kiln.effects_barrier()
     assert capsys.readouterr().out == "0.0\n1.0\n2.0\n"
-    kiln.vmap(lambda x, y: kiln.debug.print("x={} y={}", x, y),
-              in_axes=(0, None))(jnp.arange(6.0).reshape(3, 2), jnp.float32(7))
+    kiln.vmap(lambda x, y: kiln.debug.print("x={} y={}", x, y), in_axes=(0, None))(
+        jnp.arange(6.0).reshape(3, 2), jnp.float32(7)
+    )
     kiln.effects_barrier()
     assert capsys.readouterr().out == "x=[0. 1.] y=7.0\nx=[2. 3.] y=7.0\nx=[4. 5.] y=7.0\n"
     kiln.jit(kiln.vmap(lambda x: kiln.debug.print("o {x}", x=x, ordered=True)))(jnp.arange(2))
@@ -541,6 +590,7 @@ def test_jvp_through_debug_print_prints_the_primal(capsys):
 
 
 # --- more end-to-end checks against what JAX 0.10.2 does -----------------------------------------
+
 
 @needs_vmap
 def test_nested_vmap_of_debug_print_prints_in_jax_order(capsys):
@@ -564,7 +614,8 @@ def test_grad_through_debug_print_prints_the_primal(capsys):
 @pytest.mark.skipif(not hasattr(kiln, "grad"), reason="kiln.grad does not exist yet")
 def test_grad_of_callbacks_raises_type_error():
     pure = lambda x: kiln.pure_callback(  # noqa: E731
-        np.sin, kiln.ShapeDtypeStruct(x.shape, x.dtype), x, vmap_method="sequential")
+        np.sin, kiln.ShapeDtypeStruct(x.shape, x.dtype), x, vmap_method="sequential"
+    )
     with pytest.raises(TypeError, match=r"kiln\.custom_jvp"):
         kiln.grad(pure)(1.0)
     impure = lambda x: io_callback(np.sin, kiln.ShapeDtypeStruct(x.shape, x.dtype), x)  # noqa
@@ -589,7 +640,8 @@ def test_vmap_of_unordered_io_callback_calls_once_per_element(jit):
     assert seen == [()] * 3
     np.testing.assert_allclose(np.asarray(out), np.sin(np.arange(3.0)), rtol=1e-6)
     ordered = lambda x: io_callback(  # noqa: E731
-        np.sin, kiln.ShapeDtypeStruct(x.shape, x.dtype), x, ordered=True)
+        np.sin, kiln.ShapeDtypeStruct(x.shape, x.dtype), x, ordered=True
+    )
     with pytest.raises(ValueError, match="Cannot `vmap` ordered IO callback"):
         kiln.vmap(ordered)(jnp.arange(3.0))
 
@@ -598,7 +650,8 @@ def test_vmap_of_unordered_io_callback_calls_once_per_element(jit):
 def test_jit_of_vmap_of_sequential_pure_callback():
     recorder = _Recorder()
     f = lambda x, y: kiln.pure_callback(  # noqa: E731
-        recorder, kiln.ShapeDtypeStruct(x.shape, x.dtype), x, y, vmap_method="sequential")
+        recorder, kiln.ShapeDtypeStruct(x.shape, x.dtype), x, y, vmap_method="sequential"
+    )
     xs = jnp.arange(6.0).reshape(3, 2)
     y = jnp.array([10.0, 20.0])
     out = kiln.jit(kiln.vmap(f, in_axes=(0, None)))(xs, y)

@@ -2,6 +2,7 @@
 checks order 1 first), forward and reverse, in float32 and float64, against central finite
 differences along random directions. Linear rows also pass the transposition check of
 `linear_transpose` against their jvp."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,6 @@ import pytest
 import kiln
 import kiln.numpy as jnp
 from kiln.test_util import check_grads
-from tests import _testing
 from tests._testing import make_args, x64_mode
 from tests.op_records import ALL_RECORDS
 
@@ -43,8 +43,14 @@ def _case(record):
 # derivative in its updates needs unique indices; and a gather in promise_in_bounds mode with
 # out-of-bounds indices (gather_rows, gather_patches) reads clamped windows that its
 # transpose, a scatter-add in the same mode, drops.
-NOT_DIFFERENTIATED = {"lax.nextafter", "jnp.nextafter", "scatter_mul_rows",
-                      "scatter_mul_points_clip", "gather_rows", "gather_patches"}
+NOT_DIFFERENTIATED = {
+    "lax.nextafter",
+    "jnp.nextafter",
+    "scatter_mul_rows",
+    "scatter_mul_points_clip",
+    "gather_rows",
+    "gather_patches",
+}
 
 CASES = []
 for _record in ALL_RECORDS:
@@ -82,18 +88,19 @@ def _run(record, shapes, dtype, wide: bool):
     if narrow and dtype in (F64, C128):
         dtype = narrow[0]
     tol = TOL[dtype]
-    check_grads(f, float_args, order=2, modes=("fwd", "rev"), atol=tol, rtol=tol,
-                eps=EPS[dtype])
+    check_grads(f, float_args, order=2, modes=("fwd", "rev"), atol=tol, rtol=tol, eps=EPS[dtype])
 
 
-@pytest.mark.parametrize("record,shapes,dtype", CASES,
-                         ids=[f"{r.family}-{r.label}" for r, _, _ in CASES])
+@pytest.mark.parametrize(
+    "record,shapes,dtype", CASES, ids=[f"{r.family}-{r.label}" for r, _, _ in CASES]
+)
 def test_check_grads_float32(record, shapes, dtype):
     _run(record, shapes, dtype, wide=False)
 
 
-@pytest.mark.parametrize("record,shapes,dtype", CASES,
-                         ids=[f"{r.family}-{r.label}" for r, _, _ in CASES])
+@pytest.mark.parametrize(
+    "record,shapes,dtype", CASES, ids=[f"{r.family}-{r.label}" for r, _, _ in CASES]
+)
 def test_check_grads_float64(record, shapes, dtype):
     with x64_mode(True):
         _run(record, shapes, dtype, wide=True)
@@ -103,8 +110,13 @@ def test_every_differentiable_row_is_checked():
     """Every differentiable row is checked, except those listed above and those whose only
     cases are empty arrays (nothing to differentiate)."""
     checked = {id(r) for r, _, _ in CASES}
-    missing = [r.label for r in ALL_RECORDS
-               if r.differentiable and id(r) not in checked and r.label not in NOT_DIFFERENTIATED
-               and any(all(0 not in shape for shape in s) for s in r.shapes)
-               and not r.label.startswith(("std", "nanstd"))]
+    missing = [
+        r.label
+        for r in ALL_RECORDS
+        if r.differentiable
+        and id(r) not in checked
+        and r.label not in NOT_DIFFERENTIATED
+        and any(all(0 not in shape for shape in s) for s in r.shapes)
+        and not r.label.startswith(("std", "nanstd"))
+    ]
     assert not missing, missing

@@ -1,5 +1,6 @@
 """Every row of the op table under vmap, against a Python loop over slices: the batch axis first,
 last, and mixed with unbatched arguments; nested vmap on a sample of rows."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,8 +44,10 @@ def _loop(record, examples, batched):
     arguments take the first example's value."""
     outs = []
     for b in range(B):
-        args = [jnp.asarray(examples[b][i] if batched[i] else examples[0][i])
-                for i in range(len(batched))]
+        args = [
+            jnp.asarray(examples[b][i] if batched[i] else examples[0][i])
+            for i in range(len(batched))
+        ]
         outs.append(record.fn(*args, **record.static_kwargs))
     if isinstance(outs[0], (tuple, list)):
         return [np.stack([np.asarray(o[k]) for o in outs]) for k in range(len(outs[0]))]
@@ -64,8 +67,9 @@ def _check(record, shapes, dtype, axis_of):
         if axis is None:
             args.append(jnp.asarray(examples[0][i]))
         else:
-            stacked = np.stack([examples[b][i] for b in range(B)], axis=axis if axis >= 0
-                               else rank + 1 + axis)
+            stacked = np.stack(
+                [examples[b][i] for b in range(B)], axis=axis if axis >= 0 else rank + 1 + axis
+            )
             args.append(jnp.asarray(stacked))
     if not any(batched):
         return
@@ -75,11 +79,21 @@ def _check(record, shapes, dtype, axis_of):
     if isinstance(expected, list):
         assert len(actual) == len(expected)
         for a, e in zip(actual, expected):
-            assert_close(a, e.astype(np.asarray(a).dtype), record.tol, check_dtype=False,
-                         err_msg=f"{record.label} (vmap in_axes={in_axes})")
+            assert_close(
+                a,
+                e.astype(np.asarray(a).dtype),
+                record.tol,
+                check_dtype=False,
+                err_msg=f"{record.label} (vmap in_axes={in_axes})",
+            )
     else:
-        assert_close(actual, expected.astype(np.asarray(actual).dtype), record.tol,
-                     check_dtype=False, err_msg=f"{record.label} (vmap in_axes={in_axes})")
+        assert_close(
+            actual,
+            expected.astype(np.asarray(actual).dtype),
+            record.tol,
+            check_dtype=False,
+            err_msg=f"{record.label} (vmap in_axes={in_axes})",
+        )
 
 
 @pytest.mark.parametrize("record,shapes,dtype", CASES, ids=IDS)
@@ -105,15 +119,19 @@ def test_vmap_mixed_with_unbatched(record, shapes, dtype):
 NESTED = CASES[::25]
 
 
-@pytest.mark.parametrize("record,shapes,dtype", NESTED,
-                         ids=[f"{r.family}-{r.label}" for r, _, _ in NESTED])
+@pytest.mark.parametrize(
+    "record,shapes,dtype", NESTED, ids=[f"{r.family}-{r.label}" for r, _, _ in NESTED]
+)
 def test_nested_vmap(record, shapes, dtype):
     """vmap of vmap over a (2, B) grid of examples equals the doubly nested loop."""
-    grid = [[make_args(record, shapes, dtype, seed=100 + 10 * i + j) for j in range(B)]
-            for i in range(2)]
-    args = [jnp.asarray(np.stack([np.stack([grid[i][j][k] for j in range(B)])
-                                  for i in range(2)]))
-            for k in range(len(shapes))]
+    grid = [
+        [make_args(record, shapes, dtype, seed=100 + 10 * i + j) for j in range(B)]
+        for i in range(2)
+    ]
+    args = [
+        jnp.asarray(np.stack([np.stack([grid[i][j][k] for j in range(B)]) for i in range(2)]))
+        for k in range(len(shapes))
+    ]
     kwargs = record.static_kwargs
     fn = kiln.vmap(kiln.vmap(lambda *xs: record.fn(*xs, **kwargs)))
     actual = fn(*args)
@@ -122,8 +140,18 @@ def test_nested_vmap(record, shapes, dtype):
             expected = record.fn(*[jnp.asarray(a) for a in grid[i][j]], **kwargs)
             if isinstance(expected, (tuple, list)):
                 for a, e in zip(actual, expected):
-                    assert_close(np.asarray(a)[i, j], np.asarray(e), record.tol,
-                                 check_dtype=False, err_msg=record.label)
+                    assert_close(
+                        np.asarray(a)[i, j],
+                        np.asarray(e),
+                        record.tol,
+                        check_dtype=False,
+                        err_msg=record.label,
+                    )
             else:
-                assert_close(np.asarray(actual)[i, j], np.asarray(expected), record.tol,
-                             check_dtype=False, err_msg=record.label)
+                assert_close(
+                    np.asarray(actual)[i, j],
+                    np.asarray(expected),
+                    record.tol,
+                    check_dtype=False,
+                    err_msg=record.label,
+                )

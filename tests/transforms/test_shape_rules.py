@@ -2,6 +2,7 @@
 called directly: jvps against central finite differences in float64, transposes by the
 dot-product test <ct, f(x)> == <f^T(ct), x>, and batching against a Python loop over the batch
 (batch axis first, last and in between, batched operands mixed with unbatched ones)."""
+
 import numpy as np
 import pytest
 
@@ -11,8 +12,14 @@ from kiln import lax
 from kiln.core.ad_util import UndefinedPrimal
 from kiln.core.avals import ShapedArray
 from kiln.primitives.indexing import dynamic_slice_p, dynamic_update_slice_p
-from kiln.primitives.shape import (broadcast_in_dim_p, copy_p, reshape_p, rev_p, squeeze_p,
-                                   transpose_p)
+from kiln.primitives.shape import (
+    broadcast_in_dim_p,
+    copy_p,
+    reshape_p,
+    rev_p,
+    squeeze_p,
+    transpose_p,
+)
 from kiln.primitives.shape_slice import concatenate_p, iota_p, pad_p, slice_p
 from tests._testing import x64_mode
 
@@ -41,20 +48,25 @@ def _is_float(x) -> bool:
 
 # --- checks ------------------------------------------------------------------------------------
 
+
 def check_jvp(prim, args, params, differentiate=None, seed=0):
     """The jvp rule's primal equals the forward result and its tangent equals a central
     finite difference, for random tangents of the float args in `differentiate` (default
     all; the others get symbolic-zero tangents)."""
     rng = np.random.default_rng(seed)
     chosen = range(len(args)) if differentiate is None else differentiate
-    tangents = [rng.standard_normal(np.shape(a)) if i in chosen and _is_float(a) else None
-                for i, a in enumerate(args)]
-    out, out_tangent = prim.rule("jvp")([_kiln(a) for a in args],
-                                        [_kiln(t) for t in tangents], **params)
+    tangents = [
+        rng.standard_normal(np.shape(a)) if i in chosen and _is_float(a) else None
+        for i, a in enumerate(args)
+    ]
+    out, out_tangent = prim.rule("jvp")(
+        [_kiln(a) for a in args], [_kiln(t) for t in tangents], **params
+    )
     np.testing.assert_array_equal(np.asarray(out), _bind(prim, args, params))
     eps = 1e-3
-    shifted = [[a if t is None else a + sign * eps * t for a, t in zip(args, tangents)]
-               for sign in (1, -1)]
+    shifted = [
+        [a if t is None else a + sign * eps * t for a, t in zip(args, tangents)] for sign in (1, -1)
+    ]
     expected = (_bind(prim, shifted[0], params) - _bind(prim, shifted[1], params)) / (2 * eps)
     if all(t is None for t in tangents):
         assert out_tangent is None
@@ -69,12 +81,16 @@ def check_transpose(prim, args, params, undefined, known_linear=(), seed=0):
     known; those in `known_linear` are linear ones held at zero in the forward product."""
     rng = np.random.default_rng(seed)
     xs = {i: rng.standard_normal(np.shape(args[i])) for i in undefined}
-    forward_args = [xs[i] if i in xs else np.zeros_like(a) if i in known_linear else a
-                    for i, a in enumerate(args)]
+    forward_args = [
+        xs[i] if i in xs else np.zeros_like(a) if i in known_linear else a
+        for i, a in enumerate(args)
+    ]
     forward = _bind(prim, forward_args, params)
     ct = rng.standard_normal(forward.shape)
-    rule_args = [UndefinedPrimal(ShapedArray(np.shape(a), np.dtype(np.float64)))
-                 if i in xs else _kiln(a) for i, a in enumerate(args)]
+    rule_args = [
+        UndefinedPrimal(ShapedArray(np.shape(a), np.dtype(np.float64))) if i in xs else _kiln(a)
+        for i, a in enumerate(args)
+    ]
     cts = prim.rule("transpose")(_kiln(ct), *rule_args, **params)
     assert len(cts) == len(args)
     rhs = 0.0
@@ -93,10 +109,16 @@ def check_batching(prim, args, dims, params):
     (`args[i]` holds its batch on axis dims[i]; None: shared by every element)."""
     size = next(np.shape(a)[d] for a, d in zip(args, dims) if d is not None)
     out, out_dim = prim.rule("batching")([_kiln(a) for a in args], dims, **params)
-    expected = np.stack([
-        _bind(prim, [a if d is None else np.take(a, b, axis=d) for a, d in zip(args, dims)],
-              params)
-        for b in range(size)])
+    expected = np.stack(
+        [
+            _bind(
+                prim,
+                [a if d is None else np.take(a, b, axis=d) for a, d in zip(args, dims)],
+                params,
+            )
+            for b in range(size)
+        ]
+    )
     out = np.moveaxis(np.asarray(out), out_dim, 0)
     assert out.dtype == expected.dtype
     np.testing.assert_array_equal(out, expected)
@@ -153,9 +175,9 @@ def test_unary_jvp_and_transpose(case):
 PAD_CONFIGS = [
     (((1, 2, 1), (-1, 2, 0)), (3, 4)),
     (((2, -3, 1), (0, 0, 2)), (3, 4)),
-    (((-4, 5, 0),), (3,)),           # every operand element is cropped away
-    (((-1, -1, 2),), (3,)),          # negative edges crop into the interior padding
-    (((1, 1, 0),), (0,)),            # an empty operand: the result is all padding
+    (((-4, 5, 0),), (3,)),  # every operand element is cropped away
+    (((-1, -1, 2),), (3,)),  # negative edges crop into the interior padding
+    (((1, 1, 0),), (0,)),  # an empty operand: the result is all padding
     ((), ()),
 ]
 
@@ -177,16 +199,23 @@ def test_pad_transpose_of_padding_value_by_hand():
     # pad([a, b], p, (1, 2, 1)) = [p, a, p, b, p, p]: p's cotangent is the sum at p's places.
     ct = np.arange(1.0, 7.0)
     operand_ct, padding_ct = pad_p.rule("transpose")(
-        _kiln(ct), UndefinedPrimal(ShapedArray((2,), np.dtype(np.float64))),
-        UndefinedPrimal(ShapedArray((), np.dtype(np.float64))), padding_config=((1, 2, 1),))
+        _kiln(ct),
+        UndefinedPrimal(ShapedArray((2,), np.dtype(np.float64))),
+        UndefinedPrimal(ShapedArray((), np.dtype(np.float64))),
+        padding_config=((1, 2, 1),),
+    )
     np.testing.assert_array_equal(np.asarray(operand_ct), [2.0, 4.0])
     assert float(padding_ct) == 1.0 + 3.0 + 5.0 + 6.0
 
 
 def test_concatenate_jvp_and_transpose():
     rng = np.random.default_rng(3)
-    args = [rng.standard_normal((2, 3)), rng.standard_normal((2, 1)),
-            rng.standard_normal((2, 0)), rng.standard_normal((2, 4))]
+    args = [
+        rng.standard_normal((2, 3)),
+        rng.standard_normal((2, 1)),
+        rng.standard_normal((2, 0)),
+        rng.standard_normal((2, 4)),
+    ]
     params = dict(dimension=1)
     check_jvp(concatenate_p, args, params)
     check_jvp(concatenate_p, args, params, differentiate=[1])
@@ -221,8 +250,7 @@ def test_dynamic_slice_jvp_and_transpose(starts):
 @pytest.mark.parametrize("starts", STARTS)
 def test_dynamic_update_slice_jvp_and_transpose(starts):
     rng = np.random.default_rng(5)
-    args = [rng.standard_normal((5, 6)), rng.standard_normal((2, 3)),
-            *(_int(s) for s in starts)]
+    args = [rng.standard_normal((5, 6)), rng.standard_normal((2, 3)), *(_int(s) for s in starts)]
     check_jvp(dynamic_update_slice_p, args, {})
     check_jvp(dynamic_update_slice_p, args, {}, differentiate=[0])
     check_jvp(dynamic_update_slice_p, args, {}, differentiate=[1])
@@ -237,8 +265,11 @@ def test_dynamic_update_slice_transpose_by_hand():
     ct = np.arange(1.0, 5.0)
     f64 = np.dtype(np.float64)
     operand_ct, update_ct, start_ct = dynamic_update_slice_p.rule("transpose")(
-        _kiln(ct), UndefinedPrimal(ShapedArray((4,), f64)),
-        UndefinedPrimal(ShapedArray((2,), f64)), _kiln(_int(7)))
+        _kiln(ct),
+        UndefinedPrimal(ShapedArray((4,), f64)),
+        UndefinedPrimal(ShapedArray((2,), f64)),
+        _kiln(_int(7)),
+    )
     np.testing.assert_array_equal(np.asarray(operand_ct), [1.0, 2.0, 0.0, 0.0])
     np.testing.assert_array_equal(np.asarray(update_ct), [3.0, 4.0])
     assert start_ct is None
@@ -292,10 +323,13 @@ def test_dynamic_slice_batching(operand_dim, start_dims):
         return  # nothing batched
     rng = np.random.default_rng(9)
     operand = _batched(rng, (5, 6), operand_dim, size=4)
-    starts = [_int(BATCHED_STARTS[:, i]) if d is not None else _int(s)
-              for i, (d, s) in enumerate(zip(start_dims, (2, 9)))]
-    check_batching(dynamic_slice_p, [operand, *starts], [operand_dim, *start_dims],
-                   dict(slice_sizes=(2, 3)))
+    starts = [
+        _int(BATCHED_STARTS[:, i]) if d is not None else _int(s)
+        for i, (d, s) in enumerate(zip(start_dims, (2, 9)))
+    ]
+    check_batching(
+        dynamic_slice_p, [operand, *starts], [operand_dim, *start_dims], dict(slice_sizes=(2, 3))
+    )
 
 
 def test_dynamic_slice_batching_of_a_scalar_and_of_integers():
@@ -307,8 +341,10 @@ def test_dynamic_slice_batching_of_a_scalar_and_of_integers():
     check_batching(dynamic_slice_p, [operand, *starts], [0, 0], dict(slice_sizes=(3,)))
 
 
-@pytest.mark.parametrize("operand_dim,update_dim", [(None, 0), (0, None), (0, 0), (2, 1),
-                                                    (None, 2), (1, None), (None, None)])
+@pytest.mark.parametrize(
+    "operand_dim,update_dim",
+    [(None, 0), (0, None), (0, 0), (2, 1), (None, 2), (1, None), (None, None)],
+)
 @pytest.mark.parametrize("start_dims", [(None, None), (0, 0), (None, 0)])
 def test_dynamic_update_slice_batching(operand_dim, update_dim, start_dims):
     if operand_dim is None and update_dim is None and start_dims == (None, None):
@@ -316,10 +352,16 @@ def test_dynamic_update_slice_batching(operand_dim, update_dim, start_dims):
     rng = np.random.default_rng(11)
     operand = _batched(rng, (5, 6), operand_dim, size=4)
     update = _batched(rng, (2, 3), update_dim, size=4)
-    starts = [_int(BATCHED_STARTS[:, i]) if d is not None else _int(s)
-              for i, (d, s) in enumerate(zip(start_dims, (-1, 4)))]
-    check_batching(dynamic_update_slice_p, [operand, update, *starts],
-                   [operand_dim, update_dim, *start_dims], {})
+    starts = [
+        _int(BATCHED_STARTS[:, i]) if d is not None else _int(s)
+        for i, (d, s) in enumerate(zip(start_dims, (-1, 4)))
+    ]
+    check_batching(
+        dynamic_update_slice_p,
+        [operand, update, *starts],
+        [operand_dim, update_dim, *start_dims],
+        {},
+    )
 
 
 def test_dynamic_update_slice_batching_of_integers():
@@ -331,10 +373,11 @@ def test_dynamic_update_slice_batching_of_integers():
 
 # --- end to end: the rules under kiln.jvp, kiln.grad, kiln.vmap and kiln.jit -------------------
 
+
 def _pipeline(x, y, p, i, j):
     """Every primitive of the family on one path: (5, 6), (5, 6), (), int, int -> (2, 12)."""
     s = lax.dynamic_slice(x, (i, j), (3, 4))
-    s = lax.pad(s, p, ((1, -1, 1), (0, 2, 0)))                          # (5, 6)
+    s = lax.pad(s, p, ((1, -1, 1), (0, 2, 0)))  # (5, 6)
     s = lax.dynamic_update_slice(s, lax.slice(y, (0, 1), (4, 6), (2, 2)), (j, i))
     t = lax.reshape(lax.transpose(s, (1, 0)), (3, 10))
     t = lax.concatenate([t, lax.slice(lax.rev(t, (1,)), (0, 0), (3, 2))], 1)
@@ -349,8 +392,11 @@ def _pipeline_loss(x, y, p, i, j):
 
 def _pipeline_args(seed=12):
     rng = np.random.default_rng(seed)
-    return (jnp.asarray(rng.standard_normal((5, 6))), jnp.asarray(rng.standard_normal((5, 6))),
-            jnp.asarray(rng.standard_normal()))
+    return (
+        jnp.asarray(rng.standard_normal((5, 6))),
+        jnp.asarray(rng.standard_normal((5, 6))),
+        jnp.asarray(rng.standard_normal()),
+    )
 
 
 @pytest.mark.parametrize("i,j", [(1, 2), (-7, 9)])
@@ -361,8 +407,7 @@ def test_end_to_end_jvp_and_grad_match_finite_differences(i, j):
     f = lambda x, y, p: _pipeline(x, y, p, i, j)  # noqa: E731
     out, out_tangent = kiln.jvp(f, (x, y, p), tangents)
     eps = 1e-4
-    shifted = [f(*(a + sign * eps * t for a, t in zip((x, y, p), tangents)))
-               for sign in (1, -1)]
+    shifted = [f(*(a + sign * eps * t for a, t in zip((x, y, p), tangents))) for sign in (1, -1)]
     expected = (np.asarray(shifted[0]) - np.asarray(shifted[1])) / (2 * eps)
     np.testing.assert_allclose(np.asarray(out), np.asarray(f(x, y, p)))
     np.testing.assert_allclose(np.asarray(out_tangent), expected, rtol=1e-6, atol=1e-7)
@@ -391,8 +436,10 @@ def test_end_to_end_linear_transpose():
 
 
 @pytest.mark.parametrize("jit", [False, True])
-@pytest.mark.parametrize("in_axes", [(0, None, None, 0, 0), (None, 1, 0, 0, None),
-                                     (1, 0, None, None, 0), (0, 0, 0, None, None)])
+@pytest.mark.parametrize(
+    "in_axes",
+    [(0, None, None, 0, 0), (None, 1, 0, 0, None), (1, 0, None, None, 0), (0, 0, 0, None, None)],
+)
 def test_end_to_end_vmap_matches_a_loop(in_axes, jit):
     rng = np.random.default_rng(15)
     size = 4
@@ -406,10 +453,19 @@ def test_end_to_end_vmap_matches_a_loop(in_axes, jit):
             args.append(jnp.asarray(_batched(rng, shape, axis, size)))
     f = kiln.vmap(_pipeline, in_axes=in_axes)
     out = np.asarray((kiln.jit(f) if jit else f)(*args))
-    expected = np.stack([
-        np.asarray(_pipeline(*(a if axis is None else np.take(np.asarray(a), b, axis=axis)
-                               for a, axis in zip(args, in_axes))))
-        for b in range(size)])
+    expected = np.stack(
+        [
+            np.asarray(
+                _pipeline(
+                    *(
+                        a if axis is None else np.take(np.asarray(a), b, axis=axis)
+                        for a, axis in zip(args, in_axes)
+                    )
+                )
+            )
+            for b in range(size)
+        ]
+    )
     np.testing.assert_allclose(out, expected, rtol=1e-12)
 
 
@@ -425,5 +481,5 @@ def test_end_to_end_grad_of_vmap_with_batched_starts():
     # end first): the gradient is 2 x there.
     expected = np.zeros((5, 6))
     for r, s in enumerate([0, 3, 4, 4, 2]):
-        expected[r, s:s + 2] = 2 * np.asarray(x)[r, s:s + 2]
+        expected[r, s : s + 2] = 2 * np.asarray(x)[r, s : s + 2]
     np.testing.assert_array_equal(np.asarray(kiln.grad(loss)(x)), expected)

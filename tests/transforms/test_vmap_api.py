@@ -1,6 +1,7 @@
 """The vmap API: in_axes/out_axes forms, keyword arguments, nesting, named axes, composition with
 jit and grad, the single dot_general of a batched matrix-vector product, and JAX's errors.
 References are Python loops over slices."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,27 +13,28 @@ from kiln import lax
 
 
 def test_in_axes_forms():
-    x = jnp.arange(6.).reshape(2, 3)
-    np.testing.assert_array_equal(kiln.vmap(jnp.sum)(x), [3., 12.])
-    np.testing.assert_array_equal(kiln.vmap(jnp.sum, in_axes=1)(x), [3., 5., 7.])
-    np.testing.assert_array_equal(kiln.vmap(jnp.sum, in_axes=-1)(x), [3., 5., 7.])
-    out = kiln.vmap(lambda a, b: a * b, in_axes=(0, None))(x, jnp.arange(3.))
-    np.testing.assert_array_equal(out, np.arange(6.).reshape(2, 3) * np.arange(3.))
+    x = jnp.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(kiln.vmap(jnp.sum)(x), [3.0, 12.0])
+    np.testing.assert_array_equal(kiln.vmap(jnp.sum, in_axes=1)(x), [3.0, 5.0, 7.0])
+    np.testing.assert_array_equal(kiln.vmap(jnp.sum, in_axes=-1)(x), [3.0, 5.0, 7.0])
+    out = kiln.vmap(lambda a, b: a * b, in_axes=(0, None))(x, jnp.arange(3.0))
+    np.testing.assert_array_equal(out, np.arange(6.0).reshape(2, 3) * np.arange(3.0))
     out = kiln.vmap(lambda d: d["a"] + d["b"], in_axes=({"a": 0, "b": None},))(
-        {"a": x, "b": jnp.ones(3)})
-    np.testing.assert_array_equal(out, np.arange(6.).reshape(2, 3) + 1)
+        {"a": x, "b": jnp.ones(3)}
+    )
+    np.testing.assert_array_equal(out, np.arange(6.0).reshape(2, 3) + 1)
     out = kiln.vmap(lambda a, b: a + b, in_axes=[1, 0])(x.T, x)
-    np.testing.assert_array_equal(out, 2 * np.arange(6.).reshape(2, 3))
-    out = kiln.vmap(lambda a, *, scale: a * scale)(x, scale=jnp.array([1., 2.]))
-    np.testing.assert_array_equal(out, np.arange(6.).reshape(2, 3) * [[1.], [2.]])
+    np.testing.assert_array_equal(out, 2 * np.arange(6.0).reshape(2, 3))
+    out = kiln.vmap(lambda a, *, scale: a * scale)(x, scale=jnp.array([1.0, 2.0]))
+    np.testing.assert_array_equal(out, np.arange(6.0).reshape(2, 3) * [[1.0], [2.0]])
 
 
 def test_out_axes_and_unbatched_outputs():
-    x = jnp.arange(6.).reshape(2, 3)
+    x = jnp.arange(6.0).reshape(2, 3)
     np.testing.assert_array_equal(kiln.vmap(lambda r: r * 2, out_axes=1)(x), 2 * np.asarray(x).T)
     out = kiln.vmap(lambda r: (r, 1.0), out_axes=(0, None))(x)
     assert float(out[1]) == 1.0
-    np.testing.assert_array_equal(kiln.vmap(lambda r: 1.0)(x), [1., 1.])
+    np.testing.assert_array_equal(kiln.vmap(lambda r: 1.0)(x), [1.0, 1.0])
     np.testing.assert_array_equal(kiln.vmap(lambda: jnp.ones(2), axis_size=3)(), np.ones((3, 2)))
 
 
@@ -42,14 +44,16 @@ def test_nested_vmap_matches_loops():
     b = rng.standard_normal((3, 4)).astype(np.float32)
     f = kiln.vmap(kiln.vmap(lambda u, v: jnp.dot(u, v) + jnp.sin(u[0])), in_axes=(0, None))
     out = np.asarray(f(jnp.asarray(a), jnp.asarray(b)))
-    expected = np.array([[a[i, j] @ b[j] + np.sin(a[i, j, 0]) for j in range(3)]
-                         for i in range(2)])
+    expected = np.array([[a[i, j] @ b[j] + np.sin(a[i, j, 0]) for j in range(3)] for i in range(2)])
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_matvec_is_one_dot_general():
-    text = str(kiln.make_jaxpr(kiln.vmap(lambda m, v: m @ v, in_axes=(None, 0)))(
-        jnp.ones((3, 4)), jnp.ones((5, 4))))
+    text = str(
+        kiln.make_jaxpr(kiln.vmap(lambda m, v: m @ v, in_axes=(None, 0)))(
+            jnp.ones((3, 4)), jnp.ones((5, 4))
+        )
+    )
     assert text.count("dot_general") == 1
     for word in ("while", "scan", "concatenate"):
         assert word not in text
@@ -63,9 +67,11 @@ def _mlp_loss(params, x, y):
 
 def test_per_example_gradients_equal_a_loop():
     rng = np.random.default_rng(2)
-    params = {"W1": jnp.asarray(rng.standard_normal((5, 7)).astype(np.float32)),
-              "b1": jnp.asarray(rng.standard_normal(7).astype(np.float32)),
-              "W2": jnp.asarray(rng.standard_normal((7, 2)).astype(np.float32))}
+    params = {
+        "W1": jnp.asarray(rng.standard_normal((5, 7)).astype(np.float32)),
+        "b1": jnp.asarray(rng.standard_normal(7).astype(np.float32)),
+        "W2": jnp.asarray(rng.standard_normal((7, 2)).astype(np.float32)),
+    }
     xs = jnp.asarray(rng.standard_normal((6, 5)).astype(np.float32))
     ys = jnp.asarray(rng.standard_normal((6, 2)).astype(np.float32))
     per_example = kiln.vmap(kiln.grad(_mlp_loss), in_axes=(None, 0, 0))
@@ -74,19 +80,26 @@ def test_per_example_gradients_equal_a_loop():
     for i in range(6):
         single = kiln.grad(_mlp_loss)(params, xs[i], ys[i])
         for k in params:
-            np.testing.assert_allclose(np.asarray(batched[k])[i], np.asarray(single[k]),
-                                       rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(np.asarray(jitted[k])[i], np.asarray(single[k]),
-                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                np.asarray(batched[k])[i], np.asarray(single[k]), rtol=1e-5, atol=1e-5
+            )
+            np.testing.assert_allclose(
+                np.asarray(jitted[k])[i], np.asarray(single[k]), rtol=1e-5, atol=1e-5
+            )
 
 
 def test_transformations_agree():
     def f(x):
         return jnp.sum(jnp.sin(x) * x)
+
     x = jnp.asarray(np.random.default_rng(3).standard_normal((4, 3)).astype(np.float32))
     loop = np.stack([np.asarray(kiln.grad(f)(x[i])) for i in range(4)])
-    for g in (kiln.vmap(kiln.grad(f)), kiln.jit(kiln.vmap(kiln.grad(f))),
-              kiln.vmap(kiln.jit(kiln.grad(f))), kiln.vmap(kiln.grad(kiln.jit(f)))):
+    for g in (
+        kiln.vmap(kiln.grad(f)),
+        kiln.jit(kiln.vmap(kiln.grad(f))),
+        kiln.vmap(kiln.jit(kiln.grad(f))),
+        kiln.vmap(kiln.grad(kiln.jit(f))),
+    ):
         np.testing.assert_allclose(np.asarray(g(x)), loop, rtol=1e-5, atol=1e-6)
     total = kiln.grad(lambda v: jnp.sum(kiln.vmap(f)(v)))(x)
     np.testing.assert_allclose(np.asarray(total), loop, rtol=1e-5, atol=1e-6)
@@ -95,25 +108,30 @@ def test_transformations_agree():
 
 
 def test_named_axes():
-    x = jnp.arange(4.)
-    np.testing.assert_allclose(kiln.vmap(lambda v: v / lax.psum(v, "i"), axis_name="i")(x),
-                               np.arange(4.) / 6)
+    x = jnp.arange(4.0)
+    np.testing.assert_allclose(
+        kiln.vmap(lambda v: v / lax.psum(v, "i"), axis_name="i")(x), np.arange(4.0) / 6
+    )
     np.testing.assert_allclose(kiln.vmap(lambda v: lax.pmean(v, "i"), axis_name="i")(x), 1.5)
-    np.testing.assert_allclose(kiln.vmap(lambda v: lax.pmax(v, "i"), axis_name="i")(x), 3.)
-    np.testing.assert_allclose(kiln.vmap(lambda v: lax.pmin(v, "i"), axis_name="i")(x), 0.)
-    np.testing.assert_array_equal(kiln.vmap(lambda v: lax.axis_index("i"), axis_name="i")(x),
-                                  [0, 1, 2, 3])
+    np.testing.assert_allclose(kiln.vmap(lambda v: lax.pmax(v, "i"), axis_name="i")(x), 3.0)
+    np.testing.assert_allclose(kiln.vmap(lambda v: lax.pmin(v, "i"), axis_name="i")(x), 0.0)
     np.testing.assert_array_equal(
-        kiln.vmap(lambda v: lax.all_gather(v, "i"), axis_name="i")(x), np.tile(np.arange(4.),
-                                                                                (4, 1)))
+        kiln.vmap(lambda v: lax.axis_index("i"), axis_name="i")(x), [0, 1, 2, 3]
+    )
+    np.testing.assert_array_equal(
+        kiln.vmap(lambda v: lax.all_gather(v, "i"), axis_name="i")(x),
+        np.tile(np.arange(4.0), (4, 1)),
+    )
     np.testing.assert_array_equal(
         kiln.vmap(lambda v: lax.ppermute(v, "i", [(0, 1), (1, 2), (2, 3)]), axis_name="i")(x),
-        [0., 0., 1., 2.])
-    nested = kiln.vmap(kiln.vmap(lambda v: lax.psum(v, ("i", "j")), axis_name="j"),
-                       axis_name="i")(jnp.ones((2, 3)))
-    np.testing.assert_array_equal(nested, np.full((2, 3), 6.))
+        [0.0, 0.0, 1.0, 2.0],
+    )
+    nested = kiln.vmap(kiln.vmap(lambda v: lax.psum(v, ("i", "j")), axis_name="j"), axis_name="i")(
+        jnp.ones((2, 3))
+    )
+    np.testing.assert_array_equal(nested, np.full((2, 3), 6.0))
     inside_jit = kiln.vmap(kiln.jit(lambda v: lax.psum(v, "i")), axis_name="i")(x)
-    np.testing.assert_array_equal(inside_jit, np.full(4, 6.))
+    np.testing.assert_array_equal(inside_jit, np.full(4, 6.0))
     with pytest.raises(NameError, match="unbound axis name: j"):
         kiln.vmap(lambda v: lax.psum(v, "j"), axis_name="i")(x)
     with pytest.raises(NameError, match="unbound axis name"):
@@ -121,15 +139,21 @@ def test_named_axes():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="inconsistent sizes for array axes to be mapped:\n"
-                                         r"  \* one axis had size 3: axis 0 of argument x of "
-                                         r"type float32\[3\];\n  \* one axis had size 4: axis 0 "
-                                         r"of argument y of type float32\[4\]"):
+    with pytest.raises(
+        ValueError,
+        match="inconsistent sizes for array axes to be mapped:\n"
+        r"  \* one axis had size 3: axis 0 of argument x of "
+        r"type float32\[3\];\n  \* one axis had size 4: axis 0 "
+        r"of argument y of type float32\[4\]",
+    ):
         kiln.vmap(lambda x, y: x + y)(jnp.ones(3), jnp.ones(4))
     with pytest.raises(ValueError, match=r"len\(in_axes\)=1, len\(args\)=2"):
         kiln.vmap(lambda x, y: x + y, in_axes=(0,))(jnp.ones(3), jnp.ones(3))
-    with pytest.raises(ValueError, match="map its argument along axis 2, which implies that its "
-                                         "rank should be at least 3, but is only 1"):
+    with pytest.raises(
+        ValueError,
+        match="map its argument along axis 2, which implies that its "
+        "rank should be at least 3, but is only 1",
+    ):
         kiln.vmap(lambda x: x, in_axes=2)(jnp.ones(3))
     with pytest.raises(ValueError, match="at least one non-None value in in_axes"):
         kiln.vmap(lambda x: x, in_axes=None)(jnp.ones(3))

@@ -7,6 +7,7 @@ that rounds to nearest even exactly as the hardware does, vectorizes with the su
 and also serves as the body of the builtins kiln registers for anything LLVM still calls
 (kiln.codegen.llvm.support).
 """
+
 from __future__ import annotations
 
 from llvmlite import ir
@@ -20,16 +21,14 @@ def _const(type_: ir.IntType, value: int) -> ir.Constant:
     return ir.Constant(type_, value)
 
 
-def _shift_right_round_even(builder: ir.IRBuilder, value: ir.Value,
-                            shift: ir.Value) -> ir.Value:
+def _shift_right_round_even(builder: ir.IRBuilder, value: ir.Value, shift: ir.Value) -> ir.Value:
     """value >> shift, rounded to nearest with ties to even (0 < shift < bit width)."""
     one = _const(value.type, 1)
     kept = builder.lshr(value, shift)
     dropped = builder.and_(value, builder.sub(builder.shl(one, shift), one))
     half = builder.shl(one, builder.sub(shift, one))
     above = builder.icmp_unsigned(">", dropped, half)
-    tie_to_odd = builder.and_(builder.icmp_unsigned("==", dropped, half),
-                              builder.trunc(kept, T.I1))
+    tie_to_odd = builder.and_(builder.icmp_unsigned("==", dropped, half), builder.trunc(kept, T.I1))
     return builder.add(kept, builder.zext(builder.or_(above, tie_to_odd), value.type))
 
 
@@ -44,8 +43,9 @@ def _to_half_bits(builder, bits, width, mantissa_bits, exponent_bias, overflow_b
     mantissa = builder.and_(magnitude, _const(int_type, (1 << mantissa_bits) - 1))
     # Normal halves: rebias the exponent in place, then drop the extra mantissa bits.
     rebias = (exponent_bias - 15) << mantissa_bits
-    normal = _shift_right_round_even(builder, builder.sub(magnitude, _const(int_type, rebias)),
-                                     _const(int_type, shift_normal))
+    normal = _shift_right_round_even(
+        builder, builder.sub(magnitude, _const(int_type, rebias)), _const(int_type, shift_normal)
+    )
     # Subnormal halves count units of 2**-24: the full significand shifted by how far the
     # exponent lies below 2**-14 (capped, which rounds anything that small to zero).
     significand = builder.or_(mantissa, _const(int_type, 1 << mantissa_bits))
@@ -53,20 +53,28 @@ def _to_half_bits(builder, bits, width, mantissa_bits, exponent_bias, overflow_b
     shift = builder.sub(_const(int_type, lowest_normal + shift_normal), exponent)
     # Keep the shift within [1, width - 1] in the lanes that take the other branch too, so no
     # lane ever computes a poison value.
-    shift = builder.select(builder.icmp_unsigned(">", shift, _const(int_type, width - 1)),
-                           _const(int_type, width - 1), shift)
-    shift = builder.select(builder.icmp_unsigned("==", shift, _const(int_type, 0)),
-                           _const(int_type, 1), shift)
+    shift = builder.select(
+        builder.icmp_unsigned(">", shift, _const(int_type, width - 1)),
+        _const(int_type, width - 1),
+        shift,
+    )
+    shift = builder.select(
+        builder.icmp_unsigned("==", shift, _const(int_type, 0)), _const(int_type, 1), shift
+    )
     subnormal = _shift_right_round_even(builder, significand, shift)
     is_normal = builder.icmp_unsigned(">=", exponent, _const(int_type, lowest_normal))
     finite = builder.trunc(builder.select(is_normal, normal, subnormal), I16)
     infinity_at = (2 ** (width - 1 - mantissa_bits) - 1) << mantissa_bits
     payload = builder.trunc(builder.lshr(mantissa, _const(int_type, shift_normal)), I16)
     nan = builder.or_(payload, _const(I16, 0x7E00))
-    result = builder.select(builder.icmp_unsigned(">=", magnitude, _const(int_type, overflow_bits)),
-                            _const(I16, 0x7C00), finite)
-    result = builder.select(builder.icmp_unsigned(">", magnitude, _const(int_type, infinity_at)),
-                            nan, result)
+    result = builder.select(
+        builder.icmp_unsigned(">=", magnitude, _const(int_type, overflow_bits)),
+        _const(I16, 0x7C00),
+        finite,
+    )
+    result = builder.select(
+        builder.icmp_unsigned(">", magnitude, _const(int_type, infinity_at)), nan, result
+    )
     return builder.or_(sign, result)
 
 
@@ -94,18 +102,24 @@ def half_bits_to_float(builder: ir.IRBuilder, bits: ir.Value) -> ir.Value:
     sign = builder.shl(builder.and_(wide, _const(I32, 0x8000)), _const(I32, 16))
     exponent = builder.and_(builder.lshr(wide, _const(I32, 10)), _const(I32, 0x1F))
     mantissa = builder.and_(wide, _const(I32, 0x3FF))
-    normal = builder.or_(builder.shl(builder.add(exponent, _const(I32, 112)), _const(I32, 23)),
-                         builder.shl(mantissa, _const(I32, 13)))
+    normal = builder.or_(
+        builder.shl(builder.add(exponent, _const(I32, 112)), _const(I32, 23)),
+        builder.shl(mantissa, _const(I32, 13)),
+    )
     # Infinities and NaNs keep their payload; a NaN comes out quiet.
-    quiet = builder.select(builder.icmp_unsigned("!=", mantissa, _const(I32, 0)),
-                           _const(I32, 0x400000), _const(I32, 0))
-    special = builder.or_(builder.or_(_const(I32, 0x7F800000),
-                                      builder.shl(mantissa, _const(I32, 13))), quiet)
+    quiet = builder.select(
+        builder.icmp_unsigned("!=", mantissa, _const(I32, 0)), _const(I32, 0x400000), _const(I32, 0)
+    )
+    special = builder.or_(
+        builder.or_(_const(I32, 0x7F800000), builder.shl(mantissa, _const(I32, 13))), quiet
+    )
     # Subnormals and zeros: mantissa * 2**-24, exact in float32.
-    tiny = builder.fmul(builder.uitofp(mantissa, T.FLOAT), ir.Constant(T.FLOAT, 2.0 ** -24))
+    tiny = builder.fmul(builder.uitofp(mantissa, T.FLOAT), ir.Constant(T.FLOAT, 2.0**-24))
     tiny_bits = builder.bitcast(tiny, I32)
-    magnitude = builder.select(builder.icmp_unsigned("==", exponent, _const(I32, 0x1F)),
-                               special, normal)
-    magnitude = builder.select(builder.icmp_unsigned("==", exponent, _const(I32, 0)),
-                               tiny_bits, magnitude)
+    magnitude = builder.select(
+        builder.icmp_unsigned("==", exponent, _const(I32, 0x1F)), special, normal
+    )
+    magnitude = builder.select(
+        builder.icmp_unsigned("==", exponent, _const(I32, 0)), tiny_bits, magnitude
+    )
     return builder.bitcast(builder.or_(sign, magnitude), T.FLOAT)

@@ -3,6 +3,7 @@
 Kept free of kiln imports so that the optimizer worker process (llvm_worker.py) can load it by
 path without importing the kiln package.
 """
+
 from __future__ import annotations
 
 import llvmlite.binding as llvm
@@ -30,7 +31,8 @@ def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> None:
 def create_machine(triple: str, cpu: str, features: str) -> llvm.TargetMachine:
     """A TargetMachine (opt level 3, JIT code model) for a triple, CPU and feature string."""
     return llvm.Target.from_triple(triple).create_target_machine(
-        cpu=cpu, features=features, opt=3, codemodel="jitdefault", jit=True)
+        cpu=cpu, features=features, opt=3, codemodel="jitdefault", jit=True
+    )
 
 
 def optimize_to_object(ir_text: str, machine: llvm.TargetMachine) -> tuple[str, bytes]:

@@ -10,6 +10,7 @@ Protocol on stdin/stdout: frames of a 4-byte little-endian length and a pickle. 
 (triple, cpu, features, ir_text); the reply is ("ok", optimized_ir, object_bytes) or
 ("error", message).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -49,6 +50,7 @@ def _load_pipeline():
 
 def serve(requests, replies) -> None:
     import llvmlite.binding as llvm
+
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     pipeline = _load_pipeline()

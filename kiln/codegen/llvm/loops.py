@@ -3,6 +3,7 @@
 Context managers in the manner of numba's cgutils, so the emitter reads as the loop nest it
 builds rather than as block bookkeeping.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +15,14 @@ from kiln.codegen.llvm.types import I64
 
 
 @contextlib.contextmanager
-def for_range(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value,
-              name: str = "i", step: int = 1, unroll: bool = True) -> Iterator[ir.Value]:
+def for_range(
+    builder: ir.IRBuilder,
+    start: ir.Value,
+    stop: ir.Value,
+    name: str = "i",
+    step: int = 1,
+    unroll: bool = True,
+) -> Iterator[ir.Value]:
     """for (i = start; i < stop; i += step): yields the i64 induction variable inside the body.
 
     The increment is `add nsw`: indices stay far below 2**63 - step, so it can never wrap.
@@ -36,8 +43,7 @@ def for_range(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value,
     builder.position_at_end(body)
     yield index
     # The body may have opened blocks of its own; whichever is current is the latch.
-    following = builder.add(index, ir.Constant(I64, step), name=f"{name}.next",
-                            flags=("nsw",))
+    following = builder.add(index, ir.Constant(I64, step), name=f"{name}.next", flags=("nsw",))
     index.add_incoming(following, builder.block)
     latch = builder.branch(header)
     if not unroll:
@@ -68,8 +74,9 @@ def if_then(builder: ir.IRBuilder, condition: ir.Value, name: str = "if") -> Ite
     builder.position_at_end(merge_block)
 
 
-def entry_alloca(builder: ir.IRBuilder, ty: ir.Type, name: str = "",
-                 align: int | None = None) -> ir.AllocaInstr:
+def entry_alloca(
+    builder: ir.IRBuilder, ty: ir.Type, name: str = "", align: int | None = None
+) -> ir.AllocaInstr:
     """A stack slot in the function's entry block, where SROA promotes it to a register (an
     alloca inside a loop would grow the stack every iteration). The builder's position is
     kept."""

@@ -5,6 +5,7 @@ bound to address 0 and the first call through it would crash. Reading the object
 table first turns that into an error that names the symbol. Only what that needs is parsed:
 the ELF64 little-endian section headers and the symbol table.
 """
+
 from __future__ import annotations
 
 import struct
@@ -35,8 +36,9 @@ def _sections(data: bytes) -> list[tuple]:
     entry_size, count = struct.unpack_from("<HH", data, 0x3A)
     if entry_size != _SECTION_HEADER.size or section_offset + count * entry_size > len(data):
         raise ObjectFormatError("section headers outside the object")
-    return [_SECTION_HEADER.unpack_from(data, section_offset + i * entry_size)
-            for i in range(count)]
+    return [
+        _SECTION_HEADER.unpack_from(data, section_offset + i * entry_size) for i in range(count)
+    ]
 
 
 def undefined_symbols(data: bytes, include_weak: bool = False) -> list[str]:
@@ -47,14 +49,13 @@ def undefined_symbols(data: bytes, include_weak: bool = False) -> list[str]:
     sections = _sections(data)
     names: set[str] = set()
     for header in sections:
-        kind, offset, size, link, entry_size = header[1], header[4], header[5], header[6], \
-            header[9]
+        kind, offset, size, link, entry_size = header[1], header[4], header[5], header[6], header[9]
         if kind != _SHT_SYMTAB:
             continue
         if entry_size != _SYMBOL.size or offset + size > len(data) or link >= len(sections):
             raise ObjectFormatError("malformed symbol table")
         strings_offset, strings_size = sections[link][4], sections[link][5]
-        strings = data[strings_offset:strings_offset + strings_size]
+        strings = data[strings_offset : strings_offset + strings_size]
         for position in range(offset, offset + size, entry_size):
             name_offset, info, _, section_index, _, _ = _SYMBOL.unpack_from(data, position)
             if section_index != _SHN_UNDEF or name_offset == 0:

@@ -4,6 +4,7 @@ Rules are registered in tables keyed by (op, family); the semantics are NumPy's/
 LLVM's undefined corners: integer division and shifts never trap or yield poison, float->int
 casts saturate (NaN -> 0), float max/min propagate NaN. Transcendentals go to vmath.
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,8 +36,9 @@ class UnsupportedOpError(NotImplementedError):
     """The backend cannot compile this op for this dtype; the caller should interpret it."""
 
 
-def declare_function(builder: ir.IRBuilder, name: str, return_type: ir.Type,
-              arg_types: Sequence[ir.Type]) -> ir.Function:
+def declare_function(
+    builder: ir.IRBuilder, name: str, return_type: ir.Type, arg_types: Sequence[ir.Type]
+) -> ir.Function:
     """Get or declare a function (an LLVM intrinsic or a libm symbol) in the builder's module."""
     module = builder.module
     existing = module.globals.get(name)
@@ -47,8 +49,13 @@ def declare_function(builder: ir.IRBuilder, name: str, return_type: ir.Type,
     return function
 
 
-def call_overloaded(builder: ir.IRBuilder, base: str, args: Sequence[ir.Value],
-                    extra: Sequence[ir.Value] = (), overload_types=None) -> ir.Value:
+def call_overloaded(
+    builder: ir.IRBuilder,
+    base: str,
+    args: Sequence[ir.Value],
+    extra: Sequence[ir.Value] = (),
+    overload_types=None,
+) -> ir.Value:
     """Call `base.<suffix>` (e.g. llvm.maximum.f32), overloaded on the given types."""
     overload_types = overload_types or [args[0].type]
     name = ".".join([base] + [T.type_suffix(t) for t in overload_types])
@@ -96,8 +103,9 @@ def _round_bfloat16(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
     lsb = builder.and_(builder.lshr(bits, ir.Constant(T.I32, 16)), ir.Constant(T.I32, 1))
     biased = builder.add(builder.add(bits, ir.Constant(T.I32, 0x7FFF)), lsb)
     rounded = builder.and_(biased, ir.Constant(T.I32, 0xFFFF0000 - (1 << 32)))
-    quiet_nan = builder.or_(builder.and_(bits, ir.Constant(T.I32, -(1 << 31))),
-                            ir.Constant(T.I32, 0x7FC00000))
+    quiet_nan = builder.or_(
+        builder.and_(bits, ir.Constant(T.I32, -(1 << 31))), ir.Constant(T.I32, 0x7FC00000)
+    )
     is_nan = builder.fcmp_unordered("uno", value, value)
     return builder.bitcast(builder.select(is_nan, quiet_nan, rounded), T.FLOAT)
 
@@ -126,6 +134,7 @@ def _rule(ops, *families):
             for family in families:
                 _RULES[(scalar_op, family)] = function
         return function
+
     return register
 
 
@@ -135,6 +144,7 @@ def _instruction(name: str, float_op: bool = False) -> Rule:
         if float_op:
             return method(*args, flags=flags)
         return method(*args)
+
     return emit
 
 
@@ -176,6 +186,7 @@ _INTRINSICS = {
 def _intrinsic_rule(name: str) -> Rule:
     def emit(builder, args, dtype, flags):
         return call_overloaded(builder, name, args)
+
     return emit
 
 
@@ -198,6 +209,7 @@ def _comparison(scalar_op: ScalarOp, family: str) -> Rule:
         if scalar_op is O.NE:
             return builder.fcmp_unordered(symbol, *args)
         return builder.fcmp_ordered(symbol, *args)
+
     return emit
 
 
@@ -251,8 +263,7 @@ def _sign_signed(builder, args, dtype, flags):
 
 @_rule(O.SIGN, "uint")
 def _sign_unsigned(builder, args, dtype, flags):
-    return builder.zext(builder.icmp_unsigned("!=", args[0], _int_const(args[0], 0)),
-                        args[0].type)
+    return builder.zext(builder.icmp_unsigned("!=", args[0], _int_const(args[0], 0)), args[0].type)
 
 
 @_rule(O.DIV, "sint")
@@ -275,8 +286,9 @@ def _remainder_signed(builder, args, dtype, flags):
 
 def _safe_signed_divisor(builder, x, y, by_zero):
     int_min = _int_const(x, -(1 << (x.type.width - 1)))
-    overflow = builder.and_(builder.icmp_signed("==", x, int_min),
-                            builder.icmp_signed("==", y, _int_const(y, -1)))
+    overflow = builder.and_(
+        builder.icmp_signed("==", x, int_min), builder.icmp_signed("==", y, _int_const(y, -1))
+    )
     return builder.select(builder.or_(by_zero, overflow), _int_const(y, 1), y)
 
 
@@ -305,23 +317,26 @@ def _shift_in_range(builder, amount):
 def _shift_left(builder, args, dtype, flags):
     x, amount = args
     # The select discards the poison an oversized shl would give.
-    return builder.select(_shift_in_range(builder, amount), builder.shl(x, amount),
-                          _int_const(x, 0))
+    return builder.select(
+        _shift_in_range(builder, amount), builder.shl(x, amount), _int_const(x, 0)
+    )
 
 
 @_rule(O.SHIFT_RIGHT_LOGICAL, "sint", "uint")
 def _shift_right_logical(builder, args, dtype, flags):
     x, amount = args
-    return builder.select(_shift_in_range(builder, amount), builder.lshr(x, amount),
-                          _int_const(x, 0))
+    return builder.select(
+        _shift_in_range(builder, amount), builder.lshr(x, amount), _int_const(x, 0)
+    )
 
 
 @_rule(O.SHIFT_RIGHT_ARITHMETIC, "sint", "uint")
 def _shift_right_arithmetic(builder, args, dtype, flags):
     x, amount = args
     # Shifting by width - 1 fills with the sign bit, which is what any larger shift means.
-    clamped = builder.select(_shift_in_range(builder, amount), amount,
-                             _int_const(amount, amount.type.width - 1))
+    clamped = builder.select(
+        _shift_in_range(builder, amount), amount, _int_const(amount, amount.type.width - 1)
+    )
     return builder.ashr(x, clamped)
 
 
@@ -363,8 +378,11 @@ def _next_after(builder, args, dtype, flags):
     bits_type = x_bits.type
     towards_larger = builder.fcmp_ordered("<", x, y)
     x_positive = builder.icmp_signed(">=", x_bits, ir.Constant(bits_type, 0))
-    step = builder.select(builder.icmp_unsigned("==", towards_larger, x_positive),
-                          ir.Constant(bits_type, 1), ir.Constant(bits_type, -1))
+    step = builder.select(
+        builder.icmp_unsigned("==", towards_larger, x_positive),
+        ir.Constant(bits_type, 1),
+        ir.Constant(bits_type, -1),
+    )
     stepped = builder.add(x_bits, step)
     sign_mask = ir.Constant(bits_type, -(1 << (bits_type.width - 1)))
     smallest_towards_y = builder.or_(builder.and_(y_bits, sign_mask), ir.Constant(bits_type, 1))
@@ -394,11 +412,31 @@ def _bits_float(builder, bits, dtype):
 # Transcendentals: vmath first (vectorizable polynomials), libm as a scalar fallback
 
 _LIBM_NAMES = {
-    O.CBRT: "cbrt", O.EXP: "exp", O.EXP2: "exp2", O.EXPM1: "expm1", O.LOG: "log",
-    O.LOG1P: "log1p", O.LOG2: "log2", O.LOG10: "log10", O.TANH: "tanh", O.ERF: "erf",
-    O.ERFC: "erfc", O.SIN: "sin", O.COS: "cos", O.TAN: "tan", O.ASIN: "asin", O.ACOS: "acos",
-    O.ATAN: "atan", O.SINH: "sinh", O.COSH: "cosh", O.ASINH: "asinh", O.ACOSH: "acosh",
-    O.ATANH: "atanh", O.LGAMMA: "lgamma", O.POW: "pow", O.ATAN2: "atan2",
+    O.CBRT: "cbrt",
+    O.EXP: "exp",
+    O.EXP2: "exp2",
+    O.EXPM1: "expm1",
+    O.LOG: "log",
+    O.LOG1P: "log1p",
+    O.LOG2: "log2",
+    O.LOG10: "log10",
+    O.TANH: "tanh",
+    O.ERF: "erf",
+    O.ERFC: "erfc",
+    O.SIN: "sin",
+    O.COS: "cos",
+    O.TAN: "tan",
+    O.ASIN: "asin",
+    O.ACOS: "acos",
+    O.ATAN: "atan",
+    O.SINH: "sinh",
+    O.COSH: "cosh",
+    O.ASINH: "asinh",
+    O.ACOSH: "acosh",
+    O.ATANH: "atanh",
+    O.LGAMMA: "lgamma",
+    O.POW: "pow",
+    O.ATAN2: "atan2",
 }
 
 
@@ -435,8 +473,10 @@ def _transcendental(scalar_op: ScalarOp) -> Rule:
             exp_minus_x = _libm_call(builder, O.EXP, [builder.fneg(x)])
             one = ir.Constant(x.type, 1.0)
             return builder.fdiv(one, builder.fadd(one, exp_minus_x))
-        raise UnsupportedOpError(f"{scalar_op.value} needs kiln.codegen.llvm.vmath, which does "
-                                 f"not provide it")
+        raise UnsupportedOpError(
+            f"{scalar_op.value} needs kiln.codegen.llvm.vmath, which does not provide it"
+        )
+
     return emit
 
 
@@ -473,8 +513,7 @@ def _int_to_float(builder, value, src, dst):
 
 def _float_to_int(builder, value, src, dst):
     name = "llvm.fptosi.sat" if dtype_family(dst) == "sint" else "llvm.fptoui.sat"
-    return call_overloaded(builder, name, [value], overload_types=[T.compute_type(dst),
-                                                                   value.type])
+    return call_overloaded(builder, name, [value], overload_types=[T.compute_type(dst), value.type])
 
 
 def _float_to_float(builder, value, src, dst):
@@ -529,14 +568,18 @@ def op_supported(scalar_op: ScalarOp, dtype: np.dtype) -> bool:
     if (scalar_op, dtype_family(dtype)) not in _RULES:
         return False
     if scalar_op in OpGroup.TRANSCENDENTAL:
-        return (_vmath_supports(scalar_op) or scalar_op in _LIBM_NAMES
-                or scalar_op is O.LOGISTIC)
+        return _vmath_supports(scalar_op) or scalar_op in _LIBM_NAMES or scalar_op is O.LOGISTIC
     return True
 
 
-def emit_op(builder: ir.IRBuilder, scalar_op: ScalarOp, args: Sequence[ir.Value],
-            arg_dtypes: Sequence[np.dtype], dtype: np.dtype,
-            flags: Sequence[str] = FLOAT_FLAGS) -> ir.Value:
+def emit_op(
+    builder: ir.IRBuilder,
+    scalar_op: ScalarOp,
+    args: Sequence[ir.Value],
+    arg_dtypes: Sequence[np.dtype],
+    dtype: np.dtype,
+    flags: Sequence[str] = FLOAT_FLAGS,
+) -> ir.Value:
     """Emit scalar_op on compute values; the result is a compute value of `dtype`.
 
     flags are the fast-math flags put on float arithmetic (see REDUCTION_FLAGS).

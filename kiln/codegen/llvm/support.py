@@ -7,6 +7,7 @@ for the baseline x86-64 CPU (so they run everywhere) and registers their address
 symbol table (kiln.runtime.engine). The emitter avoids these calls where it can; this module
 is what keeps a call LLVM still emits from jumping to address 0.
 """
+
 from __future__ import annotations
 
 from llvmlite import ir

@@ -10,6 +10,7 @@ code generated on one machine behaves as it would on another. Features are LLVM'
 Emission asks `current_target()`; the engine compiling a program pins its target for the
 duration with `compiling_for`, so emission, optimization and the disk cache agree.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,27 +30,67 @@ PIPELINE_VERSION = "kiln-llvm-3"
 
 #: CPU names (LLVM's) whose definition includes AVX-512F. Only consulted for a named CPU given
 #: without an explicit +avx512f/-avx512f.
-_AVX512_CPUS = frozenset({
-    "x86-64-v4", "knl", "knm", "skylake-avx512", "skx", "cascadelake", "cooperlake",
-    "cannonlake", "icelake-client", "icelake-server", "tigerlake", "rocketlake",
-    "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids",
-    "znver4", "znver5"})
+_AVX512_CPUS = frozenset(
+    {
+        "x86-64-v4",
+        "knl",
+        "knm",
+        "skylake-avx512",
+        "skx",
+        "cascadelake",
+        "cooperlake",
+        "cannonlake",
+        "icelake-client",
+        "icelake-server",
+        "tigerlake",
+        "rocketlake",
+        "sapphirerapids",
+        "emeraldrapids",
+        "graniterapids",
+        "graniterapids-d",
+        "diamondrapids",
+        "znver4",
+        "znver5",
+    }
+)
 
 #: Baseline targets that the codegen tests also compile for, with the host features each needs
 #: to run. x86-64-v3 (AVX2, FMA, F16C, no AVX-512) runs on every x86-64 CPU of the last decade;
 #: x86-64-v4 is AVX-512 F/BW/CD/DQ/VL without the FP16 and BF16 extensions (as on AMD Zen 4).
 BASELINES = {
-    "x86-64-v3": ("x86-64-v3", "-avx512f",
-                  frozenset({"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe"})),
-    "x86-64-v4": ("x86-64-v4", "-avx512fp16,-avx512bf16",
-                  frozenset({"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe",
-                             "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"})),
+    "x86-64-v3": (
+        "x86-64-v3",
+        "-avx512f",
+        frozenset({"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe"}),
+    ),
+    "x86-64-v4": (
+        "x86-64-v4",
+        "-avx512fp16,-avx512bf16",
+        frozenset(
+            {
+                "avx",
+                "avx2",
+                "bmi",
+                "bmi2",
+                "f16c",
+                "fma",
+                "lzcnt",
+                "movbe",
+                "avx512f",
+                "avx512bw",
+                "avx512cd",
+                "avx512dq",
+                "avx512vl",
+            }
+        ),
+    ),
 }
 
 
 @dataclass(frozen=True)
 class Target:
     """A triple, a CPU name and the feature string LLVM is given for it."""
+
     triple: str
     cpu_name: str
     features: str
@@ -85,8 +126,9 @@ class Target:
     @property
     def cache_tag(self) -> str:
         """Everything besides the IR that decides the machine code (for cache keys)."""
-        return "|".join([PIPELINE_VERSION, llvmlite.__version__, self.triple, self.cpu_name,
-                         self.features])
+        return "|".join(
+            [PIPELINE_VERSION, llvmlite.__version__, self.triple, self.cpu_name, self.features]
+        )
 
     def create_machine(self) -> llvm.TargetMachine:
         """A new TargetMachine for this target (opt level 3, JIT code model)."""
@@ -112,15 +154,13 @@ def host_target() -> Target:
 
 
 def _make_target(triple: str, cpu_name: str, features: str, is_host: bool = False) -> Target:
-    probe = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu_name,
-                                                                  features=features)
+    probe = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu_name, features=features)
     return Target(triple, cpu_name, features, str(probe.target_data), is_host)
 
 
 def host_features() -> frozenset[str]:
     """The names of the features the host CPU has."""
-    return frozenset(item[1:] for item in host_target().features.split(",")
-                     if item.startswith("+"))
+    return frozenset(item[1:] for item in host_target().features.split(",") if item.startswith("+"))
 
 
 @functools.lru_cache(maxsize=32)
@@ -156,7 +196,8 @@ def _check_runnable(target: Target) -> None:
             f"kiln: the target CPU {target.cpu_name!r} (features {target.features!r}) needs "
             f"{', '.join(missing)}, which this machine's CPU ({host_target().cpu_name}) lacks; "
             "code compiled for it could not run here. Set KILN_CPU to 'host' or to a baseline "
-            "this machine supports, such as 'x86-64-v3'.")
+            "this machine supports, such as 'x86-64-v3'."
+        )
 
 
 def baseline_target(name: str) -> Target:

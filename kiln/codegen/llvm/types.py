@@ -3,6 +3,7 @@
 Narrow floats (float16, bfloat16) are computed in float32: loads widen exactly, every op that
 yields a narrow float rounds its float32 result to the narrow value set, and stores narrow.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,19 +27,26 @@ _F16 = np.dtype(np.float16)
 #: How a dtype is laid out in a buffer (bool is one byte holding 0 or 1; bfloat16 is its bits).
 MEMORY_TYPE: dict[np.dtype, ir.Type] = {
     np.dtype(np.bool_): I8,
-    np.dtype(np.int8): I8, np.dtype(np.uint8): I8,
-    np.dtype(np.int16): I16, np.dtype(np.uint16): I16,
-    np.dtype(np.int32): I32, np.dtype(np.uint32): I32,
-    np.dtype(np.int64): I64, np.dtype(np.uint64): I64,
-    _F16: HALF, BFLOAT16: I16,
-    np.dtype(np.float32): FLOAT, np.dtype(np.float64): DOUBLE,
+    np.dtype(np.int8): I8,
+    np.dtype(np.uint8): I8,
+    np.dtype(np.int16): I16,
+    np.dtype(np.uint16): I16,
+    np.dtype(np.int32): I32,
+    np.dtype(np.uint32): I32,
+    np.dtype(np.int64): I64,
+    np.dtype(np.uint64): I64,
+    _F16: HALF,
+    BFLOAT16: I16,
+    np.dtype(np.float32): FLOAT,
+    np.dtype(np.float64): DOUBLE,
 }
 
 #: How a dtype is held in registers while a kernel computes with it.
 COMPUTE_TYPE: dict[np.dtype, ir.Type] = {
     **MEMORY_TYPE,
     np.dtype(np.bool_): I1,
-    _F16: FLOAT, BFLOAT16: FLOAT,
+    _F16: FLOAT,
+    BFLOAT16: FLOAT,
 }
 
 #: Narrow float dtypes computed in float32.

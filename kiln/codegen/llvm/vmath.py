@@ -82,70 +82,128 @@ SUPPORTED: frozenset[str] = frozenset(_OPS)
 # (*) XLA flushes intermediate results below the normal range, so asin of the smallest normal
 # arguments gives 0 there, and exp2(-126) in float32 gives 0.
 ULP_BOUNDS: dict[tuple[str, str], float] = {
-    ("acos", "float32"): 1.0, ("acos", "float64"): 1.5,        # 0.89 0.97; jax 1.72 1.15
-    ("acosh", "float32"): 2.0, ("acosh", "float64"): 2.0,      # 1.62 1.49; jax 2.87 2.76
-    ("asin", "float32"): 2.0, ("asin", "float64"): 2.0,        # 1.49 1.51; jax 1.7e7 8e15 (*)
-    ("asinh", "float32"): 1.5, ("asinh", "float64"): 1.5,      # 1.32 1.43; jax 2.59 2.26
-    ("atan", "float32"): 2.0, ("atan", "float64"): 2.0,        # 1.76 1.92; jax 2.17 0.51
-    ("atan2", "float32"): 2.0, ("atan2", "float64"): 2.0,      # 1.73 1.63; jax 1.35 0.51
-    ("atanh", "float32"): 2.0, ("atanh", "float64"): 2.0,      # 1.59 1.47; jax 2.71 128
-    ("cbrt", "float32"): 1.0, ("cbrt", "float64"): 1.0,        # 0.73 0.72; jax 0.93 2.96
-    ("cos", "float32"): 2.0, ("cos", "float64"): 2.0,          # 1.44 1.34; jax 0.56 0.56
-    ("cosh", "float32"): 1.5, ("cosh", "float64"): 1.5,        # 1.21 1.04; jax inf 496
-    ("digamma", "float32"): 4.0, ("digamma", "float64"): 4.0,  # 3.42 3.74; jax 2.8e8 2.6e16
-    ("erf", "float32"): 1.0, ("erf", "float64"): 1.5,          # 0.81 1.01; jax 4.86 1.00
-    ("erf_inv", "float32"): 3.0, ("erf_inv", "float64"): 2.5,  # 2.71 2.08; jax 61 329
-    ("erfc", "float32"): 2.5, ("erfc", "float64"): 2.5,        # 2.34 2.20; jax 63 509
-    ("exp", "float32"): 1.5, ("exp", "float64"): 1.5,          # 0.95 1.00; jax 4.09 1.40
-    ("exp2", "float32"): 1.0, ("exp2", "float64"): 1.5,        # 0.86 1.00; jax 8e6 697
-    ("expm1", "float32"): 1.5, ("expm1", "float64"): 1.5,      # 1.22 1.35; jax 4.35 2.83
-    ("lgamma", "float32"): 3.0, ("lgamma", "float64"): 3.0,    # 2.46 2.47; jax 1.5e8 8e16
-    ("log", "float32"): 1.0, ("log", "float64"): 1.0,          # 0.79 0.79; jax 1.08 0.51
-    ("log10", "float32"): 1.5, ("log10", "float64"): 1.0,      # 0.98 0.85; jax 2.51 1.57
-    ("log1p", "float32"): 1.0, ("log1p", "float64"): 1.0,      # 0.81 0.82; jax 2.36 123
-    ("log2", "float32"): 1.5, ("log2", "float64"): 1.5,        # 0.96 1.00; jax 2.01 1.34
-    ("logistic", "float32"): 2.0, ("logistic", "float64"): 2.0,  # 1.70 1.83; jax 1.79 1.86
-    ("pow", "float32"): 1.0, ("pow", "float64"): 1.0,          # 0.50 0.93; jax 0.50 0.51
-    ("sin", "float32"): 2.0, ("sin", "float64"): 2.0,          # 1.43 1.40; jax 0.56 0.51
-    ("sinh", "float32"): 1.5, ("sinh", "float64"): 1.5,        # 1.29 1.34; jax inf 496
-    ("tan", "float32"): 2.0, ("tan", "float64"): 2.0,          # 1.61 1.69; jax 0.85 0.54
-    ("tanh", "float32"): 1.5, ("tanh", "float64"): 2.0,        # 1.35 1.47; jax 3.82 6.60
-    ("sqrt", "float32"): 0.5, ("sqrt", "float64"): 0.5,        # correctly rounded (llvm.sqrt)
-    ("rsqrt", "float32"): 1.5, ("rsqrt", "float64"): 1.5,      # 1.42 1.43; jax 1.50 1.14
+    ("acos", "float32"): 1.0,
+    ("acos", "float64"): 1.5,  # 0.89 0.97; jax 1.72 1.15
+    ("acosh", "float32"): 2.0,
+    ("acosh", "float64"): 2.0,  # 1.62 1.49; jax 2.87 2.76
+    ("asin", "float32"): 2.0,
+    ("asin", "float64"): 2.0,  # 1.49 1.51; jax 1.7e7 8e15 (*)
+    ("asinh", "float32"): 1.5,
+    ("asinh", "float64"): 1.5,  # 1.32 1.43; jax 2.59 2.26
+    ("atan", "float32"): 2.0,
+    ("atan", "float64"): 2.0,  # 1.76 1.92; jax 2.17 0.51
+    ("atan2", "float32"): 2.0,
+    ("atan2", "float64"): 2.0,  # 1.73 1.63; jax 1.35 0.51
+    ("atanh", "float32"): 2.0,
+    ("atanh", "float64"): 2.0,  # 1.59 1.47; jax 2.71 128
+    ("cbrt", "float32"): 1.0,
+    ("cbrt", "float64"): 1.0,  # 0.73 0.72; jax 0.93 2.96
+    ("cos", "float32"): 2.0,
+    ("cos", "float64"): 2.0,  # 1.44 1.34; jax 0.56 0.56
+    ("cosh", "float32"): 1.5,
+    ("cosh", "float64"): 1.5,  # 1.21 1.04; jax inf 496
+    ("digamma", "float32"): 4.0,
+    ("digamma", "float64"): 4.0,  # 3.42 3.74; jax 2.8e8 2.6e16
+    ("erf", "float32"): 1.0,
+    ("erf", "float64"): 1.5,  # 0.81 1.01; jax 4.86 1.00
+    ("erf_inv", "float32"): 3.0,
+    ("erf_inv", "float64"): 2.5,  # 2.71 2.08; jax 61 329
+    ("erfc", "float32"): 2.5,
+    ("erfc", "float64"): 2.5,  # 2.34 2.20; jax 63 509
+    ("exp", "float32"): 1.5,
+    ("exp", "float64"): 1.5,  # 0.95 1.00; jax 4.09 1.40
+    ("exp2", "float32"): 1.0,
+    ("exp2", "float64"): 1.5,  # 0.86 1.00; jax 8e6 697
+    ("expm1", "float32"): 1.5,
+    ("expm1", "float64"): 1.5,  # 1.22 1.35; jax 4.35 2.83
+    ("lgamma", "float32"): 3.0,
+    ("lgamma", "float64"): 3.0,  # 2.46 2.47; jax 1.5e8 8e16
+    ("log", "float32"): 1.0,
+    ("log", "float64"): 1.0,  # 0.79 0.79; jax 1.08 0.51
+    ("log10", "float32"): 1.5,
+    ("log10", "float64"): 1.0,  # 0.98 0.85; jax 2.51 1.57
+    ("log1p", "float32"): 1.0,
+    ("log1p", "float64"): 1.0,  # 0.81 0.82; jax 2.36 123
+    ("log2", "float32"): 1.5,
+    ("log2", "float64"): 1.5,  # 0.96 1.00; jax 2.01 1.34
+    ("logistic", "float32"): 2.0,
+    ("logistic", "float64"): 2.0,  # 1.70 1.83; jax 1.79 1.86
+    ("pow", "float32"): 1.0,
+    ("pow", "float64"): 1.0,  # 0.50 0.93; jax 0.50 0.51
+    ("sin", "float32"): 2.0,
+    ("sin", "float64"): 2.0,  # 1.43 1.40; jax 0.56 0.51
+    ("sinh", "float32"): 1.5,
+    ("sinh", "float64"): 1.5,  # 1.29 1.34; jax inf 496
+    ("tan", "float32"): 2.0,
+    ("tan", "float64"): 2.0,  # 1.61 1.69; jax 0.85 0.54
+    ("tanh", "float32"): 1.5,
+    ("tanh", "float64"): 2.0,  # 1.35 1.47; jax 3.82 6.60
+    ("sqrt", "float32"): 0.5,
+    ("sqrt", "float64"): 0.5,  # correctly rounded (llvm.sqrt)
+    ("rsqrt", "float32"): 1.5,
+    ("rsqrt", "float64"): 1.5,  # 1.42 1.43; jax 1.50 1.14
 }
 
 # Error bounds in ulps against NumPy/SciPy references (long double for float64), as
 # tests/codegen/test_vmath.py measures them: the measured maximum rounded up to a half ulp,
 # plus half an ulp of margin for inputs no test sampled.
 MAX_ULP: dict[tuple[str, str], float] = {
-    ("exp", "float32"): 1.5, ("exp", "float64"): 1.5,
-    ("exp2", "float32"): 1.5, ("exp2", "float64"): 1.5,
-    ("expm1", "float32"): 2.0, ("expm1", "float64"): 2.5,
-    ("log", "float32"): 1.5, ("log", "float64"): 1.5,
-    ("log1p", "float32"): 1.5, ("log1p", "float64"): 1.5,
-    ("log2", "float32"): 2.0, ("log2", "float64"): 2.0,
-    ("log10", "float32"): 2.0, ("log10", "float64"): 2.0,
-    ("tanh", "float32"): 2.0, ("tanh", "float64"): 2.0,
-    ("logistic", "float32"): 3.0, ("logistic", "float64"): 3.0,
-    ("erf", "float32"): 1.5, ("erf", "float64"): 2.0,
-    ("erfc", "float32"): 3.5, ("erfc", "float64"): 3.5,
-    ("sin", "float32"): 2.0, ("sin", "float64"): 2.0,
-    ("cos", "float32"): 2.0, ("cos", "float64"): 2.0,
-    ("pow", "float32"): 1.0, ("pow", "float64"): 2.0,
-    ("tan", "float32"): 3.5, ("tan", "float64"): 3.5,
-    ("atan", "float32"): 2.5, ("atan", "float64"): 2.5,
-    ("atan2", "float32"): 3.0, ("atan2", "float64"): 3.0,
-    ("asin", "float32"): 2.5, ("asin", "float64"): 2.5,
-    ("acos", "float32"): 1.5, ("acos", "float64"): 1.5,
-    ("sinh", "float32"): 2.5, ("sinh", "float64"): 2.5,
-    ("cosh", "float32"): 2.0, ("cosh", "float64"): 2.0,
-    ("asinh", "float32"): 2.0, ("asinh", "float64"): 2.0,
-    ("acosh", "float32"): 3.0, ("acosh", "float64"): 3.0,
-    ("atanh", "float32"): 2.5, ("atanh", "float64"): 2.5,
-    ("cbrt", "float32"): 1.5, ("cbrt", "float64"): 1.5,
-    ("erf_inv", "float32"): 3.0, ("erf_inv", "float64"): 3.0,
-    ("lgamma", "float32"): 3.5, ("lgamma", "float64"): 3.5,
-    ("digamma", "float32"): 4.5, ("digamma", "float64"): 4.5,
+    ("exp", "float32"): 1.5,
+    ("exp", "float64"): 1.5,
+    ("exp2", "float32"): 1.5,
+    ("exp2", "float64"): 1.5,
+    ("expm1", "float32"): 2.0,
+    ("expm1", "float64"): 2.5,
+    ("log", "float32"): 1.5,
+    ("log", "float64"): 1.5,
+    ("log1p", "float32"): 1.5,
+    ("log1p", "float64"): 1.5,
+    ("log2", "float32"): 2.0,
+    ("log2", "float64"): 2.0,
+    ("log10", "float32"): 2.0,
+    ("log10", "float64"): 2.0,
+    ("tanh", "float32"): 2.0,
+    ("tanh", "float64"): 2.0,
+    ("logistic", "float32"): 3.0,
+    ("logistic", "float64"): 3.0,
+    ("erf", "float32"): 1.5,
+    ("erf", "float64"): 2.0,
+    ("erfc", "float32"): 3.5,
+    ("erfc", "float64"): 3.5,
+    ("sin", "float32"): 2.0,
+    ("sin", "float64"): 2.0,
+    ("cos", "float32"): 2.0,
+    ("cos", "float64"): 2.0,
+    ("pow", "float32"): 1.0,
+    ("pow", "float64"): 2.0,
+    ("tan", "float32"): 3.5,
+    ("tan", "float64"): 3.5,
+    ("atan", "float32"): 2.5,
+    ("atan", "float64"): 2.5,
+    ("atan2", "float32"): 3.0,
+    ("atan2", "float64"): 3.0,
+    ("asin", "float32"): 2.5,
+    ("asin", "float64"): 2.5,
+    ("acos", "float32"): 1.5,
+    ("acos", "float64"): 1.5,
+    ("sinh", "float32"): 2.5,
+    ("sinh", "float64"): 2.5,
+    ("cosh", "float32"): 2.0,
+    ("cosh", "float64"): 2.0,
+    ("asinh", "float32"): 2.0,
+    ("asinh", "float64"): 2.0,
+    ("acosh", "float32"): 3.0,
+    ("acosh", "float64"): 3.0,
+    ("atanh", "float32"): 2.5,
+    ("atanh", "float64"): 2.5,
+    ("cbrt", "float32"): 1.5,
+    ("cbrt", "float64"): 1.5,
+    ("erf_inv", "float32"): 3.0,
+    ("erf_inv", "float64"): 3.0,
+    ("lgamma", "float32"): 3.5,
+    ("lgamma", "float64"): 3.5,
+    ("digamma", "float32"): 4.5,
+    ("digamma", "float64"): 4.5,
 }
 
 
@@ -167,6 +225,7 @@ def emit(builder: ir.IRBuilder, op: str, *args: ir.Value) -> ir.Value:
         raise TypeError(f"vmath op {op!r} takes {arity} operand(s), got {len(args)}")
     ty = args[0].type
     if any(arg.type != ty for arg in args):
-        raise TypeError(f"vmath op {op!r} needs operands of one type, got "
-                        f"{[str(arg.type) for arg in args]}")
+        raise TypeError(
+            f"vmath op {op!r} needs operands of one type, got {[str(arg.type) for arg in args]}"
+        )
     return rule(Emitter(builder, ty), *args)

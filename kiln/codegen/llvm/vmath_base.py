@@ -132,8 +132,9 @@ class Emitter:
         for low, piece_centre, table in pieces[1:]:
             here = self.ge(key, self.c(low))
             centre = self.select(here, self.c(piece_centre), centre)
-            coefficients = [self.select(here, self.c(new), old)
-                            for new, old in zip(padded(table), coefficients)]
+            coefficients = [
+                self.select(here, self.c(new), old) for new, old in zip(padded(table), coefficients)
+            ]
         return centre, coefficients
 
     def _intrinsic(self, name: str, *args):
@@ -276,6 +277,7 @@ def native_ldexp() -> bool:
     Looked up at each Emitter's creation, so tests can patch it to exercise the portable path.
     """
     from .target import current_target  # here, not at import: vmath is usable without one
+
     return current_target().has_avx512
 
 

@@ -18,45 +18,81 @@ from .vmath_base import Emitter
 # margin for the rounding of x * 2/pi (0.8 for float32, 0.7865 for float64).
 _SIN_S = {
     "float32": (
-        -0.16666653752326965, 0.008332070894539356, -0.00019503016665112227,
+        -0.16666653752326965,
+        0.008332070894539356,
+        -0.00019503016665112227,
     ),
     "float64": (
-        -0.16666666666666666, 0.008333333333333323, -0.00019841269841254597,
-        2.7557319213958085e-06, -2.5052104853634462e-08, 1.605835951882119e-10,
+        -0.16666666666666666,
+        0.008333333333333323,
+        -0.00019841269841254597,
+        2.7557319213958085e-06,
+        -2.5052104853634462e-08,
+        1.605835951882119e-10,
         -7.578357050924222e-13,
     ),
 }
 _COS_C = {
     "float32": (
-        0.04166664183139801, -0.0013887194218114018, 2.441913602524437e-05,
+        0.04166664183139801,
+        -0.0013887194218114018,
+        2.441913602524437e-05,
     ),
     "float64": (
-        0.041666666666666595, -0.001388888888887284, 2.4801587288713204e-05,
-        -2.755731413827165e-07, 2.0875695133644436e-09, -1.1358234411798378e-11,
+        0.041666666666666595,
+        -0.001388888888887284,
+        2.4801587288713204e-05,
+        -2.755731413827165e-07,
+        2.0875695133644436e-09,
+        -1.1358234411798378e-11,
     ),
 }
 # atan(t) = t + t**3 * A(t**2) on |t| <= tan(pi/8).
 _ATAN_A = {
     "float32": (
-        -0.33333316445350647, 0.19998471438884735, -0.142435222864151, 0.10593727231025696,
+        -0.33333316445350647,
+        0.19998471438884735,
+        -0.142435222864151,
+        0.10593727231025696,
         -0.06077990680932999,
     ),
     "float64": (
-        -0.333333333333332, 0.19999999999953205, -0.14285714280162118, 0.11111110781922653,
-        -0.09090897718313283, 0.07692059589913261, -0.06663097711976596, 0.058478481357920414,
-        -0.05039139059867343, 0.038060806770517076, -0.0179035506801635,
+        -0.333333333333332,
+        0.19999999999953205,
+        -0.14285714280162118,
+        0.11111110781922653,
+        -0.09090897718313283,
+        0.07692059589913261,
+        -0.06663097711976596,
+        0.058478481357920414,
+        -0.05039139059867343,
+        0.038060806770517076,
+        -0.0179035506801635,
     ),
 }
 # asin(x) = x + x**3 * P(x**2) on |x| <= 1/2.
 _ASIN_P = {
     "float32": (
-        0.16666659712791443, 0.07500503957271576, 0.04451695457100868, 0.03180772066116333,
-        0.014438589103519917, 0.03751647472381592,
+        0.16666659712791443,
+        0.07500503957271576,
+        0.04451695457100868,
+        0.03180772066116333,
+        0.014438589103519917,
+        0.03751647472381592,
     ),
     "float64": (
-        0.1666666666666676, 0.07499999999970797, 0.04464285717461377, 0.030381942707712602,
-        0.022372214989204543, 0.01735161199209075, 0.01398082074506074, 0.01139891097474367,
-        0.010780258378630869, 0.0037063912372128525, 0.021707483510036426, -0.020999107677568293,
+        0.1666666666666676,
+        0.07499999999970797,
+        0.04464285717461377,
+        0.030381942707712602,
+        0.022372214989204543,
+        0.01735161199209075,
+        0.01398082074506074,
+        0.01139891097474367,
+        0.010780258378630869,
+        0.0037063912372128525,
+        0.021707483510036426,
+        -0.020999107677568293,
         0.032628648984731994,
     ),
 }
@@ -67,18 +103,32 @@ _TAN_3PI_8 = 2.414213562373095
 
 # Below these magnitudes the Cody-Waite reduction is accurate (measured: its error stays under
 # the ulp bounds); at and above them, lanes go through the Payne-Hanek reduction.
-_LARGE = {"float32": 65536.0, "float64": 2.0 ** 30}
+_LARGE = {"float32": 65536.0, "float64": 2.0**30}
 
 # The bits of 2/pi after the binary point, 64 to a word, most significant first, behind one
 # zero word so that a window may start up to 64 bits before the point. 19 words cover the
 # window (192 bits, plus 64 for the shift) of the largest float64 exponent.
 _TWO_OVER_PI_BITS = (
     0x0000000000000000,
-    0xA2F9836E4E441529, 0xFC2757D1F534DDC0, 0xDB6295993C439041, 0xFE5163ABDEBBC561,
-    0xB7246E3A424DD2E0, 0x06492EEA09D1921C, 0xFE1DEB1CB129A73E, 0xE88235F52EBB4484,
-    0xE99C7026B45F7E41, 0x3991D639835339F4, 0x9C845F8BBDF9283B, 0x1FF897FFDE05980F,
-    0xEF2F118B5A0A6D1F, 0x6D367ECF27CB09B7, 0x4F463F669E5FEA2D, 0x7527BAC7EBE5F17B,
-    0x3D0739F78A5292EA, 0x6BFB5FB11F8D5D08, 0x56033046FC7B6BAB,
+    0xA2F9836E4E441529,
+    0xFC2757D1F534DDC0,
+    0xDB6295993C439041,
+    0xFE5163ABDEBBC561,
+    0xB7246E3A424DD2E0,
+    0x06492EEA09D1921C,
+    0xFE1DEB1CB129A73E,
+    0xE88235F52EBB4484,
+    0xE99C7026B45F7E41,
+    0x3991D639835339F4,
+    0x9C845F8BBDF9283B,
+    0x1FF897FFDE05980F,
+    0xEF2F118B5A0A6D1F,
+    0x6D367ECF27CB09B7,
+    0x4F463F669E5FEA2D,
+    0x7527BAC7EBE5F17B,
+    0x3D0739F78A5292EA,
+    0x6BFB5FB11F8D5D08,
+    0x56033046FC7B6BAB,
 )
 _I64 = ir.IntType(64)
 _I128 = ir.IntType(128)
@@ -113,10 +163,13 @@ def _reduce_exact(em: Emitter, x):
     shift = b.and_(start, ir.Constant(_I64, 63))
     table = _two_over_pi_table(b.module)
     zero = ir.Constant(ir.IntType(32), 0)
-    raw = [b.load(b.gep(table, [zero, b.add(word, ir.Constant(_I64, k))], inbounds=True))
-           for k in range(4)]
+    raw = [
+        b.load(b.gep(table, [zero, b.add(word, ir.Constant(_I64, k))], inbounds=True))
+        for k in range(4)
+    ]
     fshl = b.module.globals.get("llvm.fshl.i64") or ir.Function(
-        b.module, ir.FunctionType(_I64, [_I64] * 3), "llvm.fshl.i64")
+        b.module, ir.FunctionType(_I64, [_I64] * 3), "llvm.fshl.i64"
+    )
     w0, w1, w2 = (b.call(fshl, [raw[k], raw[k + 1], shift]) for k in range(3))
     m = b.zext(mantissa, _I128)
     low = b.mul(m, b.zext(w2, _I128))
@@ -132,12 +185,14 @@ def _reduce_exact(em: Emitter, x):
     lo = b.trunc(fraction, _I64)
     # Three exactly convertible pieces (53, 53 and 22 bits) of the 128-bit fraction.
     top = b.ashr(hi, ir.Constant(_I64, 11))
-    middle = b.or_(b.shl(b.and_(hi, ir.Constant(_I64, 0x7FF)), ir.Constant(_I64, 42)),
-                   b.lshr(lo, ir.Constant(_I64, 22)))
+    middle = b.or_(
+        b.shl(b.and_(hi, ir.Constant(_I64, 0x7FF)), ir.Constant(_I64, 42)),
+        b.lshr(lo, ir.Constant(_I64, 22)),
+    )
     bottom = b.and_(lo, ir.Constant(_I64, (1 << 22) - 1))
-    f_top = em.mul(b.sitofp(top, em.ty), em.c(2.0 ** -53))
-    f_middle = em.mul(b.uitofp(middle, em.ty), em.c(2.0 ** -106))
-    f_bottom = em.mul(b.uitofp(bottom, em.ty), em.c(2.0 ** -128))
+    f_top = em.mul(b.sitofp(top, em.ty), em.c(2.0**-53))
+    f_middle = em.mul(b.uitofp(middle, em.ty), em.c(2.0**-106))
+    f_bottom = em.mul(b.uitofp(bottom, em.ty), em.c(2.0**-128))
     f_hi, f_lo = em.two_sum(f_top, f_middle)
     f_lo = em.add(f_lo, f_bottom)
     # r = f * pi/2 in double-word arithmetic, then rounded once.
@@ -169,6 +224,7 @@ def _variant_lanes(em: Emitter) -> int:
     variant: at other widths LLVM calls the scalar function lane by lane, which is correct,
     only slower, and every variant costs compile time."""
     from .target import current_target  # here, not at import: vmath is usable without one
+
     register_bits = 512 if current_target().has_avx512 else 256
     return register_bits // em.bits
 
@@ -192,7 +248,8 @@ def _large_function(em: Emitter, op: str, body) -> ir.Function:
     variant_name = f"{name}_m{lanes}"
     fn = ir.Function(module, ir.FunctionType(scalar, [scalar]), name)
     fn.attributes = _Attributes(
-        {"vector-function-abi-variant": f"_ZGV_LLVM_M{lanes}v_{name}({variant_name})"})
+        {"vector-function-abi-variant": f"_ZGV_LLVM_M{lanes}v_{name}({variant_name})"}
+    )
     fn.linkage = "internal"
     for attribute in ("noinline", "nounwind", "readnone"):
         fn.attributes.add(attribute)
@@ -209,8 +266,11 @@ def _large_function(em: Emitter, op: str, body) -> ir.Function:
     x, mask = variant.args
     # The lanes' code is inline rather than a call of fn: a call clobbers every vector
     # register, and the loop the variant is inlined into would keep its constants on the stack.
-    builder.ret(_patch_lanes(builder, lambda b, v: _large_scalar(b, v, body), x, mask,
-                             ir.Constant(vector, None)))
+    builder.ret(
+        _patch_lanes(
+            builder, lambda b, v: _large_scalar(b, v, body), x, mask, ir.Constant(vector, None)
+        )
+    )
     _keep(module, variant)
     return fn
 
@@ -242,8 +302,9 @@ def _keep(module: ir.Module, function: ir.Function) -> None:
     used = ir.GlobalVariable(module, ty, name)
     used.linkage = "appending"
     used.section = "llvm.metadata"
-    used.initializer = ir.Constant(ty, [f.bitcast(pointer) if f.type != pointer else f
-                                        for f in kept])
+    used.initializer = ir.Constant(
+        ty, [f.bitcast(pointer) if f.type != pointer else f for f in kept]
+    )
 
 
 def _patch_lanes(b: ir.IRBuilder, lane, x, mask, fallback):
@@ -265,7 +326,8 @@ def _patch_lanes(b: ir.IRBuilder, lane, x, mask, fallback):
     pending.add_incoming(bits, origin)
     acc.add_incoming(fallback, origin)
     cttz = b.module.globals.get("llvm.cttz.i64") or ir.Function(
-        b.module, ir.FunctionType(_I64, [_I64, ir.IntType(1)]), "llvm.cttz.i64")
+        b.module, ir.FunctionType(_I64, [_I64, ir.IntType(1)]), "llvm.cttz.i64"
+    )
     index = b.trunc(b.call(cttz, [pending, ir.Constant(ir.IntType(1), 1)]), ir.IntType(32))
     patched = b.insert_element(acc, lane(b, b.extract_element(x, index)), index)
     rest = b.and_(pending, b.sub(pending, ir.Constant(_I64, 1)))
@@ -284,8 +346,13 @@ def _rarely(branch) -> None:
     common path's values in registers and moves spills to the rare side."""
     module = branch.parent.parent.module
     i32 = ir.IntType(32)
-    weights = module.add_metadata([ir.MetaDataString(module, "branch_weights"),
-                                   ir.Constant(i32, 1), ir.Constant(i32, 1 << 20)])
+    weights = module.add_metadata(
+        [
+            ir.MetaDataString(module, "branch_weights"),
+            ir.Constant(i32, 1),
+            ir.Constant(i32, 1 << 20),
+        ]
+    )
     branch.set_metadata("prof", weights)
 
 
@@ -337,8 +404,9 @@ def _sin_cos_parts(em: Emitter, r):
     half_z = em.mul(em.c(0.5), z)
     w = em.sub(em.c(1.0), half_z)
     # (1 - w) - z/2 recovers what rounding 1 - z/2 lost.
-    cos_tail = em.fma(em.mul(z, z), em.poly(z, em.table(_COS_C)),
-                      em.sub(em.sub(em.c(1.0), w), half_z))
+    cos_tail = em.fma(
+        em.mul(z, z), em.poly(z, em.table(_COS_C)), em.sub(em.sub(em.c(1.0), w), half_z)
+    )
     return sin_tail, w, cos_tail
 
 
@@ -374,8 +442,9 @@ def _tan_of_reduced(em: Emitter, r, q):
     denominator = em.add(den_head, den_tail)
     inverse = em.div(em.c(1.0), denominator)
     quotient = em.mul(em.add(num_head, num_tail), inverse)
-    residual = em.add(em.fma(em.neg(quotient), den_head, num_head),
-                      em.fma(em.neg(quotient), den_tail, num_tail))
+    residual = em.add(
+        em.fma(em.neg(quotient), den_head, num_head), em.fma(em.neg(quotient), den_tail, num_tail)
+    )
     return em.fma(residual, inverse, quotient)
 
 
@@ -445,7 +514,7 @@ def _atan_of_ratio(em: Emitter, numerator, denominator):
     # cannot overflow, and up near the bottom, so that tan(pi/8) * d is not a rounded subnormal.
     huge = em.gt(denominator, em.c(2.0 ** (1021 if em.is_f64 else 125)))
     tiny = em.lt(denominator, em.c(2.0 ** (-960 if em.is_f64 else -100)))
-    factor = em.select(huge, em.c(0.25), em.select(tiny, em.c(2.0 ** 60), em.c(1.0)))
+    factor = em.select(huge, em.c(0.25), em.select(tiny, em.c(2.0**60), em.c(1.0)))
     numerator = em.mul(numerator, factor)
     denominator = em.mul(denominator, factor)
     mid = em.gt(numerator, em.mul(em.c(_TAN_PI_8), denominator))

@@ -4,6 +4,7 @@ whose result typechecks; kiln.compiler.pipeline lists them in order.
 This module holds the small helpers the passes share (substitution, rebuilding a jaxpr); the
 passes themselves live one per module and are re-exported at the bottom.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -40,9 +41,14 @@ def fresh_outvars(eqn: JaxprEqn) -> list:
     return [DropVar(v.aval) if isinstance(v, DropVar) else Var(v.aval) for v in eqn.outvars]
 
 
-def rebuild(closed: ClosedJaxpr, eqns: list, outvars: list | None = None,
-            constvars: list | None = None, consts: list | None = None,
-            invars: list | None = None) -> ClosedJaxpr:
+def rebuild(
+    closed: ClosedJaxpr,
+    eqns: list,
+    outvars: list | None = None,
+    constvars: list | None = None,
+    consts: list | None = None,
+    invars: list | None = None,
+) -> ClosedJaxpr:
     """A new ClosedJaxpr from `closed` with some parts replaced; effects are recomputed."""
     jaxpr = closed.jaxpr
     effects = frozenset()
@@ -50,9 +56,13 @@ def rebuild(closed: ClosedJaxpr, eqns: list, outvars: list | None = None,
         e = eqn_effects(eqn)
         if e:
             effects |= e
-    new = Jaxpr(jaxpr.constvars if constvars is None else constvars,
-                jaxpr.invars if invars is None else invars,
-                jaxpr.outvars if outvars is None else outvars, eqns, effects)
+    new = Jaxpr(
+        jaxpr.constvars if constvars is None else constvars,
+        jaxpr.invars if invars is None else invars,
+        jaxpr.outvars if outvars is None else outvars,
+        eqns,
+        effects,
+    )
     return ClosedJaxpr(new, closed.consts if consts is None else consts)
 
 

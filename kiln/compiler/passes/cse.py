@@ -6,6 +6,7 @@ when their dtype, weak type and bytes are equal (so -0.0 and 0.0 stay distinct);
 by value and Python type (so 1, 1.0 and True stay distinct); an equation whose params cannot be
 hashed is left alone.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,9 +39,11 @@ def _atom_key(atom) -> Any:
 
 
 def _eqn_key(eqn) -> Any:
-    key = (eqn.primitive,
-           tuple(sorted((k, _param_key(v)) for k, v in eqn.params.items())),
-           tuple(_atom_key(a) for a in eqn.invars))
+    key = (
+        eqn.primitive,
+        tuple(sorted((k, _param_key(v)) for k, v in eqn.params.items())),
+        tuple(_atom_key(a) for a in eqn.invars),
+    )
     try:
         hash(key)
     except TypeError:
@@ -63,8 +66,9 @@ def cse(closed: ClosedJaxpr) -> ClosedJaxpr:
         if key is not None:
             previous = seen.get(key)
             if previous is not None and _can_reuse(previous, eqn.outvars):
-                subst.update((v, p) for v, p in zip(eqn.outvars, previous)
-                             if not isinstance(v, DropVar))
+                subst.update(
+                    (v, p) for v, p in zip(eqn.outvars, previous) if not isinstance(v, DropVar)
+                )
                 continue
             seen[key] = eqn.outvars
         eqns.append(eqn)

@@ -8,6 +8,7 @@ they cost nothing in fused code, while a constant costs memory and loads. Nor ar
 more than `FOLD_MAX_ELEMENTS` elements. Equations with effects, call equations and primitives
 marked `foldable = False` (host callbacks) are never folded.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,18 +32,23 @@ def _host_value(value) -> np.ndarray:
 def _foldable(eqn) -> bool:
     in_size = max(1, sum(math.prod(a.aval.shape) for a in eqn.invars))
     out_size = max(math.prod(v.aval.shape) for v in eqn.outvars) if eqn.outvars else 0
-    return (eqn.primitive in rules.impl_rules
-            and getattr(eqn.primitive, "foldable", True)
-            and call_jaxpr(eqn) is None
-            and out_size <= min(FOLD_MAX_ELEMENTS, in_size)
-            and not is_effectful(eqn))
+    return (
+        eqn.primitive in rules.impl_rules
+        and getattr(eqn.primitive, "foldable", True)
+        and call_jaxpr(eqn) is None
+        and out_size <= min(FOLD_MAX_ELEMENTS, in_size)
+        and not is_effectful(eqn)
+    )
 
 
 def fold_constants(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Evaluate equations on constant inputs at compile time."""
     jaxpr = closed.jaxpr
-    known = {v: c for v, c in zip(jaxpr.constvars, closed.consts)
-             if hasattr(c, "_value") or isinstance(c, np.ndarray)}
+    known = {
+        v: c
+        for v, c in zip(jaxpr.constvars, closed.consts)
+        if hasattr(c, "_value") or isinstance(c, np.ndarray)
+    }
     constvars, consts = list(jaxpr.constvars), list(closed.consts)
     subst: dict = {}
     eqns = []
@@ -75,8 +81,10 @@ def fold_constants(closed: ClosedJaxpr) -> ClosedJaxpr:
 def _evaluate(eqn, known: dict) -> list | None:
     """The equation's outputs as NumPy arrays, or None when it cannot be folded safely (the
     impl raised, or produced a value that disagrees with the equation's types)."""
-    args = [np.asarray(a.val, dtype=a.aval.dtype) if type(a) is Literal
-            else _host_value(known[a]) for a in eqn.invars]
+    args = [
+        np.asarray(a.val, dtype=a.aval.dtype) if type(a) is Literal else _host_value(known[a])
+        for a in eqn.invars
+    ]
     try:
         with np.errstate(all="ignore"):
             out = rules.impl_rules[eqn.primitive](*args, **eqn.params)

@@ -5,6 +5,7 @@ shows the structure the user wrote; the compiler wants one flat program, so the 
 is spliced in with fresh variables (the same callee may be inlined several times) and its
 constants become constants of the caller.
 """
+
 from __future__ import annotations
 
 from kiln.compiler.passes import call_jaxpr, fresh_outvars, rebuild
@@ -42,16 +43,20 @@ def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
                         env[old] = new
                 eqns.append(eqn.replace(invars=invars, outvars=outvars))
                 continue
-            inner_env = {cv: const_var(cv.aval, c)
-                         for cv, c in zip(inner.jaxpr.constvars, inner.consts)}
+            inner_env = {
+                cv: const_var(cv.aval, c) for cv, c in zip(inner.jaxpr.constvars, inner.consts)
+            }
             if _needs_barrier(eqn):
                 invars = [_barrier(a, eqns) for a in invars]
             inner_env.update(zip(inner.jaxpr.invars, invars))
             emit(inner.jaxpr.eqns, inner_env, fresh=True)
             for outer, inner_out in zip(eqn.outvars, inner.jaxpr.outvars):
                 if not isinstance(outer, DropVar):
-                    env[outer] = inner_out if type(inner_out) is Literal else \
-                        inner_env.get(inner_out, inner_out)
+                    env[outer] = (
+                        inner_out
+                        if type(inner_out) is Literal
+                        else inner_env.get(inner_out, inner_out)
+                    )
 
     env: dict = {}
     emit(jaxpr.eqns, env, fresh=False)
@@ -64,6 +69,7 @@ def _needs_barrier(eqn) -> bool:
     an optimization barrier, so common-subexpression elimination cannot merge the recomputed
     values with the forward pass's."""
     from kiln.primitives.remat import remat_p
+
     params = eqn.params
     return eqn.primitive is remat_p and params.get("prevent_cse") and params.get("differentiated")
 
@@ -71,6 +77,7 @@ def _needs_barrier(eqn) -> bool:
 def _barrier(atom, eqns: list):
     from kiln.core.jaxpr import JaxprEqn
     from kiln.primitives.remat import optimization_barrier_p
+
     if type(atom) is Literal:
         return atom
     out = Var(atom.aval)

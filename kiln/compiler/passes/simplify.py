@@ -18,6 +18,7 @@ seen by the rest of the program never change. Complex operands are left alone: N
     convert_element_type  to the operand's own dtype and weak type is removed
     select_n              with a literal predicate picks its case; with identical cases picks it
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -132,8 +133,11 @@ def _transpose(eqn, producer):
         return None
     operand = eqn.invars[0]
     inner = producer.get(operand)
-    if inner is not None and inner.primitive is shape_prims.transpose_p \
-            and inner.params.get("permutation") is not None:
+    if (
+        inner is not None
+        and inner.primitive is shape_prims.transpose_p
+        and inner.params.get("permutation") is not None
+    ):
         # y = transpose(x, p) has y.shape[i] = x.shape[p[i]]; transposing y by q gives
         # x.shape[p[q[j]]]: one transpose by p∘q.
         inner_perm = inner.params["permutation"]
@@ -152,8 +156,11 @@ def _reshape(eqn, producer):
         return None
     operand = eqn.invars[0]
     inner = producer.get(operand)
-    if inner is not None and inner.primitive is shape_prims.reshape_p \
-            and inner.params.get("dimensions") is None:
+    if (
+        inner is not None
+        and inner.primitive is shape_prims.reshape_p
+        and inner.params.get("dimensions") is None
+    ):
         operand = inner.invars[0]
     if operand.aval.shape == eqn.outvars[0].aval.shape:
         return _pass_through(eqn, operand)
@@ -165,8 +172,9 @@ def _reshape(eqn, producer):
 @register(shape_prims.broadcast_in_dim_p)
 def _broadcast_in_dim(eqn, producer):
     operand = eqn.invars[0]
-    if operand.aval.shape == eqn.outvars[0].aval.shape and \
-            tuple(eqn.params.get("broadcast_dimensions", ())) == tuple(range(operand.aval.ndim)):
+    if operand.aval.shape == eqn.outvars[0].aval.shape and tuple(
+        eqn.params.get("broadcast_dimensions", ())
+    ) == tuple(range(operand.aval.ndim)):
         return _pass_through(eqn, operand)
     return None
 
