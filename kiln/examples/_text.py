@@ -10,6 +10,8 @@ from __future__ import annotations
 import glob
 import os
 
+import time
+
 import numpy as np
 
 VOCABULARY = "\n" + "".join(chr(code) for code in range(32, 127))
@@ -113,3 +115,37 @@ class SequentialWindows:
         window = slice(begin, begin + self.length)
         self._position = (self._position + 1) % self.windows_per_pass
         return self.inputs[:, window], self.targets[:, window], starts_pass
+
+
+class TrainingLog:
+    """The progress of a text model's training: the mean loss of every `log_every` steps, and a
+    sample of generated text at the end of each interval (printed when `verbose`).
+
+    `generate(params, key)` returns the sampled text; `prompt` is printed before it."""
+
+    def __init__(self, steps: int, log_every: int, generate, prompt: str, key, verbose: bool):
+        self.steps, self.log_every = steps, log_every
+        self.generate, self.prompt, self.key, self.verbose = generate, prompt, key, verbose
+        self.losses: list[tuple[int, float]] = []
+        self.samples: list[tuple[int, str]] = []
+        self._pending: list = []
+        self._start = time.perf_counter()
+
+    def step(self, i: int, loss, params) -> None:
+        """Record step i's loss (an array, read only at the end of an interval); `params` is a
+        function giving the current parameters, called only when a sample is drawn."""
+        from kiln import random
+
+        self._pending.append(loss)
+        if (i + 1) % self.log_every and i + 1 != self.steps:
+            return
+        mean_loss = float(np.mean([float(value) for value in self._pending]))
+        self._pending = []
+        self.losses.append((i + 1, mean_loss))
+        self.key, this_key = random.split(self.key)
+        text = self.generate(params(), this_key)
+        self.samples.append((i + 1, text))
+        if self.verbose:
+            elapsed = time.perf_counter() - self._start
+            print(f"step {i + 1:5d}  loss {mean_loss:.4f}  ({elapsed:.1f} s)")
+            print("  | " + (self.prompt + text).replace("\n", "\n  | "))

@@ -12,7 +12,6 @@ Run with `python -m kiln.examples.char_rnn --help` for the options.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
@@ -177,31 +176,25 @@ def train(
         )
     zero_state = jnp.zeros((batch_size, hidden))
     hidden_state = zero_state
-    losses, samples, pending = [], [], []
-    start = time.perf_counter()
+    log = _text.TrainingLog(
+        steps,
+        log_every,
+        lambda params, key: vocabulary.decode(
+            sampler(params, key, prompt_ids, sample_length, temperature)
+        ),
+        prompt,
+        sample_key,
+        verbose,
+    )
     for i in range(steps):
         inputs, targets, starts_pass = windows.next()
         if starts_pass:
             hidden_state = zero_state
         opt_state, hidden_state, loss = train_step(i, opt_state, hidden_state, inputs, targets)
-        pending.append(loss)
-        if (i + 1) % log_every == 0 or i + 1 == steps:
-            mean_loss = float(np.mean([float(value) for value in pending]))
-            pending = []
-            losses.append((i + 1, mean_loss))
-            sample_key, this_key = random.split(sample_key)
-            text = vocabulary.decode(
-                sampler(get_params(opt_state), this_key, prompt_ids, sample_length, temperature)
-            )
-            samples.append((i + 1, text))
-            if verbose:
-                print(
-                    f"step {i + 1:5d}  loss {mean_loss:.4f}  ({time.perf_counter() - start:.1f} s)"
-                )
-                print("  | " + (prompt + text).replace("\n", "\n  | "))
+        log.step(i, loss, lambda: get_params(opt_state))
     return {
-        "losses": losses,
-        "samples": samples,
+        "losses": log.losses,
+        "samples": log.samples,
         "params": get_params(opt_state),
         "vocabulary": vocabulary,
         "sample": sample,

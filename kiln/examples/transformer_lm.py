@@ -10,7 +10,6 @@ Run with `python -m kiln.examples.transformer_lm --help` for the options.
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Callable
 
 import numpy as np
@@ -240,29 +239,23 @@ def train(
             f"source, vocabulary {vocabulary.size}, batch {batch_size}, adam peak step size "
             f"{step_size} ({schedule})"
         )
-    losses, samples, pending = [], [], []
-    start = time.perf_counter()
+    log = _text.TrainingLog(
+        steps,
+        log_every,
+        lambda params, key: vocabulary.decode(
+            sampler(params, key, prompt_ids, sample_length, temperature)
+        ),
+        prompt,
+        sample_key,
+        verbose,
+    )
     for i in range(steps):
         inputs, targets = _text.random_windows(data, batch_size, sequence_length, rng)
         opt_state, loss = train_step(i, opt_state, inputs, targets)
-        pending.append(loss)
-        if (i + 1) % log_every == 0 or i + 1 == steps:
-            mean_loss = float(np.mean([float(value) for value in pending]))
-            pending = []
-            losses.append((i + 1, mean_loss))
-            sample_key, this_key = random.split(sample_key)
-            text = vocabulary.decode(
-                sampler(get_params(opt_state), this_key, prompt_ids, sample_length, temperature)
-            )
-            samples.append((i + 1, text))
-            if verbose:
-                print(
-                    f"step {i + 1:5d}  loss {mean_loss:.4f}  ({time.perf_counter() - start:.1f} s)"
-                )
-                print("  | " + (prompt + text).replace("\n", "\n  | "))
+        log.step(i, loss, lambda: get_params(opt_state))
     return {
-        "losses": losses,
-        "samples": samples,
+        "losses": log.losses,
+        "samples": log.samples,
         "params": get_params(opt_state),
         "vocabulary": vocabulary,
         "sample": sample,

@@ -309,6 +309,18 @@ def _split_diff_args(fun_desc: str, args: tuple, argnums: tuple[int, ...]):
     return tuple(a % n for a in argnums)
 
 
+def _with_arguments(fun: Callable, args: tuple, kwargs: dict, positions: tuple[int, ...]):
+    """`fun` as a function of the arguments at `positions` only, the others fixed."""
+
+    def partial_fun(*dyn_args):
+        full = list(args)
+        for i, value in zip(positions, dyn_args):
+            full[i] = value
+        return fun(*full, **kwargs)
+
+    return partial_fun
+
+
 def _check_input_dtype(x, holomorphic: bool, allow_int: bool, name: str) -> None:
     dtype = get_aval(x).dtype if not _is_float0(x) else float0
     if holomorphic:
@@ -385,11 +397,7 @@ def value_and_grad(
         for leaf in flat_dyn:
             _check_input_dtype(leaf, holomorphic, allow_int, name)
 
-        def partial_fun(*dyn_args):
-            full = list(args)
-            for i, value in zip(positions, dyn_args):
-                full[i] = value
-            return fun(*full, **kwargs)
+        partial_fun = _with_arguments(fun, args, kwargs, positions)
 
         if has_aux:
             ans, pullback, aux = vjp(partial_fun, *dyn, has_aux=True)
@@ -476,11 +484,7 @@ def jacfwd(
         for leaf in flat_dyn:
             _check_jac_input(leaf, holomorphic, "jacfwd")
 
-        def partial_fun(*dyn_args):
-            full = list(args)
-            for i, value in zip(positions, dyn_args):
-                full[i] = value
-            return fun(*full, **kwargs)
+        partial_fun = _with_arguments(fun, args, kwargs, positions)
 
         in_avals = [get_aval(x) for x in flat_dyn]
         basis, total = _std_basis(in_avals)
@@ -546,11 +550,7 @@ def jacrev(
             if not allow_int:
                 _check_jac_input(leaf, holomorphic, "jacrev")
 
-        def partial_fun(*dyn_args):
-            full = list(args)
-            for i, value in zip(positions, dyn_args):
-                full[i] = value
-            return fun(*full, **kwargs)
+        partial_fun = _with_arguments(fun, args, kwargs, positions)
 
         if has_aux:
             y, pullback, aux = vjp(partial_fun, *dyn, has_aux=True)
