@@ -33,6 +33,7 @@ The plan for a program, in three steps:
    pass over the inputs feeds several outputs, and shared subexpressions are computed once);
    a value that loads another stored value's buffer goes in a later kernel.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -67,16 +68,21 @@ MAX_CROSSING = 32
 # ---------------------------------------------------------------------------------------------
 # 1. stages
 
+
 @dataclass
 class Stage:
     """A run of equations: native ones are lowered together, interpreted ones run in order."""
+
     native: bool
     eqns: list = field(default_factory=list)
 
 
-def partition(eqns: Sequence[JaxprEqn], outvars: Sequence,
-              is_native: Callable[[JaxprEqn], bool],
-              weight: Callable[[JaxprEqn], int] | None = None) -> list[Stage]:
+def partition(
+    eqns: Sequence[JaxprEqn],
+    outvars: Sequence,
+    is_native: Callable[[JaxprEqn], bool],
+    weight: Callable[[JaxprEqn], int] | None = None,
+) -> list[Stage]:
     """Split a jaxpr's equations into native and interpreted stages: they alternate, except
     that a native stage heavier than MAX_SEGMENT_WEIGHT (by `weight`, default
     equation_weight) becomes several native stages in a row."""
@@ -131,8 +137,9 @@ def equation_weight(eqn: JaxprEqn) -> int:
     return 1 + (TRANSCENDENTAL_WEIGHT - 1) * lower.transcendental_count(eqn)
 
 
-def _split_heavy(stage: Stage, weight: Callable[[JaxprEqn], int],
-                 outvars: Sequence = ()) -> list[Stage]:
+def _split_heavy(
+    stage: Stage, weight: Callable[[JaxprEqn], int], outvars: Sequence = ()
+) -> list[Stage]:
     """A native stage as consecutive runs (in program order, so values only flow from a run to
     later ones, which read them from memory) of about MAX_SEGMENT_WEIGHT each.
 
@@ -187,6 +194,7 @@ def _split_heavy(stage: Stage, weight: Callable[[JaxprEqn], int],
 # ---------------------------------------------------------------------------------------------
 # 2 and 3. a native segment's kernels
 
+
 @dataclass
 class KernelPlan:
     """One kernel: its stored values, as parts that run in order inside one outer loop.
@@ -196,6 +204,7 @@ class KernelPlan:
     row-local value is stored to a one-row buffer by one part and read back by a later one.
     `local_buffers` are those row buffers and the scalar temps of reductions over them.
     """
+
     shape: tuple
     parts: list
     kernel: Kernel | None = None
@@ -214,6 +223,7 @@ class SegmentPlan:
     inputs/outputs: the jaxpr values behind program.inputs/program.outputs, in order;
     temps: values stored to full-size temps for the segment's own use.
     """
+
     program: Program
     inputs: list
     outputs: list
@@ -232,8 +242,13 @@ class _NotRowLocal(Exception):
         self.var = var
 
 
-def plan_segment(eqns: Sequence[JaxprEqn], outputs: Sequence, name: str,
-                 scalars: dict | None = None, names: Callable | None = None) -> SegmentPlan:
+def plan_segment(
+    eqns: Sequence[JaxprEqn],
+    outputs: Sequence,
+    name: str,
+    scalars: dict | None = None,
+    names: Callable | None = None,
+) -> SegmentPlan:
     """Lower a native segment: `eqns` in program order, `outputs` the values it must store
     (produced by eqns; each once). `scalars` maps rank-0 constants to inlined values; `names`
     gives jaxpr-style names for buffers (so printed kernels read like the jaxpr)."""
@@ -245,20 +260,19 @@ def plan_segment(eqns: Sequence[JaxprEqn], outputs: Sequence, name: str,
     reads = ReadAnalysis(eqns, producers, outputs, scalars)
     materialized = set(reads.materialized)
     while True:
-        plan = _build(eqns, producers, order, outputs, materialized, set(), name,
-                      scalars, names)
+        plan = _build(eqns, producers, order, outputs, materialized, set(), name, scalars, names)
         extra = _over_budget(plan, eqns, producers, materialized)
         if not extra:
             break
         materialized |= extra
     # Row-local fusion: a temp read only by one later kernel, and there only along the row
     # that kernel's outermost loop is on, moves into that loop as a one-row buffer.
-    row_local = {v for v in plan.temps
-                 if len(v.aval.shape) >= 2 and reads.read_along_rows(v)}
+    row_local = {v for v in plan.temps if len(v.aval.shape) >= 2 and reads.read_along_rows(v)}
     while row_local:
         try:
-            return _build(eqns, producers, order, outputs, materialized, row_local, name,
-                          scalars, names)
+            return _build(
+                eqns, producers, order, outputs, materialized, row_local, name, scalars, names
+            )
         except _NotRowLocal as failed:
             row_local.discard(failed.var)
     return plan
@@ -271,6 +285,7 @@ def _default_namer():
         if id(var) not in counter:
             counter[id(var)] = f"v{len(counter)}"
         return counter[id(var)]
+
     return name
 
 
@@ -287,8 +302,7 @@ class ReadAnalysis:
     materialized: the values to store; reads[v]: the distinct indices v is read at.
     """
 
-    def __init__(self, eqns: Sequence[JaxprEqn], producers: dict, outputs: Sequence,
-                 scalars: dict):
+    def __init__(self, eqns: Sequence[JaxprEqn], producers: dict, outputs: Sequence, scalars: dict):
         self.materialized: set = set()
         self.reads: dict = {}
         recorder = _ReadRecorder(producers, scalars, self.reads)
@@ -303,8 +317,7 @@ class ReadAnalysis:
             if var in output_set:
                 indices.setdefault(own)
             count = len(indices)
-            if count > 1 and (count > MAX_READS
-                              or (count - 1) * sizes[var] > DUPLICATION_BUDGET):
+            if count > 1 and (count > MAX_READS or (count - 1) * sizes[var] > DUPLICATION_BUDGET):
                 self.materialized.add(var)
                 expand = [own]
             else:
@@ -410,14 +423,16 @@ class _RowLocalBuilder(ExprBuilder):
         return node
 
 
-def _build(eqns, producers, order, outputs, materialized, row_local, name, scalars,
-           names) -> SegmentPlan:
+def _build(
+    eqns, producers, order, outputs, materialized, row_local, name, scalars, names
+) -> SegmentPlan:
     naming = _BufferNames(names)
     inputs = _segment_inputs(eqns, producers, scalars)
     buffers: dict = {v: Buffer(naming(v), v.aval.dtype, v.aval.shape) for v in inputs}
     output_set = set(outputs)
-    stored = list(outputs) + sorted((v for v in materialized if v not in output_set),
-                                    key=order.__getitem__)
+    stored = list(outputs) + sorted(
+        (v for v in materialized if v not in output_set), key=order.__getitem__
+    )
     temps = []
     for var in stored:
         if var in row_local:
@@ -430,8 +445,11 @@ def _build(eqns, producers, order, outputs, materialized, row_local, name, scala
     loaded = {v: buffers[v] for v in inputs}
     loaded.update({v: buffers[v] for v in materialized if v not in row_local})
     local = {v: buffers[v] for v in row_local}
-    builder = (_RowLocalBuilder(producers, loaded, scalars, local) if local
-               else ExprBuilder(producers, loaded, scalars))
+    builder = (
+        _RowLocalBuilder(producers, loaded, scalars, local)
+        if local
+        else ExprBuilder(producers, loaded, scalars)
+    )
     groups = _group(stored, producers, order, materialized, row_local)
     plan = SegmentPlan(None, [], list(outputs), temps, groups, buffers, builder, local)
     for group in groups:
@@ -440,8 +458,12 @@ def _build(eqns, producers, order, outputs, materialized, row_local, name, scala
     used = {b for k in kernels for b in k.params}
     plan.inputs = [v for v in inputs if buffers[v] in used]
     locals_ = [b for g in groups for b in g.local_buffers]
-    program_buffers = ([buffers[v] for v in plan.inputs] + [buffers[v] for v in outputs]
-                       + [buffers[v] for v in temps] + locals_)
+    program_buffers = (
+        [buffers[v] for v in plan.inputs]
+        + [buffers[v] for v in outputs]
+        + [buffers[v] for v in temps]
+        + locals_
+    )
     plan.program = Program(name, program_buffers, kernels)
     return plan
 
@@ -465,8 +487,10 @@ def kernel_body(plan: SegmentPlan, group: KernelPlan, bounds: dict | None = None
     if len(group.parts) == 1 and not any(v in local for v in group.parts[0]):
         shape = group.shape
         index = [Var(f"i{d}") for d in range(len(shape))]
-        body = [Store(buffers[v], kir.flat_index(shape, index), builder.expression(v, index))
-                for v in group.parts[0]]
+        body = [
+            Store(buffers[v], kir.flat_index(shape, index), builder.expression(v, index))
+            for v in group.parts[0]
+        ]
         return _nest(shape, index, body, bounds)
     outer = Var("i0")
     inner_body: list = []
@@ -488,14 +512,17 @@ def kernel_body(plan: SegmentPlan, group: KernelPlan, bounds: dict | None = None
         if len(shape) > 1:
             roots = [e for s in kir.walk_stmts(loops) for e in kir.stmt_exprs(s)]
             for node in kir.toposort(roots):
-                if (isinstance(node, Reduce) and node not in extracted
-                        and kir_rewrite.free_vars(node) <= {outer}
-                        and _reads_any(node, written)):
-                    scalar = Buffer(f"{group.kernel_name}_r{len(scalars)}", node.dtype, (),
-                                    "temp")
+                if (
+                    isinstance(node, Reduce)
+                    and node not in extracted
+                    and kir_rewrite.free_vars(node) <= {outer}
+                    and _reads_any(node, written)
+                ):
+                    scalar = Buffer(f"{group.kernel_name}_r{len(scalars)}", node.dtype, (), "temp")
                     scalars.append(scalar)
-                    inner_body.append(Store(scalar, kir.as_index(0),
-                                            kir_rewrite.substitute(node, extracted)))
+                    inner_body.append(
+                        Store(scalar, kir.as_index(0), kir_rewrite.substitute(node, extracted))
+                    )
                     extracted[node] = kir.Load(scalar, kir.as_index(0))
             if extracted:
                 loops = [kir_rewrite.substitute_stmt(s, extracted) for s in loops]
@@ -507,8 +534,9 @@ def kernel_body(plan: SegmentPlan, group: KernelPlan, bounds: dict | None = None
 
 
 def _reads_any(node, buffers: set) -> bool:
-    return bool(buffers) and any(isinstance(n, kir.Load) and n.buffer in buffers
-                                 for n in kir.toposort([node]))
+    return bool(buffers) and any(
+        isinstance(n, kir.Load) and n.buffer in buffers for n in kir.toposort([node])
+    )
 
 
 def _group(stored, producers, order, materialized, row_local=frozenset()) -> list[KernelPlan]:
@@ -542,8 +570,7 @@ def _merge_row_local(var, groups: list, deps: dict, row_local) -> list:
     """Move the one kernel that loads `var` into var's kernel, after var's part; raise
     _NotRowLocal when that is not possible."""
     home = next(g for g, group in enumerate(groups) if var in group.values)
-    readers = {g for g, group in enumerate(groups)
-               for v in group.values if var in deps[v]}
+    readers = {g for g, group in enumerate(groups) for v in group.values if var in deps[v]}
     if len(readers) != 1 or home in readers:
         raise _NotRowLocal(var)
     (reader,) = readers
@@ -585,6 +612,7 @@ def _buffer_dependencies(stored, producers, materialized) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # The cost rule
+
 
 def evaluation_counts(kernel: Kernel) -> dict:
     """How many times each node of a kernel runs: once per iteration of every loop down to the
@@ -639,8 +667,11 @@ def _over_budget(plan: SegmentPlan, eqns, producers, materialized) -> set:
     for eqn in reversed(eqns):
         var = eqn.outvars[0]
         if var in over or var in below:
-            below.update(a for a in eqn.invars if type(a) is not Literal
-                         and a in producers and a not in materialized)
+            below.update(
+                a
+                for a in eqn.invars
+                if type(a) is not Literal and a in producers and a not in materialized
+            )
     return over - below
 
 
@@ -649,8 +680,11 @@ def kernel_work(kernel: Kernel) -> int:
     transcendental op evaluation (an exp costs about as much as a few loads and stores)."""
     counts = evaluation_counts(kernel)
     iterations = max(counts.values(), default=1)
-    heavy = sum(count for node, count in counts.items()
-                if isinstance(node, kir.Op) and node.op in kir.OpGroup.TRANSCENDENTAL)
+    heavy = sum(
+        count
+        for node, count in counts.items()
+        if isinstance(node, kir.Op) and node.op in kir.OpGroup.TRANSCENDENTAL
+    )
     return iterations + 4 * heavy
 
 

@@ -4,6 +4,7 @@ Everything below the jaxpr and above LLVM is said here. The jaxpr lowering build
 `kir_verify` checks them, `kir_print` renders them for users, and `codegen/llvm/emit.py` compiles
 them. It imports NumPy and ml_dtypes only, never the rest of kiln.
 """
+
 from __future__ import annotations
 
 import enum
@@ -16,26 +17,93 @@ from typing import Callable, Container, Iterable, Sequence
 import numpy as np
 
 # kir_ops's names are re-exported: kir is the one import kernel builders need.
-from kiln.compiler.kir_ops import (ALL_FAMILIES, BFLOAT16, BOOL, DTYPE_SHORT_NAMES, INDEX,
-                                   INT_FAMILIES, INT_OR_BOOL_FAMILIES, NUMERIC_FAMILIES, OP_SPECS,
-                                   SUPPORTED_DTYPES, KirError, OpGroup, OpSpec, ScalarOp, as_dtype,
-                                   check_op, dtype_family, short_name)
+from kiln.compiler.kir_ops import (
+    ALL_FAMILIES,
+    BFLOAT16,
+    BOOL,
+    DTYPE_SHORT_NAMES,
+    INDEX,
+    INT_FAMILIES,
+    INT_OR_BOOL_FAMILIES,
+    NUMERIC_FAMILIES,
+    OP_SPECS,
+    SUPPORTED_DTYPES,
+    KirError,
+    OpGroup,
+    OpSpec,
+    ScalarOp,
+    as_dtype,
+    check_op,
+    dtype_family,
+    short_name,
+)
 
 __all__ = [
     # dtypes and ops
-    "BFLOAT16", "BOOL", "DTYPE_SHORT_NAMES", "INDEX", "OP_SPECS", "SUPPORTED_DTYPES", "KirError",
-    "OpGroup", "OpSpec", "ScalarOp", "as_dtype", "check_op", "dtype_family", "short_name",
+    "BFLOAT16",
+    "BOOL",
+    "DTYPE_SHORT_NAMES",
+    "INDEX",
+    "OP_SPECS",
+    "SUPPORTED_DTYPES",
+    "KirError",
+    "OpGroup",
+    "OpSpec",
+    "ScalarOp",
+    "as_dtype",
+    "check_op",
+    "dtype_family",
+    "short_name",
     # buffers and expressions
-    "Buffer", "row_major_strides", "Expr", "Const", "Var", "Load", "Op", "Reduce", "ReduceKind",
-    "ArgValue", "ARG_REDUCTIONS", "REDUCE_COMBINER", "reduce_identity",
+    "Buffer",
+    "row_major_strides",
+    "Expr",
+    "Const",
+    "Var",
+    "Load",
+    "Op",
+    "Reduce",
+    "ReduceKind",
+    "ArgValue",
+    "ARG_REDUCTIONS",
+    "REDUCE_COMBINER",
+    "reduce_identity",
     # builders
-    "lift", "const", "op", "cast", "select", "accumulate", "as_index", "index_add", "index_sub",
-    "index_mul", "index_div", "index_rem", "index_min", "index_max", "clamp", "affine",
-    "flat_index", "unravel",
+    "lift",
+    "const",
+    "op",
+    "cast",
+    "select",
+    "accumulate",
+    "as_index",
+    "index_add",
+    "index_sub",
+    "index_mul",
+    "index_div",
+    "index_rem",
+    "index_min",
+    "index_max",
+    "clamp",
+    "affine",
+    "flat_index",
+    "unravel",
     # statements, kernels, programs, traversal
-    "Stmt", "Store", "Loop", "If", "loop_nest", "walk_stmts", "stmt_exprs", "region_children",
-    "toposort", "toposort_region", "buffers_of", "stored_buffers", "Kernel", "Program",
-    "verify_kernel", "verify_program",
+    "Stmt",
+    "Store",
+    "Loop",
+    "If",
+    "loop_nest",
+    "walk_stmts",
+    "stmt_exprs",
+    "region_children",
+    "toposort",
+    "toposort_region",
+    "buffers_of",
+    "stored_buffers",
+    "Kernel",
+    "Program",
+    "verify_kernel",
+    "verify_program",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -49,6 +117,7 @@ class Buffer:
     role is 'input' (never written), 'output' (returned to the caller) or 'temp' (lives only
     while the program runs; the native entry allocates it).
     """
+
     name: str
     dtype: np.dtype
     shape: tuple[int, ...]
@@ -58,8 +127,9 @@ class Buffer:
         object.__setattr__(self, "dtype", as_dtype(self.dtype))
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         if self.role not in ("input", "output", "temp"):
-            raise KirError(f"buffer {self.name!r}: role must be input, output or temp, "
-                           f"not {self.role!r}")
+            raise KirError(
+                f"buffer {self.name!r}: role must be input, output or temp, not {self.role!r}"
+            )
         if any(d < 0 for d in self.shape):
             raise KirError(f"buffer {self.name!r} has a negative dimension: {self.shape}")
 
@@ -80,8 +150,10 @@ class Buffer:
     def index(self, *indices) -> "Expr":
         """The flat element index of a multi-index (each an Expr or int)."""
         if len(indices) != len(self.shape):
-            raise KirError(f"buffer {self.name!r} of rank {len(self.shape)} indexed with "
-                           f"{len(indices)} indices")
+            raise KirError(
+                f"buffer {self.name!r} of rank {len(self.shape)} indexed with "
+                f"{len(indices)} indices"
+            )
         return affine(zip(indices, self.strides))
 
     def __getitem__(self, indices) -> "Load":
@@ -124,6 +196,7 @@ def _intern(cls, key: tuple, **fields) -> "Expr":
 
 class Expr:
     """Base of scalar expression nodes; every node has a dtype and child expressions."""
+
     __slots__ = ("dtype", "__weakref__")
 
     def __setattr__(self, name, value):
@@ -134,33 +207,74 @@ class Expr:
 
     def __repr__(self) -> str:
         from kiln.compiler.kir_print import format_expr
+
         return f"<{type(self).__name__} {format_expr(self)}: {short_name(self.dtype)}>"
 
     # Operator sugar for hand-written kernels. Python scalars take the other operand's dtype.
     # == and != are deliberately not overloaded: nodes are dict keys compared by identity.
-    def __add__(self, other): return op(ScalarOp.ADD, self, lift(other, self))
-    def __radd__(self, other): return op(ScalarOp.ADD, lift(other, self), self)
-    def __sub__(self, other): return op(ScalarOp.SUB, self, lift(other, self))
-    def __rsub__(self, other): return op(ScalarOp.SUB, lift(other, self), self)
-    def __mul__(self, other): return op(ScalarOp.MUL, self, lift(other, self))
-    def __rmul__(self, other): return op(ScalarOp.MUL, lift(other, self), self)
-    def __truediv__(self, other): return op(ScalarOp.DIV, self, lift(other, self))
-    def __rtruediv__(self, other): return op(ScalarOp.DIV, lift(other, self), self)
-    def __mod__(self, other): return op(ScalarOp.REM, self, lift(other, self))
-    def __neg__(self): return op(ScalarOp.NEG, self)
-    def __lt__(self, other): return op(ScalarOp.LT, self, lift(other, self))
-    def __le__(self, other): return op(ScalarOp.LE, self, lift(other, self))
-    def __gt__(self, other): return op(ScalarOp.GT, self, lift(other, self))
-    def __ge__(self, other): return op(ScalarOp.GE, self, lift(other, self))
-    def __and__(self, other): return op(_bitwise_or_logical(self, "AND"), self, lift(other, self))
-    def __or__(self, other): return op(_bitwise_or_logical(self, "OR"), self, lift(other, self))
-    def __xor__(self, other): return op(_bitwise_or_logical(self, "XOR"), self, lift(other, self))
-    def __invert__(self): return op(_bitwise_or_logical(self, "NOT"), self)
-    def __lshift__(self, other): return op(ScalarOp.SHIFT_LEFT, self, lift(other, self))
+    def __add__(self, other):
+        return op(ScalarOp.ADD, self, lift(other, self))
+
+    def __radd__(self, other):
+        return op(ScalarOp.ADD, lift(other, self), self)
+
+    def __sub__(self, other):
+        return op(ScalarOp.SUB, self, lift(other, self))
+
+    def __rsub__(self, other):
+        return op(ScalarOp.SUB, lift(other, self), self)
+
+    def __mul__(self, other):
+        return op(ScalarOp.MUL, self, lift(other, self))
+
+    def __rmul__(self, other):
+        return op(ScalarOp.MUL, lift(other, self), self)
+
+    def __truediv__(self, other):
+        return op(ScalarOp.DIV, self, lift(other, self))
+
+    def __rtruediv__(self, other):
+        return op(ScalarOp.DIV, lift(other, self), self)
+
+    def __mod__(self, other):
+        return op(ScalarOp.REM, self, lift(other, self))
+
+    def __neg__(self):
+        return op(ScalarOp.NEG, self)
+
+    def __lt__(self, other):
+        return op(ScalarOp.LT, self, lift(other, self))
+
+    def __le__(self, other):
+        return op(ScalarOp.LE, self, lift(other, self))
+
+    def __gt__(self, other):
+        return op(ScalarOp.GT, self, lift(other, self))
+
+    def __ge__(self, other):
+        return op(ScalarOp.GE, self, lift(other, self))
+
+    def __and__(self, other):
+        return op(_bitwise_or_logical(self, "AND"), self, lift(other, self))
+
+    def __or__(self, other):
+        return op(_bitwise_or_logical(self, "OR"), self, lift(other, self))
+
+    def __xor__(self, other):
+        return op(_bitwise_or_logical(self, "XOR"), self, lift(other, self))
+
+    def __invert__(self):
+        return op(_bitwise_or_logical(self, "NOT"), self)
+
+    def __lshift__(self, other):
+        return op(ScalarOp.SHIFT_LEFT, self, lift(other, self))
 
     def __rshift__(self, other):
-        shift = (ScalarOp.SHIFT_RIGHT_ARITHMETIC if dtype_family(self.dtype) == "sint"
-                 else ScalarOp.SHIFT_RIGHT_LOGICAL)
+        shift = (
+            ScalarOp.SHIFT_RIGHT_ARITHMETIC
+            if dtype_family(self.dtype) == "sint"
+            else ScalarOp.SHIFT_RIGHT_LOGICAL
+        )
         return op(shift, self, lift(other, self))
 
     __hash__ = object.__hash__
@@ -198,6 +312,7 @@ def _normalize_const(value, dtype: np.dtype):
 
 class Const(Expr):
     """A literal of a given dtype (value stored as a Python bool/int/float, already rounded)."""
+
     __slots__ = ("value",)
 
     def __new__(cls, value, dtype) -> "Const":
@@ -210,6 +325,7 @@ class Const(Expr):
 
 class Var(Expr):
     """A loop index variable (int64), bound by a Loop statement or a Reduce expression."""
+
     __slots__ = ("name",)
 
     def __new__(cls, name: str) -> "Var":
@@ -220,6 +336,7 @@ class Var(Expr):
 
 class Load(Expr):
     """Element `index` (a flat int64 element index) of `buffer`."""
+
     __slots__ = ("buffer", "index")
 
     def __new__(cls, buffer: Buffer, index) -> "Load":
@@ -235,19 +352,21 @@ class Load(Expr):
 class Op(Expr):
     """A ScalarOp applied to operands. nsw marks index arithmetic that never wraps (int64 only):
     only the index helpers set it, since user integer arithmetic must wrap like NumPy's."""
+
     __slots__ = ("op", "args", "nsw")
 
     def __new__(cls, op: ScalarOp, args: Sequence[Expr], dtype=None, nsw: bool = False) -> "Op":
         args = tuple(args)
         for arg in args:
             if not isinstance(arg, Expr):
-                raise KirError(f"{op.value}: operand {arg!r} is not an Expr; wrap literals in "
-                               f"Const(value, dtype)")
+                raise KirError(
+                    f"{op.value}: operand {arg!r} is not an Expr; wrap literals in "
+                    f"Const(value, dtype)"
+                )
         result = check_op(op, [a.dtype for a in args], dtype)
         if nsw and result != INDEX:
             raise KirError("nsw (no signed wrap) only applies to int64 index arithmetic")
-        return _intern(cls, (op, args, result, nsw), dtype=result, op=op, args=args,
-                       nsw=bool(nsw))
+        return _intern(cls, (op, args, result, nsw), dtype=result, op=op, args=args, nsw=bool(nsw))
 
     def children(self):
         return self.args
@@ -256,6 +375,7 @@ class Op(Expr):
 class ReduceKind(enum.Enum):
     """The combiners a Reduce may carry. ARGMAX/ARGMIN carry a (value, index) pair and yield
     the index of the first extreme element (NaN counts as the extreme, like np.argmax)."""
+
     SUM = "sum"
     PROD = "prod"
     MAX = "max"
@@ -271,17 +391,25 @@ ARG_REDUCTIONS = frozenset({ReduceKind.ARGMAX, ReduceKind.ARGMIN})
 
 #: The binary ScalarOp each plain reduction folds with (also used by `accumulate`).
 REDUCE_COMBINER = {
-    ReduceKind.SUM: ScalarOp.ADD, ReduceKind.PROD: ScalarOp.MUL, ReduceKind.MAX: ScalarOp.MAX,
-    ReduceKind.MIN: ScalarOp.MIN, ReduceKind.AND: ScalarOp.BITWISE_AND,
-    ReduceKind.OR: ScalarOp.BITWISE_OR, ReduceKind.XOR: ScalarOp.BITWISE_XOR,
+    ReduceKind.SUM: ScalarOp.ADD,
+    ReduceKind.PROD: ScalarOp.MUL,
+    ReduceKind.MAX: ScalarOp.MAX,
+    ReduceKind.MIN: ScalarOp.MIN,
+    ReduceKind.AND: ScalarOp.BITWISE_AND,
+    ReduceKind.OR: ScalarOp.BITWISE_OR,
+    ReduceKind.XOR: ScalarOp.BITWISE_XOR,
 }
 
 _REDUCE_FAMILIES = {
-    ReduceKind.SUM: NUMERIC_FAMILIES, ReduceKind.PROD: NUMERIC_FAMILIES,
-    ReduceKind.MAX: ALL_FAMILIES, ReduceKind.MIN: ALL_FAMILIES,
-    ReduceKind.AND: INT_OR_BOOL_FAMILIES, ReduceKind.OR: INT_OR_BOOL_FAMILIES,
+    ReduceKind.SUM: NUMERIC_FAMILIES,
+    ReduceKind.PROD: NUMERIC_FAMILIES,
+    ReduceKind.MAX: ALL_FAMILIES,
+    ReduceKind.MIN: ALL_FAMILIES,
+    ReduceKind.AND: INT_OR_BOOL_FAMILIES,
+    ReduceKind.OR: INT_OR_BOOL_FAMILIES,
     ReduceKind.XOR: INT_OR_BOOL_FAMILIES,
-    ReduceKind.ARGMAX: ALL_FAMILIES, ReduceKind.ARGMIN: ALL_FAMILIES,
+    ReduceKind.ARGMAX: ALL_FAMILIES,
+    ReduceKind.ARGMIN: ALL_FAMILIES,
 }
 
 
@@ -295,9 +423,15 @@ def reduce_identity(kind: ReduceKind, dtype: np.dtype):
     else:
         lowest, highest = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
     all_ones = True if family == "bool" else (-1 if family == "sint" else highest)
-    table = {ReduceKind.SUM: 0, ReduceKind.PROD: 1, ReduceKind.MAX: lowest,
-             ReduceKind.MIN: highest, ReduceKind.AND: all_ones, ReduceKind.OR: 0,
-             ReduceKind.XOR: 0}
+    table = {
+        ReduceKind.SUM: 0,
+        ReduceKind.PROD: 1,
+        ReduceKind.MAX: lowest,
+        ReduceKind.MIN: highest,
+        ReduceKind.AND: all_ones,
+        ReduceKind.OR: 0,
+        ReduceKind.XOR: 0,
+    }
     return table[kind]
 
 
@@ -310,10 +444,21 @@ class Reduce(Expr):
     ArgValue(node) denotes the winning value. The emitter computes the loop once per scope no
     matter how many statements use it, so one reduction can feed several outputs.
     """
+
     __slots__ = ("kind", "var", "start", "stop", "value", "init", "index")
 
-    def __new__(cls, kind: ReduceKind, var: Var, start, stop, value: Expr, *, init=None,
-                index=None, index_dtype=None) -> "Reduce":
+    def __new__(
+        cls,
+        kind: ReduceKind,
+        var: Var,
+        start,
+        stop,
+        value: Expr,
+        *,
+        init=None,
+        index=None,
+        index_dtype=None,
+    ) -> "Reduce":
         if not isinstance(var, Var):
             raise KirError(f"reduce variable must be a Var, got {var!r}")
         start, stop = as_index(start), as_index(stop)
@@ -334,12 +479,24 @@ class Reduce(Expr):
                 init = Const(reduce_identity(kind, value.dtype), value.dtype)
             init = lift(init, value)
             if init.dtype != value.dtype:
-                raise TypeError(f"reduction init is {short_name(init.dtype)} but the values are "
-                                f"{short_name(value.dtype)}")
+                raise TypeError(
+                    f"reduction init is {short_name(init.dtype)} but the values are "
+                    f"{short_name(value.dtype)}"
+                )
             dtype = value.dtype
         key = (kind, var, start, stop, value, init, index)
-        return _intern(cls, key, dtype=dtype, kind=kind, var=var, start=start, stop=stop,
-                       value=value, init=init, index=index)
+        return _intern(
+            cls,
+            key,
+            dtype=dtype,
+            kind=kind,
+            var=var,
+            start=start,
+            stop=stop,
+            value=value,
+            init=init,
+            index=index,
+        )
 
     def children(self):
         extra = (self.init,) if self.init is not None else (self.index,)
@@ -348,6 +505,7 @@ class Reduce(Expr):
 
 class ArgValue(Expr):
     """The winning value of an ARGMAX/ARGMIN Reduce (its node denotes the index)."""
+
     __slots__ = ("reduce",)
 
     def __new__(cls, reduce: Reduce) -> "ArgValue":
@@ -545,15 +703,18 @@ def unravel(flat, shape: Sequence[int]) -> tuple[Expr, ...]:
 
 class Stmt:
     """Base of statements."""
+
     __slots__ = ()
 
     def __repr__(self):
         from kiln.compiler.kir_print import format_stmts
+
         return "\n".join(format_stmts([self]))
 
 
 class Store(Stmt):
     """buffer[index] = value. index is a flat int64 Expr, or a tuple multi-index."""
+
     __slots__ = ("buffer", "index", "value")
 
     def __init__(self, buffer: Buffer, index, value):
@@ -573,6 +734,7 @@ class Store(Stmt):
 
 class Loop(Stmt):
     """for var in [start, stop): body (step 1; start/stop are ints or int64 Exprs)."""
+
     __slots__ = ("var", "start", "stop", "body")
 
     def __init__(self, var: Var, start, stop, body: Sequence[Stmt]):
@@ -589,6 +751,7 @@ class Loop(Stmt):
 
 class If(Stmt):
     """if cond: body (cond is a bool Expr)."""
+
     __slots__ = ("cond", "body")
 
     def __init__(self, cond: Expr, body: Sequence[Stmt]):
@@ -607,8 +770,9 @@ def _statements(body) -> tuple[Stmt, ...]:
     return body
 
 
-def loop_nest(shape: Sequence[int], body: Callable[..., Sequence[Stmt] | Stmt],
-              prefix: str = "i") -> list[Stmt]:
+def loop_nest(
+    shape: Sequence[int], body: Callable[..., Sequence[Stmt] | Stmt], prefix: str = "i"
+) -> list[Stmt]:
     """Loops over every index of `shape` (vars prefix0, prefix1, ...), innermost last.
 
     `body(*index_vars)` returns the innermost statements. A rank-0 shape gives the body alone.
@@ -652,9 +816,11 @@ def toposort_region(roots: Iterable[Expr]) -> list[Expr]:
     return toposort(roots, region_children)
 
 
-def toposort(roots: Iterable[Expr],
-             children: Callable[[Expr], tuple[Expr, ...]] | None = None,
-             skip: Container[Expr] = ()) -> list[Expr]:
+def toposort(
+    roots: Iterable[Expr],
+    children: Callable[[Expr], tuple[Expr, ...]] | None = None,
+    skip: Container[Expr] = (),
+) -> list[Expr]:
     """Every node reachable from roots, children before parents (iterative: DAGs can be deep).
 
     Nodes in `skip` (e.g. already analysed ones) are left out along with what lies below them.
@@ -673,8 +839,11 @@ def toposort(roots: Iterable[Expr],
                 continue
             seen.add(id(node))
             stack.append((node, True))
-            stack.extend((child, False) for child in reversed(children(node))
-                         if id(child) not in seen and child not in skip)
+            stack.extend(
+                (child, False)
+                for child in reversed(children(node))
+                if id(child) not in seen and child not in skip
+            )
     return order
 
 
@@ -713,6 +882,7 @@ class Kernel:
 
     def __str__(self) -> str:
         from kiln.compiler.kir_print import format_kernel
+
         return format_kernel(self)
 
     __repr__ = __str__
@@ -754,6 +924,7 @@ class Program:
 
     def __str__(self) -> str:
         from kiln.compiler.kir_print import format_program
+
         return format_program(self)
 
     __repr__ = __str__
@@ -762,10 +933,12 @@ class Program:
 def verify_kernel(kernel: Kernel) -> None:
     """Check a kernel (dtypes, scoping, parameters, static index ranges); raise KirError."""
     from kiln.compiler.kir_verify import verify_kernel as _verify
+
     _verify(kernel)
 
 
 def verify_program(program: Program) -> None:
     """Check a program: every kernel, buffer roles, names, and that temps are written first."""
     from kiln.compiler.kir_verify import verify_program as _verify
+
     _verify(program)

@@ -3,6 +3,7 @@
 ScalarOp is the only vocabulary kernels compute with (tinygrad's Ops); OP_SPECS says which dtype
 families each op accepts and what it yields. Re-exported by kiln.compiler.kir.
 """
+
 from __future__ import annotations
 
 import enum
@@ -23,17 +24,40 @@ BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 #: Every dtype the compiled backend accepts; the lowering sends anything else (complex) to the
 #: interpreter.
-SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(np.dtype(t) for t in (
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-    np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64))
+SUPPORTED_DTYPES: frozenset[np.dtype] = frozenset(
+    np.dtype(t)
+    for t in (
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.float16,
+        ml_dtypes.bfloat16,
+        np.float32,
+        np.float64,
+    )
+)
 
 # The families every table below is keyed by are dtype_family's: 'bool', 'sint', 'uint' and
 # 'float' (the backend compiles no complex dtype).
 DTYPE_SHORT_NAMES = {
-    np.dtype(np.bool_): "bool", np.dtype(np.int8): "i8", np.dtype(np.int16): "i16",
-    np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.uint8): "u8",
-    np.dtype(np.uint16): "u16", np.dtype(np.uint32): "u32", np.dtype(np.uint64): "u64",
-    np.dtype(np.float16): "f16", BFLOAT16: "bf16", np.dtype(np.float32): "f32",
+    np.dtype(np.bool_): "bool",
+    np.dtype(np.int8): "i8",
+    np.dtype(np.int16): "i16",
+    np.dtype(np.int32): "i32",
+    np.dtype(np.int64): "i64",
+    np.dtype(np.uint8): "u8",
+    np.dtype(np.uint16): "u16",
+    np.dtype(np.uint32): "u32",
+    np.dtype(np.uint64): "u64",
+    np.dtype(np.float16): "f16",
+    BFLOAT16: "bf16",
+    np.dtype(np.float32): "f32",
     np.dtype(np.float64): "f64",
 }
 
@@ -42,8 +66,10 @@ def as_dtype(dtype) -> np.dtype:
     """Return `dtype` as an np.dtype, raising TypeError when the backend cannot compile it."""
     result = np.dtype(dtype)
     if result not in SUPPORTED_DTYPES:
-        raise TypeError(f"kernel IR does not support dtype {result}; supported: "
-                        f"{sorted(DTYPE_SHORT_NAMES[d] for d in SUPPORTED_DTYPES)}")
+        raise TypeError(
+            f"kernel IR does not support dtype {result}; supported: "
+            f"{sorted(DTYPE_SHORT_NAMES[d] for d in SUPPORTED_DTYPES)}"
+        )
     return result
 
 
@@ -58,6 +84,7 @@ def short_name(dtype: np.dtype) -> str:
 
 class ScalarOp(enum.Enum):
     """Every scalar operation a kernel may perform; the value is the name vmath knows it by."""
+
     ADD = "add"
     SUB = "sub"
     MUL = "mul"
@@ -130,23 +157,54 @@ class ScalarOp(enum.Enum):
 
 class OpGroup:
     """Named groups of ScalarOps (tinygrad's GroupOp) used by the tables here and in codegen."""
-    TRANSCENDENTAL = frozenset({
-        ScalarOp.CBRT, ScalarOp.EXP, ScalarOp.EXP2, ScalarOp.EXPM1, ScalarOp.LOG,
-        ScalarOp.LOG1P, ScalarOp.LOG2, ScalarOp.LOG10, ScalarOp.TANH, ScalarOp.LOGISTIC,
-        ScalarOp.ERF, ScalarOp.ERFC, ScalarOp.ERF_INV, ScalarOp.SIN, ScalarOp.COS,
-        ScalarOp.TAN, ScalarOp.ASIN, ScalarOp.ACOS, ScalarOp.ATAN, ScalarOp.SINH,
-        ScalarOp.COSH, ScalarOp.ASINH, ScalarOp.ACOSH, ScalarOp.ATANH, ScalarOp.LGAMMA,
-        ScalarOp.DIGAMMA, ScalarOp.POW, ScalarOp.ATAN2})
-    COMPARISON = frozenset({ScalarOp.EQ, ScalarOp.NE, ScalarOp.LT, ScalarOp.LE, ScalarOp.GT,
-                            ScalarOp.GE})
-    ROUNDING = frozenset({ScalarOp.FLOOR, ScalarOp.CEIL, ScalarOp.ROUND_HALF_AWAY,
-                          ScalarOp.ROUND_HALF_EVEN})
-    LOGICAL = frozenset({ScalarOp.LOGICAL_AND, ScalarOp.LOGICAL_OR, ScalarOp.LOGICAL_XOR,
-                         ScalarOp.LOGICAL_NOT})
-    BITWISE = frozenset({ScalarOp.BITWISE_AND, ScalarOp.BITWISE_OR, ScalarOp.BITWISE_XOR,
-                         ScalarOp.BITWISE_NOT})
-    SHIFT = frozenset({ScalarOp.SHIFT_LEFT, ScalarOp.SHIFT_RIGHT_LOGICAL,
-                       ScalarOp.SHIFT_RIGHT_ARITHMETIC})
+
+    TRANSCENDENTAL = frozenset(
+        {
+            ScalarOp.CBRT,
+            ScalarOp.EXP,
+            ScalarOp.EXP2,
+            ScalarOp.EXPM1,
+            ScalarOp.LOG,
+            ScalarOp.LOG1P,
+            ScalarOp.LOG2,
+            ScalarOp.LOG10,
+            ScalarOp.TANH,
+            ScalarOp.LOGISTIC,
+            ScalarOp.ERF,
+            ScalarOp.ERFC,
+            ScalarOp.ERF_INV,
+            ScalarOp.SIN,
+            ScalarOp.COS,
+            ScalarOp.TAN,
+            ScalarOp.ASIN,
+            ScalarOp.ACOS,
+            ScalarOp.ATAN,
+            ScalarOp.SINH,
+            ScalarOp.COSH,
+            ScalarOp.ASINH,
+            ScalarOp.ACOSH,
+            ScalarOp.ATANH,
+            ScalarOp.LGAMMA,
+            ScalarOp.DIGAMMA,
+            ScalarOp.POW,
+            ScalarOp.ATAN2,
+        }
+    )
+    COMPARISON = frozenset(
+        {ScalarOp.EQ, ScalarOp.NE, ScalarOp.LT, ScalarOp.LE, ScalarOp.GT, ScalarOp.GE}
+    )
+    ROUNDING = frozenset(
+        {ScalarOp.FLOOR, ScalarOp.CEIL, ScalarOp.ROUND_HALF_AWAY, ScalarOp.ROUND_HALF_EVEN}
+    )
+    LOGICAL = frozenset(
+        {ScalarOp.LOGICAL_AND, ScalarOp.LOGICAL_OR, ScalarOp.LOGICAL_XOR, ScalarOp.LOGICAL_NOT}
+    )
+    BITWISE = frozenset(
+        {ScalarOp.BITWISE_AND, ScalarOp.BITWISE_OR, ScalarOp.BITWISE_XOR, ScalarOp.BITWISE_NOT}
+    )
+    SHIFT = frozenset(
+        {ScalarOp.SHIFT_LEFT, ScalarOp.SHIFT_RIGHT_LOGICAL, ScalarOp.SHIFT_RIGHT_ARITHMETIC}
+    )
 
 
 @dataclass(frozen=True)
@@ -155,6 +213,7 @@ class OpSpec:
 
     result is 'same' (the operands' dtype), 'bool', or 'explicit' (cast: the caller names it).
     """
+
     arity: int
     families: frozenset[str]
     result: str = "same"
@@ -219,14 +278,18 @@ def check_op(op: ScalarOp, arg_dtypes: Sequence[np.dtype], dtype: np.dtype | Non
         raise TypeError(f"{op.value} needs operands of one dtype, got ({names}); insert a cast")
     family = dtype_family(operands[0])
     if family not in spec.families:
-        raise TypeError(f"{op.value} is not defined on {short_name(operands[0])} "
-                        f"(accepts {', '.join(sorted(spec.families))})")
+        raise TypeError(
+            f"{op.value} is not defined on {short_name(operands[0])} "
+            f"(accepts {', '.join(sorted(spec.families))})"
+        )
     if spec.result == "explicit":
         if dtype is None:
             raise TypeError(f"{op.value} needs an explicit result dtype")
         return as_dtype(dtype)
     expected = BOOL if spec.result == "bool" else operands[0]
     if dtype is not None and as_dtype(dtype) != expected:
-        raise TypeError(f"{op.value} on {short_name(operands[0])} yields {short_name(expected)}, "
-                        f"not {short_name(np.dtype(dtype))}")
+        raise TypeError(
+            f"{op.value} on {short_name(operands[0])} yields {short_name(expected)}, "
+            f"not {short_name(np.dtype(dtype))}"
+        )
     return expected

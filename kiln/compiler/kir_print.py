@@ -3,6 +3,7 @@
 Loop nests print as indented `for` blocks, fused element math inline with infix operators,
 shared subexpressions and every reduction as a named, typed line (`t0: f32 = ...`).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -11,20 +12,46 @@ from typing import Sequence
 import numpy as np
 
 from kiln.compiler import kir, kir_rewrite
-from kiln.compiler.kir import (ArgValue, Const, Expr, If, Kernel, Load, Loop, Op, Program, Reduce,
-                               ScalarOp, Stmt, Store, Var)
+from kiln.compiler.kir import (
+    ArgValue,
+    Const,
+    Expr,
+    If,
+    Kernel,
+    Load,
+    Loop,
+    Op,
+    Program,
+    Reduce,
+    ScalarOp,
+    Stmt,
+    Store,
+    Var,
+)
 
 _O = ScalarOp
 # Infix spelling and binding strength (higher binds tighter), as in Python/C.
 _INFIX = {
-    _O.MUL: ("*", 6), _O.DIV: ("/", 6), _O.REM: ("%", 6),
-    _O.ADD: ("+", 5), _O.SUB: ("-", 5),
-    _O.SHIFT_LEFT: ("<<", 4), _O.SHIFT_RIGHT_ARITHMETIC: (">>", 4),
+    _O.MUL: ("*", 6),
+    _O.DIV: ("/", 6),
+    _O.REM: ("%", 6),
+    _O.ADD: ("+", 5),
+    _O.SUB: ("-", 5),
+    _O.SHIFT_LEFT: ("<<", 4),
+    _O.SHIFT_RIGHT_ARITHMETIC: (">>", 4),
     _O.SHIFT_RIGHT_LOGICAL: (">>>", 4),
-    _O.BITWISE_AND: ("&", 3), _O.BITWISE_XOR: ("^", 2), _O.BITWISE_OR: ("|", 1),
-    _O.EQ: ("==", 0), _O.NE: ("!=", 0), _O.LT: ("<", 0), _O.LE: ("<=", 0), _O.GT: (">", 0),
+    _O.BITWISE_AND: ("&", 3),
+    _O.BITWISE_XOR: ("^", 2),
+    _O.BITWISE_OR: ("|", 1),
+    _O.EQ: ("==", 0),
+    _O.NE: ("!=", 0),
+    _O.LT: ("<", 0),
+    _O.LE: ("<=", 0),
+    _O.GT: (">", 0),
     _O.GE: (">=", 0),
-    _O.LOGICAL_AND: ("and", -1), _O.LOGICAL_XOR: ("xor", -2), _O.LOGICAL_OR: ("or", -2),
+    _O.LOGICAL_AND: ("and", -1),
+    _O.LOGICAL_XOR: ("xor", -2),
+    _O.LOGICAL_OR: ("or", -2),
 }
 _PREFIX = {_O.NEG: "-", _O.BITWISE_NOT: "~", _O.LOGICAL_NOT: "!"}
 _ATOM = 9  # names, calls, loads, constants never need parentheses
@@ -158,9 +185,12 @@ class _StmtPrinter:
         stores before that statement, so it is printed there (by bind_shared) as well."""
         roots = [e for s in kir.walk_stmts(stmts) for e in kir.stmt_exprs(s)]
         for node in kir.toposort(roots):
-            if (isinstance(node, Reduce) and self.namer.lookup(node) is None
-                    and self.free_vars(node) <= self.bound
-                    and kir_rewrite.is_stable(node, self.written, self.stable)):
+            if (
+                isinstance(node, Reduce)
+                and self.namer.lookup(node) is None
+                and self.free_vars(node) <= self.bound
+                and kir_rewrite.is_stable(node, self.written, self.stable)
+            ):
                 self.bind_shared([node], indent)
 
     def bind_shared(self, roots: Sequence[Expr], indent: str):
@@ -170,13 +200,13 @@ class _StmtPrinter:
         # Named nodes print as their names: what lies only below them needs no walk (the
         # statements of one loop share a DAG, which is then walked once, not per statement).
         named = _Named(self.namer)
-        for node in kir.toposort([r for r in roots if r not in named], kir.region_children,
-                                 skip=named):
-            depth[node] = 1 + max((depth.get(c, 0) for c in kir.region_children(node)),
-                                  default=0)
+        for node in kir.toposort(
+            [r for r in roots if r not in named], kir.region_children, skip=named
+        ):
+            depth[node] = 1 + max((depth.get(c, 0) for c in kir.region_children(node)), default=0)
             if isinstance(node, Reduce) or (
-                    isinstance(node, (Op, Load))
-                    and (self.uses[node] > 1 or depth[node] > _MAX_DEPTH)):
+                isinstance(node, (Op, Load)) and (self.uses[node] > 1 or depth[node] > _MAX_DEPTH)
+            ):
                 text = format_expr(node, self.namer)
                 name = self.namer.bind(node)
                 self.lines.append(f"{indent}{name}: {kir.short_name(node.dtype)} = {text}")
@@ -189,8 +219,11 @@ class _StmtPrinter:
             # The emitter keeps only stable values from one statement to the next; a value
             # that reads a written buffer is recomputed by each statement using it, so its
             # name is good for this statement only.
-            transient = [node for node in self.namer.scopes[-1] if node not in before
-                         and not kir_rewrite.is_stable(node, self.written, self.stable)]
+            transient = [
+                node
+                for node in self.namer.scopes[-1]
+                if node not in before and not kir_rewrite.is_stable(node, self.written, self.stable)
+            ]
             if isinstance(stmt, Store):
                 index = format_expr(stmt.index, self.namer)
                 value = format_expr(stmt.value, self.namer)
@@ -241,7 +274,8 @@ def format_stmts(stmts: Sequence[Stmt], indent: str = "") -> list[str]:
     """Lines of a statement list."""
     roots = [e for s in kir.walk_stmts(stmts) for e in kir.stmt_exprs(s)]
     reserved = frozenset(n.name for n in kir.toposort(roots) if isinstance(n, Var)) | {
-        s.var.name for s in kir.walk_stmts(stmts) if isinstance(s, Loop)}
+        s.var.name for s in kir.walk_stmts(stmts) if isinstance(s, Loop)
+    }
     written = frozenset(kir.stored_buffers(stmts))
     printer = _StmtPrinter(_use_counts(stmts), reserved, written)
     printer.body(stmts, indent)

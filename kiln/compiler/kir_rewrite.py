@@ -4,12 +4,26 @@ substitution.
 The tools later passes use to transform kernels (kir_schedule's loop rewrites; unrolling or
 batching in the lowering). Everything here returns new nodes; the IR is never mutated.
 """
+
 from __future__ import annotations
 
 from typing import Callable
 
-from kiln.compiler.kir import (ARG_REDUCTIONS, ArgValue, Expr, If, KirError, Load, Loop, Op,
-                               Reduce, Stmt, Store, Var, toposort)
+from kiln.compiler.kir import (
+    ARG_REDUCTIONS,
+    ArgValue,
+    Expr,
+    If,
+    KirError,
+    Load,
+    Loop,
+    Op,
+    Reduce,
+    Stmt,
+    Store,
+    Var,
+    toposort,
+)
 
 
 def free_vars(node: Expr, memo: dict | None = None) -> frozenset[Var]:
@@ -39,8 +53,9 @@ def is_stable(node: Expr, written, memo: dict) -> bool:
     return memo[node]
 
 
-def rewrite(node: Expr, replace: Callable[[Expr, list[Expr]], Expr | None],
-            memo: dict | None = None) -> Expr:
+def rewrite(
+    node: Expr, replace: Callable[[Expr, list[Expr]], Expr | None], memo: dict | None = None
+) -> Expr:
     """Rebuild node bottom-up. For each original node, replace(original, new_children) may
     return its replacement; None rebuilds it on the new children. memo maps originals to their
     results (pass one dict across calls to share the work)."""
@@ -67,8 +82,9 @@ def _with_children(item: Expr, new: list[Expr]) -> Expr:
     if isinstance(item, Reduce):
         start, stop, value, extra = new
         if item.kind in ARG_REDUCTIONS:
-            return Reduce(item.kind, item.var, start, stop, value, index=extra,
-                          index_dtype=item.dtype)
+            return Reduce(
+                item.kind, item.var, start, stop, value, index=extra, index_dtype=item.dtype
+            )
         return Reduce(item.kind, item.var, start, stop, value, init=extra)
     raise KirError(f"cannot rebuild {type(item).__name__}")
 
@@ -86,8 +102,12 @@ def rewrite_stmt(stmt: Stmt, rewrite_expr: Callable[[Expr], Expr]) -> Stmt:
     if isinstance(stmt, Store):
         return Store(stmt.buffer, rewrite_expr(stmt.index), rewrite_expr(stmt.value))
     if isinstance(stmt, Loop):
-        return Loop(stmt.var, rewrite_expr(stmt.start), rewrite_expr(stmt.stop),
-                    [rewrite_stmt(s, rewrite_expr) for s in stmt.body])
+        return Loop(
+            stmt.var,
+            rewrite_expr(stmt.start),
+            rewrite_expr(stmt.stop),
+            [rewrite_stmt(s, rewrite_expr) for s in stmt.body],
+        )
     return If(rewrite_expr(stmt.cond), [rewrite_stmt(s, rewrite_expr) for s in stmt.body])
 
 

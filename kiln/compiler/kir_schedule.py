@@ -13,6 +13,7 @@ emitter computes it), so results do not change:
   k loop (the emitter fuses reductions over one range) and the SLP vectorizer packs the LANES
   independent accumulators, whose loads are contiguous, into vectors.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -20,8 +21,20 @@ from typing import Sequence
 import numpy as np
 
 from kiln.compiler import kir, kir_rewrite
-from kiln.compiler.kir import (Const, Expr, Kernel, Load, Loop, Op, Program, Reduce, ScalarOp,
-                               Stmt, Store, Var)
+from kiln.compiler.kir import (
+    Const,
+    Expr,
+    Kernel,
+    Load,
+    Loop,
+    Op,
+    Program,
+    Reduce,
+    ScalarOp,
+    Stmt,
+    Store,
+    Var,
+)
 
 #: Bytes of accumulators a strip-mined loop computes side by side (four AVX-512 registers:
 #: whole cache lines per row visit, and enough independent adds to hide their latency).
@@ -39,8 +52,9 @@ _NARROW_FLOATS = frozenset({np.dtype(np.float16), kir.BFLOAT16})
 
 def schedule_program(program: Program) -> Program:
     """The program with every kernel scheduled (same buffers, same results)."""
-    return Program(program.name, program.buffers,
-                   [schedule_kernel(kernel) for kernel in program.kernels])
+    return Program(
+        program.name, program.buffers, [schedule_kernel(kernel) for kernel in program.kernels]
+    )
 
 
 def schedule_kernel(kernel: Kernel) -> Kernel:
@@ -61,8 +75,10 @@ def split_arg_reductions(body: Sequence[Stmt]) -> list[Stmt]:
     carried through one loop does not: the extreme m = max(x[k]) (NaN if any is NaN), then the
     first position holding it, min(k where x[k] == m or both are NaN, else stop). The result is
     the same first index np.argmax gives; ArgValue becomes the value at that index."""
-    if not any(isinstance(n, Reduce) and n.kind in kir.ARG_REDUCTIONS
-               for n in kir.toposort(_body_exprs(body))):
+    if not any(
+        isinstance(n, Reduce) and n.kind in kir.ARG_REDUCTIONS
+        for n in kir.toposort(_body_exprs(body))
+    ):
         return list(body)
     memo: dict = {}
 
@@ -75,8 +91,10 @@ def split_arg_reductions(body: Sequence[Stmt]) -> list[Stmt]:
         chosen = value if isinstance(original, kir.ArgValue) else index
         return kir_rewrite.substitute(chosen, {arg.var: position})
 
-    return [kir_rewrite.rewrite_stmt(stmt, lambda node: kir_rewrite.rewrite(node, replace, memo))
-            for stmt in body]
+    return [
+        kir_rewrite.rewrite_stmt(stmt, lambda node: kir_rewrite.rewrite(node, replace, memo))
+        for stmt in body
+    ]
 
 
 def _first_extreme_position(kind, var: Var, start: Expr, stop: Expr, value: Expr) -> Expr:
@@ -163,8 +181,9 @@ class _Scheduler:
         if not all(isinstance(s, Store) for s in loop.body):
             return None  # innermost loops only
         nodes = kir.toposort(_body_exprs(loop.body))
-        columns = [n for n in nodes if isinstance(n, Reduce)
-                   and self.is_column_reduction(n, loop.var)]
+        columns = [
+            n for n in nodes if isinstance(n, Reduce) and self.is_column_reduction(n, loop.var)
+        ]
         if not columns:
             return None
         return self.accumulate_in_place(loop) or self.strip_mine(loop, columns[0], len(nodes))
@@ -174,14 +193,18 @@ class _Scheduler:
         contiguously along var but not along its own reduction variable."""
         if var not in kir_rewrite.free_vars(node, self.free):
             return False
-        if var in kir_rewrite.free_vars(node.start, self.free) | kir_rewrite.free_vars(node.stop, self.free):
+        if var in kir_rewrite.free_vars(node.start, self.free) | kir_rewrite.free_vars(
+            node.stop, self.free
+        ):
             return False
         loads = [n for n in kir.toposort([node.value]) if isinstance(n, Load)]
         if any(load.buffer in self.written for load in loads):
             return False
-        return any(affine_coefficient(load.index, var) == 1
-                   and affine_coefficient(load.index, node.var) not in (1, -1)
-                   for load in loads)
+        return any(
+            affine_coefficient(load.index, var) == 1
+            and affine_coefficient(load.index, node.var) not in (1, -1)
+            for load in loads
+        )
 
     def accumulate_in_place(self, loop: Loop) -> list[Stmt] | None:
         """init / accumulate / finish loops per store, or None if some store does not allow it:
@@ -201,12 +224,16 @@ class _Scheduler:
             # A reduction nested in the summand (var's mean) would run once per row inside
             # the row loop; left whole, the emitter computes it once per column instead.
             nested = any(isinstance(n, Reduce) for n in kir.toposort([node.value]))
-            if (nested or node.kind in kir.ARG_REDUCTIONS or node.dtype != store.buffer.dtype
-                    or node.dtype in _NARROW_FLOATS
-                    or extent * node.dtype.itemsize * (3 if self.compensates(node) else 1)
-                    > MAX_IN_PLACE_BYTES
-                    or not self.is_column_reduction(node, loop.var)
-                    or affine_coefficient(store.index, loop.var) in (None, 0)):
+            if (
+                nested
+                or node.kind in kir.ARG_REDUCTIONS
+                or node.dtype != store.buffer.dtype
+                or node.dtype in _NARROW_FLOATS
+                or extent * node.dtype.itemsize * (3 if self.compensates(node) else 1)
+                > MAX_IN_PLACE_BYTES
+                or not self.is_column_reduction(node, loop.var)
+                or affine_coefficient(store.index, loop.var) in (None, 0)
+            ):
                 return None
             out += self.in_place_loops(loop, store, node)
         return out
@@ -220,9 +247,15 @@ class _Scheduler:
         if self.compensates(node):
             loops = self.compensated_in_place_loops(loop, store, node)
         else:
-            loops = [over_j(Store(target, store.index, node.init)),
-                     Loop(node.var, node.start, node.stop, [over_j(kir.accumulate(
-                         target, store.index, node.value, node.kind))])]
+            loops = [
+                over_j(Store(target, store.index, node.init)),
+                Loop(
+                    node.var,
+                    node.start,
+                    node.stop,
+                    [over_j(kir.accumulate(target, store.index, node.value, node.kind))],
+                ),
+            ]
         if store.value is not node:
             finish = kir_rewrite.substitute(store.value, {node: accumulator})
             loops.append(over_j(Store(target, store.index, finish)))
@@ -231,15 +264,21 @@ class _Scheduler:
     @staticmethod
     def compensates(node: Reduce) -> bool:
         """Whether a float sum is long enough to accumulate in compensated blocks."""
-        return (node.kind is kir.ReduceKind.SUM and kir.dtype_family(node.dtype) == "float"
-                and isinstance(node.start, Const) and isinstance(node.stop, Const)
-                and node.stop.value - node.start.value > IN_PLACE_BLOCK)
+        return (
+            node.kind is kir.ReduceKind.SUM
+            and kir.dtype_family(node.dtype) == "float"
+            and isinstance(node.start, Const)
+            and isinstance(node.stop, Const)
+            and node.stop.value - node.start.value > IN_PLACE_BLOCK
+        )
 
     def compensated_in_place_loops(self, loop: Loop, store: Store, node: Reduce) -> list[Stmt]:
         """The accumulate-in-place loops for a long float sum, as blocks of IN_PLACE_BLOCK rows:
         each block sums into a scratch row `partial`, which is then added into the output row
-        (the running totals), what each addition lost going to a scratch row of compensations. The in-order error
-        of each column then stays that of one block, however many rows there are."""
+        (the running totals), what each addition lost going to a scratch row of compensations.
+        The in-order error of each column then stays that of one block, however many rows
+        there are."""
+
         def over_j(*statements: Stmt) -> Loop:
             return Loop(loop.var, loop.start, loop.stop, statements)
 
@@ -255,23 +294,30 @@ class _Scheduler:
         new_total = total + part
         part_taken = new_total - total
         lost_now = (total - (new_total - part_taken)) + (part - part_taken)
-        combine = over_j(Store(compensation, offset, lost + lost_now),
-                         Store(target, store.index, new_total))
+        combine = over_j(
+            Store(compensation, offset, lost + lost_now), Store(target, store.index, new_total)
+        )
 
         def block(start: Expr, stop: Expr) -> list[Stmt]:
-            return [over_j(Store(partial, offset, zero)),
-                    Loop(node.var, start, stop, [over_j(kir.accumulate(
-                        partial, offset, node.value, node.kind))]),
-                    combine]
+            return [
+                over_j(Store(partial, offset, zero)),
+                Loop(
+                    node.var,
+                    start,
+                    stop,
+                    [over_j(kir.accumulate(partial, offset, node.value, node.kind))],
+                ),
+                combine,
+            ]
 
         first, last = node.start.value, node.stop.value
         blocks = (last - first) // IN_PLACE_BLOCK
         number = self.fresh_name(f"{node.var.name}_block")
         begin = kir.index_add(kir.index_mul(number, IN_PLACE_BLOCK), first)
-        loops: list[Stmt] = [over_j(Store(target, store.index, node.init),
-                                    Store(compensation, offset, zero)),
-                             Loop(number, 0, blocks,
-                                  block(begin, kir.index_add(begin, IN_PLACE_BLOCK)))]
+        loops: list[Stmt] = [
+            over_j(Store(target, store.index, node.init), Store(compensation, offset, zero)),
+            Loop(number, 0, blocks, block(begin, kir.index_add(begin, IN_PLACE_BLOCK))),
+        ]
         if first + blocks * IN_PLACE_BLOCK < last:
             loops += block(kir.as_index(first + blocks * IN_PLACE_BLOCK), kir.as_index(last))
         # Once a total is inf or NaN its compensation means nothing (inf - inf).
@@ -301,8 +347,11 @@ class _Scheduler:
             return None
         block = self.fresh_name(f"{loop.var.name}_block")
         first = kir.index_add(kir.index_mul(block, lanes), start)
-        copies = [kir_rewrite.substitute_stmt(stmt, {loop.var: kir.index_add(first, lane)})
-                  for lane in range(lanes) for stmt in loop.body]
+        copies = [
+            kir_rewrite.substitute_stmt(stmt, {loop.var: kir.index_add(first, lane)})
+            for lane in range(lanes)
+            for stmt in loop.body
+        ]
         main = Loop(block, 0, blocks, copies)
         if start + blocks * lanes == stop:
             return [main]

@@ -3,6 +3,7 @@
 A kernel that passes never names a buffer it was not given, never writes an input, and never
 indexes outside a buffer wherever interval arithmetic over loop bounds and clamps can tell.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -12,8 +13,24 @@ from typing import Sequence
 import numpy as np
 
 from kiln.compiler import kir
-from kiln.compiler.kir import (ArgValue, Buffer, Const, Expr, If, Kernel, KirError, Load, Loop,
-                               Op, Program, Reduce, ScalarOp, Stmt, Store, Var)
+from kiln.compiler.kir import (
+    ArgValue,
+    Buffer,
+    Const,
+    Expr,
+    If,
+    Kernel,
+    KirError,
+    Load,
+    Loop,
+    Op,
+    Program,
+    Reduce,
+    ScalarOp,
+    Stmt,
+    Store,
+    Var,
+)
 
 Interval = tuple[float, float]  # inclusive bounds; +-inf where nothing is known
 _UNKNOWN: Interval = (-math.inf, math.inf)
@@ -39,13 +56,17 @@ def verify_program(program: Program) -> None:
         verify_kernel(kernel)
         for param in kernel.params:
             if param not in known:
-                raise KirError(f"program {program.name!r}: kernel {kernel.name!r} uses buffer "
-                               f"{param} which is not among the program's buffers")
+                raise KirError(
+                    f"program {program.name!r}: kernel {kernel.name!r} uses buffer "
+                    f"{param} which is not among the program's buffers"
+                )
         stores = set(kir.stored_buffers(kernel.body))
         for param in kernel.params:
             if param.role == "temp" and param not in written and param not in stores:
-                raise KirError(f"program {program.name!r}: kernel {kernel.name!r} reads temp "
-                               f"{param.name!r} before any kernel writes it")
+                raise KirError(
+                    f"program {program.name!r}: kernel {kernel.name!r} reads temp "
+                    f"{param.name!r} before any kernel writes it"
+                )
         written |= stores
     unwritten = [b.name for b in program.outputs if b not in written]
     if unwritten:
@@ -114,8 +135,10 @@ class _KernelChecker:
         if buffer.role == "input":
             self.fail(f"stores to input buffer {buffer.name!r}; inputs are read-only")
         if store.value.dtype != buffer.dtype:
-            self.fail(f"stores a {kir.short_name(store.value.dtype)} value into "
-                      f"{kir.short_name(buffer.dtype)} buffer {buffer.name!r}; insert a cast")
+            self.fail(
+                f"stores a {kir.short_name(store.value.dtype)} value into "
+                f"{kir.short_name(buffer.dtype)} buffer {buffer.name!r}; insert a cast"
+            )
         intervals = self.check_region([store.index, store.value], env, known)
         self.check_range(buffer, intervals[store.index], "store to")
 
@@ -124,12 +147,18 @@ class _KernelChecker:
         if not self.live or math.isinf(low) or math.isinf(high):
             return  # never runs, or not known statically
         if low < 0 or high > buffer.size - 1:
-            self.fail(f"{verb} {buffer.name!r} may index outside it: the index ranges over "
-                      f"[{int(low)}, {int(high)}] but the buffer has {buffer.size} elements "
-                      f"(clamp data-dependent indices with kir.clamp)")
+            self.fail(
+                f"{verb} {buffer.name!r} may index outside it: the index ranges over "
+                f"[{int(low)}, {int(high)}] but the buffer has {buffer.size} elements "
+                f"(clamp data-dependent indices with kir.clamp)"
+            )
 
-    def check_region(self, roots: list[Expr], env: dict[Var, Interval],
-                     intervals: dict[Expr, Interval] | None = None) -> dict[Expr, Interval]:
+    def check_region(
+        self,
+        roots: list[Expr],
+        env: dict[Var, Interval],
+        intervals: dict[Expr, Interval] | None = None,
+    ) -> dict[Expr, Interval]:
         """Check every node reachable from roots without entering reduction bodies (each body is
         its own region, with the reduction variable bound); return the nodes' intervals.
 
@@ -161,8 +190,7 @@ class _KernelChecker:
             self.fail(str(error))
         self.checked_ops.add(id(node))
 
-    def check_reduce(self, node: Reduce, env: dict[Var, Interval],
-                     intervals: dict[Expr, Interval]):
+    def check_reduce(self, node: Reduce, env: dict[Var, Interval], intervals: dict[Expr, Interval]):
         if node.var in env:
             self.fail(f"reduction variable {node.var.name} shadows an enclosing loop's variable")
         for bound in (node.start, node.stop):
@@ -176,6 +204,7 @@ class _KernelChecker:
 
 def _describe(stmt: Stmt) -> str:
     from kiln.compiler.kir_print import format_stmts
+
     line = format_stmts([stmt])[0].strip()
     return line if len(line) <= 100 else line[:97] + "..."
 
@@ -206,6 +235,7 @@ def _mul(a: Interval, b: Interval) -> Interval:
 def _div_by_positive(a: Interval, c: int) -> Interval:
     def trunc(x):
         return x if math.isinf(x) else int(x / c) if abs(x) < 2**52 else x // c
+
     return (trunc(a[0]), trunc(a[1]))
 
 
@@ -239,8 +269,11 @@ def _op_interval(node: Op, args: list[Interval]) -> Interval:
     if node.op is O.CAST:
         source = args[0]
         target = _dtype_range(node.dtype)
-        if kir.dtype_family(node.args[0].dtype) != "float" and \
-                target[0] <= source[0] and source[1] <= target[1]:
+        if (
+            kir.dtype_family(node.args[0].dtype) != "float"
+            and target[0] <= source[0]
+            and source[1] <= target[1]
+        ):
             return source
         return target
     return _dtype_range(node.dtype)

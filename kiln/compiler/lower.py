@@ -12,6 +12,7 @@ The rules live in compiler/lowering_*.py and register themselves with `register_
 in `lowering_rules`, keyed by primitive; keeping them in the compiler means kiln/primitives
 never imports the compiler. Importing this module registers them all.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,16 @@ from kiln.core import rules
 from kiln.core.avals import ShapedArray
 from kiln.core.jaxpr import DropVar, JaxprEqn, Literal
 
-__all__ = ["NotLowerable", "Operand", "RuleContext", "ExprBuilder", "register_lowering",
-           "lowerable", "zero", "to_index"]
+__all__ = [
+    "NotLowerable",
+    "Operand",
+    "RuleContext",
+    "ExprBuilder",
+    "register_lowering",
+    "lowerable",
+    "zero",
+    "to_index",
+]
 
 
 class NotLowerable(NotImplementedError):
@@ -275,11 +284,14 @@ class ExprBuilder:
         rule = lowering_rules.get(eqn.primitive)
         if rule is None:
             raise NotLowerable(f"{eqn.primitive} has no lowering rule")
-        node = rule(RuleContext(eqn, self), index,
-                    *[Operand(self, a) for a in eqn.invars], **eqn.params)
+        node = rule(
+            RuleContext(eqn, self), index, *[Operand(self, a) for a in eqn.invars], **eqn.params
+        )
         if node.dtype != var.aval.dtype:
-            raise KirError(f"lowering of {eqn.primitive} produced a {kir.short_name(node.dtype)} "
-                           f"value for a {var.aval.dtype} result")
+            raise KirError(
+                f"lowering of {eqn.primitive} produced a {kir.short_name(node.dtype)} "
+                f"value for a {var.aval.dtype} result"
+            )
         return node
 
 
@@ -359,11 +371,21 @@ def transcendental_count(eqn: JaxprEqn) -> int:
 
 def _trial_key(eqn: JaxprEqn):
     try:
-        key = (eqn.primitive, tuple(sorted(eqn.params.items())),
-               tuple((type(a) is Literal, a.aval.shape, a.aval.dtype,
-                      np.asarray(a.val).item() if type(a) is Literal else None)
-                      for a in eqn.invars),
-               eqn.outvars[0].aval.shape, eqn.outvars[0].aval.dtype)
+        key = (
+            eqn.primitive,
+            tuple(sorted(eqn.params.items())),
+            tuple(
+                (
+                    type(a) is Literal,
+                    a.aval.shape,
+                    a.aval.dtype,
+                    np.asarray(a.val).item() if type(a) is Literal else None,
+                )
+                for a in eqn.invars
+            ),
+            eqn.outvars[0].aval.shape,
+            eqn.outvars[0].aval.dtype,
+        )
         hash(key)
     except TypeError:
         return None
@@ -403,6 +425,7 @@ def _trial_lowering(eqn: JaxprEqn) -> tuple[bool, int]:
 
 class _Placeholder:
     """Stands in for a dropped output during a trial lowering."""
+
     __slots__ = ("aval",)
 
     def __init__(self, aval):
@@ -428,5 +451,7 @@ def is_expensive(node: Expr) -> bool:
 
 
 # Importing the rule modules registers them (they import this module for the interface).
-from kiln.compiler import (lowering_elementwise, lowering_indexing,  # noqa: E402,F401
-                           lowering_reductions, lowering_shape)
+from kiln.compiler import lowering_elementwise  # noqa: E402,F401
+from kiln.compiler import lowering_indexing  # noqa: E402,F401
+from kiln.compiler import lowering_reductions  # noqa: E402,F401
+from kiln.compiler import lowering_shape  # noqa: E402,F401

@@ -17,6 +17,7 @@ implements (the interpreter here; the native LLVM backend, the default, in kiln/
 * `as_text()` is the human-readable program (the optimized jaxpr, plus whatever a backend adds,
   e.g. its kernel program).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -82,8 +83,8 @@ def _python_source(program: ClosedJaxpr, hidden_args: tuple) -> tuple[str, dict]
 
     for var, const in zip(jaxpr.constvars, program.consts):
         names[var] = bind_global("c", _host_value(const))
-    hidden_vars = jaxpr.invars[:len(hidden_args)]
-    user_vars = jaxpr.invars[len(hidden_args):]
+    hidden_vars = jaxpr.invars[: len(hidden_args)]
+    user_vars = jaxpr.invars[len(hidden_args) :]
     for var, value in zip(hidden_vars, hidden_args):
         names[var] = bind_global("h", _host_value(value))
 
@@ -99,12 +100,14 @@ def _python_source(program: ClosedJaxpr, hidden_args: tuple) -> tuple[str, dict]
         for i, var in enumerate(user_vars):
             names[var] = f"v{len(names)}"
             lines.append(f"    {names[var]} = a{i}._value")
+
     def new_local() -> str:
         return f"v{len(names)}"
 
     for eqn in jaxpr.eqns:
-        lines.extend("    " + line
-                     for line in impl_call_lines(eqn, atom, bind_global, new_local, names))
+        lines.extend(
+            "    " + line for line in impl_call_lines(eqn, atom, bind_global, new_local, names)
+        )
     results = [f"wrap({atom(v)}, {v.aval.weak_type})" for v in jaxpr.outvars]
     lines.append(f"    return [{', '.join(results)}]")
     return "\n".join(lines) + "\n", namespace
@@ -116,8 +119,9 @@ def impl_call_lines(eqn, atom, bind_global, new_local, names: dict) -> list[str]
     native backend's reference stages."""
     impl = rules.impl_rules.get(eqn.primitive)
     if impl is None:
-        raise NotImplementedError(f"`{eqn.primitive}` has no impl rule, so it cannot run "
-                                  "through the reference evaluator")
+        raise NotImplementedError(
+            f"`{eqn.primitive}` has no impl rule, so it cannot run through the reference evaluator"
+        )
     call_args = [atom(a) for a in eqn.invars]
     fn_name = bind_global("f", impl)
     for key, value in eqn.params.items():
@@ -137,8 +141,10 @@ def impl_call_lines(eqn, atom, bind_global, new_local, names: dict) -> list[str]
         return [f"{outs[0]} = {call}"]
     if outs:
         return [f"{', '.join(outs)}, = {call}"] + [
-            f"{o} = asarray({o})" for o, v in zip(outs, eqn.outvars)
-            if o != "_" and v.aval.shape == ()]
+            f"{o} = asarray({o})"
+            for o, v in zip(outs, eqn.outvars)
+            if o != "_" and v.aval.shape == ()
+        ]
     return [call]
 
 
@@ -149,6 +155,7 @@ def _host_value(value: Any) -> np.ndarray:
 
 
 # --- host <-> device ----------------------------------------------------------------------------
+
 
 def devices(backend: str | None = None) -> list[Device]:
     """The devices kiln computes on: the host CPU."""
@@ -163,6 +170,7 @@ def default_backend() -> str:
 def _to_device(x: Any) -> Any:
     from kiln.core import dtypes
     from kiln.core.trace import Tracer
+
     if isinstance(x, (Array, Tracer)):
         return x
     if isinstance(x, (bool, int, float, complex)):
@@ -170,13 +178,16 @@ def _to_device(x: Any) -> Any:
         return Array._wrap(np.asarray(x, dtype=dtype), weak)
     if isinstance(x, (np.ndarray, np.generic)):
         return Array(x)  # copies: the caller may write its NumPy array later
-    raise TypeError(f"device_put: cannot transfer a value of type {type(x).__name__}; "
-                    "expected arrays, NumPy values or Python scalars (or pytrees of them).")
+    raise TypeError(
+        f"device_put: cannot transfer a value of type {type(x).__name__}; "
+        "expected arrays, NumPy values or Python scalars (or pytrees of them)."
+    )
 
 
 def device_put(x: Any, device: Device | None = None) -> Any:
     """Transfer `x` (a pytree of arrays, NumPy values and scalars) to the device: kiln Arrays."""
     import optree
+
     if device is not None and device is not CPU and getattr(device, "platform", None) != "cpu":
         raise ValueError(f"device_put: unknown device {device!r}; kiln runs on {CPU!r}")
     return optree.tree_map(_to_device, x, namespace="kiln")
@@ -185,6 +196,7 @@ def device_put(x: Any, device: Device | None = None) -> Any:
 def block_until_ready(x: Any) -> Any:
     """Wait for every array in the pytree `x`; kiln computes synchronously, so returns `x`."""
     import optree
+
     for leaf in optree.tree_leaves(x, namespace="kiln"):
         wait = getattr(leaf, "block_until_ready", None)
         if wait is not None:

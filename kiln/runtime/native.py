@@ -8,6 +8,7 @@ source generated once per executable, like the interpreter's: per call it only w
 addresses into a preallocated int64 table (kiln/runtime/native_call.py), allocates the outputs
 with np.empty, calls the entry through ctypes (which releases the GIL) and wraps the results.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,15 @@ from kiln.config import config
 from kiln.core.array import Array
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Literal, _Names, pp_eqn, pp_jaxpr
 from kiln.runtime.executable import Executable, impl_call_lines
-from kiln.runtime.native_call import (DATA_OFFSET, FAST_ADDRESS, array_address, data_address,
-                                      from_address, host_buffer)
+from kiln.runtime.native_call import (
+    DATA_OFFSET,
+    FAST_ADDRESS,
+    array_address,
+    data_address,
+    from_address,
+    host_buffer,
+)
+from kiln.runtime import native_loops
 from kiln.runtime.native_segment import NativeSegment
 
 __all__ = ["NativeExecutable", "num_threads"]
@@ -41,6 +49,7 @@ def num_threads() -> int:
 
 # --- the executable --------------------------------------------------------------------------
 
+
 def _identifier(name: str) -> str:
     cleaned = re.sub(r"\W", "_", name).strip("_") or "fn"
     return cleaned if not cleaned[0].isdigit() else f"fn_{cleaned}"
@@ -53,8 +62,14 @@ class NativeExecutable(Executable):
 
     backend = "native"
 
-    def __init__(self, program: ClosedJaxpr, hidden_args: Sequence[Array], name: str):
+    def __init__(
+        self, program: ClosedJaxpr, hidden_args: Sequence[Array], name: str, raw: bool = False
+    ):
         super().__init__(program, hidden_args, name)
+        # raw: a loop body or branch (kiln/runtime/native_loops.py). Its `execute(values,
+        # outs)` takes dense NumPy arrays and returns dense NumPy arrays, storing the outputs
+        # that native code computes into the caller's `outs` buffers (one per output).
+        self.raw = raw
         try:
             self._build(program, name)
         except NotImplementedError:
@@ -62,8 +77,13 @@ class NativeExecutable(Executable):
         except Exception as err:  # noqa: BLE001 - a backend bug must not break kiln.jit
             if config.native_strict:
                 raise
-            logger.warning("kiln: the native backend failed on %s (%s: %s); running it "
-                           "through the interpreter", name, type(err).__name__, err)
+            logger.warning(
+                "kiln: the native backend failed on %s (%s: %s); running it "
+                "through the interpreter",
+                name,
+                type(err).__name__,
+                err,
+            )
             raise NotImplementedError(str(err)) from err
 
     def _build(self, program: ClosedJaxpr, name: str) -> None:
@@ -76,7 +96,12 @@ class NativeExecutable(Executable):
             if host.ndim == 0 and host.dtype in kir.SUPPORTED_DTYPES:
                 scalars[var] = host.item()
         self.stages = fusion.partition(jaxpr.eqns, jaxpr.outvars, lower.lowerable)
-        if not any(stage.native and stage.eqns for stage in self.stages):
+        has_loops = any(native_loops.is_control_flow(e) for e in jaxpr.eqns)
+        if (
+            not self.raw
+            and not has_loops
+            and not any(stage.native and stage.eqns for stage in self.stages)
+        ):
             raise NotImplementedError(f"nothing in {name} can be compiled natively")
         threads = num_threads()
         needed = self._needed_outside(jaxpr)
@@ -86,15 +111,26 @@ class NativeExecutable(Executable):
             if not stage.native:
                 self.segments.append(None)
                 continue
-            produced = [v for e in stage.eqns for v in e.outvars
-                        if not isinstance(v, DropVar) and needed.get(id(v), set()) - {number}]
+            produced = [
+                v
+                for e in stage.eqns
+                for v in e.outvars
+                if not isinstance(v, DropVar) and needed.get(id(v), set()) - {number}
+            ]
             if not produced:  # nothing leaves the stage: dead code the passes left
                 stage.native, stage.eqns = False, []
                 self.segments.append(None)
                 continue
-            plan = fusion.plan_segment(stage.eqns, produced, f"{base}_{number}", scalars,
-                                       self._names)
+            plan = fusion.plan_segment(
+                stage.eqns, produced, f"{base}_{number}", scalars, self._names
+            )
             self.segments.append(NativeSegment(plan, threads))
+        # Control flow (while, scan, cond) runs through compiled bodies, built here once.
+        self.loops = {
+            id(eqn): native_loops.build_runner(eqn, f"{base}_{n}")
+            for n, eqn in enumerate(jaxpr.eqns)
+            if native_loops.is_control_flow(eqn)
+        }
         self.source, namespace = self._python_source(jaxpr, program.consts)
         code = compile(self.source, f"<kiln native: {name}>", "exec")
         exec(code, namespace)
@@ -119,15 +155,20 @@ class NativeExecutable(Executable):
     # --- the generated call path -------------------------------------------------------------
     def _python_source(self, jaxpr, consts) -> tuple[str, dict]:
         namespace: dict[str, Any] = {
-            "wrap": Array._wrap, "asarray": np.asarray, "empty": np.empty,
-            "array_address": array_address, "host_buffer": host_buffer,
-            "data_address": data_address, "from_address": from_address,
-            "OFFSET": DATA_OFFSET, "lock": threading.Lock(),
+            "wrap": Array._wrap,
+            "asarray": np.asarray,
+            "empty": np.empty,
+            "array_address": array_address,
+            "host_buffer": host_buffer,
+            "data_address": data_address,
+            "from_address": from_address,
+            "OFFSET": DATA_OFFSET,
+            "lock": threading.Lock(),
         }
         fast = FAST_ADDRESS
-        names: dict = {}          # jaxpr var -> Python expression of its NumPy value
-        addresses: dict = {}      # jaxpr var -> Python expression of its address (fixed ones)
-        dense: set = set()        # vars whose local value is known to be a usable buffer
+        names: dict = {}  # jaxpr var -> Python expression of its NumPy value
+        addresses: dict = {}  # jaxpr var -> Python expression of its address (fixed ones)
+        dense: set = set()  # vars whose local value is known to be a usable buffer
 
         def bind_global(prefix: str, value: Any) -> str:
             name = f"{prefix}{len(namespace)}"
@@ -157,8 +198,17 @@ class NativeExecutable(Executable):
             body.append(f"{', '.join(f'a{i}' for i in range(len(user_vars)))}, = args")
             body.append("keep = []")
             for i, var in enumerate(user_vars):
+                if self.raw:  # dense NumPy arrays already
+                    names[var] = f"a{i}"
+                    dense.add(var)
+                    continue
                 arg_names[var] = f"a{i}"
                 names[var] = f"a{i}._value"
+        out_position = {}
+        if self.raw:
+            for position, var in enumerate(jaxpr.outvars):
+                if type(var) is not Literal:
+                    out_position.setdefault(var, position)
 
         def atom(a) -> str:
             if type(a) is Literal:
@@ -171,8 +221,7 @@ class NativeExecutable(Executable):
                 return [f"x = {addresses[var]}"]
             if var in arg_names:
                 arg = arg_names[var]
-                return [f"x = {arg}._address",
-                        f"if x is None: x = array_address({arg}, keep)"]
+                return [f"x = {arg}._address", f"if x is None: x = array_address({arg}, keep)"]
             value = names[var]
             if var not in dense:
                 body.append(f"{value} = host_buffer({value}, {bind_global('d', var.aval.dtype)})")
@@ -190,11 +239,31 @@ class NativeExecutable(Executable):
         for number, (stage, segment) in enumerate(zip(self.stages, self.segments)):
             if segment is None:
                 for eqn in stage.eqns:
-                    body.extend(impl_call_lines(eqn, atom, bind_global, new_local, names))
+                    runner = self.loops.get(id(eqn))
+                    if runner is None:
+                        body.extend(impl_call_lines(eqn, atom, bind_global, new_local, names))
+                        continue
+                    results = []
+                    for var in eqn.outvars:
+                        if isinstance(var, DropVar):
+                            results.append("_")
+                            continue
+                        names[var] = new_local()
+                        dense.add(var)  # runners return dense arrays
+                        results.append(names[var])
+                    operands = ", ".join(atom(a) for a in eqn.invars)
+                    call = f"{bind_global('loop', runner)}({operands})"
+                    body.append(f"{', '.join(results)}, = {call}" if results else call)
                 continue
             outs = []
             for var in segment.outputs:
                 local = new_local()
+                if var in out_position:
+                    body.append(f"{local} = outs[{out_position.pop(var)}]")
+                    names[var] = local
+                    dense.add(var)
+                    outs.append(local)
+                    continue
                 shape = bind_global("s", var.aval.shape)
                 dtype = bind_global("d", var.aval.dtype)
                 body.append(f"{local} = empty({shape}, {dtype})")
@@ -226,14 +295,24 @@ class NativeExecutable(Executable):
             for var, local in zip(segment.outputs, outs):
                 slot = segment.slots[segment.plan.buffers[var]]
                 if fast:
-                    body.append(f"{table}[{slot}] = from_address(id({local}) + OFFSET).value"
-                                + (" or 0" if 0 in var.aval.shape else ""))
+                    body.append(
+                        f"{table}[{slot}] = from_address(id({local}) + OFFSET).value"
+                        + (" or 0" if 0 in var.aval.shape else "")
+                    )
                 else:
                     body.append(f"{table}[{slot}] = data_address({local})")
             body.append(f"{entry}({table_address})")
 
         results = []
         for out in jaxpr.outvars:
+            if self.raw:
+                if type(out) is Literal:
+                    results.append(atom(out))
+                elif out in dense:
+                    results.append(names[out])
+                else:
+                    results.append(f"host_buffer({names[out]}, {bind_global('d', out.aval.dtype)})")
+                continue
             weak = out.aval.weak_type
             if type(out) is Literal:
                 results.append(f"wrap({atom(out)}, {weak})")
@@ -246,32 +325,39 @@ class NativeExecutable(Executable):
         # GIL is released).
         tables = [n for n in namespace if n.startswith(("T", "A")) and n[1:].isdigit()]
         inner = "\n".join("    " + line for line in body)
-        lines = [f"def run(args, {', '.join(tables)}):" if tables else "def run(args):",
-                 inner or "    pass", "",
-                 "def entry(args):"]
-        call_args = ", ".join(["args"] + tables)
+        params = ["args", "outs"] if self.raw else ["args"]
+        lines = [
+            f"def run({', '.join(params + tables)}):",
+            inner or "    pass",
+            "",
+            f"def entry({', '.join(params)}):",
+        ]
+        call_args = ", ".join(params + tables)
         if tables:
-            lines += ["    if lock.acquire(False):",
-                      "        try:",
-                      f"            return run({call_args})",
-                      "        finally:",
-                      "            lock.release()",
-                      "    return contended(args)"]
+            lines += [
+                "    if lock.acquire(False):",
+                "        try:",
+                f"            return run({call_args})",
+                "        finally:",
+                "            lock.release()",
+                f"    return contended({', '.join(params)})",
+            ]
         else:
-            lines += ["    return run(args)"]
+            lines += [f"    return run({call_args})"]
         namespace["contended"] = self._contended_runner(namespace, tables)
         return "\n".join(lines) + "\n", namespace
 
     @staticmethod
     def _contended_runner(namespace: dict, tables: list[str]):
-        def contended(args):
+        def contended(*args):
             fresh = []
             for name in tables:
                 if name.startswith("T"):
                     fresh.append(namespace[name].copy())
                 else:
                     fresh.append(data_address(fresh[-1]))
-            return namespace["run"](args, *fresh)
+            return namespace["run"](*args, *fresh)
+
         return contended
 
     # --- text --------------------------------------------------------------------------------
@@ -280,14 +366,28 @@ class NativeExecutable(Executable):
         fusions) and, between them, the equations that run through reference impls."""
         lines = [self.program.pretty_print(), ""]
         native = sum(1 for s in self.segments if s is not None)
-        interpreted = sum(len(st.eqns) for st, s in zip(self.stages, self.segments) if s is None)
-        lines.append(f"native program: {native} native segment{'s' * (native != 1)}, "
-                     f"{interpreted} interpreted equation{'s' * (interpreted != 1)}")
+        interpreted = sum(
+            1
+            for st, s in zip(self.stages, self.segments)
+            if s is None
+            for e in st.eqns
+            if id(e) not in self.loops
+        )
+        lines.append(
+            f"native program: {native} native segment{'s' * (native != 1)}, "
+            f"{interpreted} interpreted equation{'s' * (interpreted != 1)}"
+        )
         for number, (stage, segment) in enumerate(zip(self.stages, self.segments)):
             if segment is None:
                 for eqn in stage.eqns:
                     text = pp_eqn(eqn, self._names).format(100)
-                    lines.append(f"interpreted (reference impl): {text}")
+                    runner = self.loops.get(id(eqn))
+                    how = (
+                        "interpreted (reference impl)"
+                        if runner is None
+                        else f"compiled {eqn.primitive} ({runner.describe()})"
+                    )
+                    lines.append(f"{how}: {text}")
             else:
                 lines.append(f"native segment {number} ({segment.describe()}):")
                 lines.append(str(segment.program))
@@ -296,6 +396,7 @@ class NativeExecutable(Executable):
 
 def _register() -> None:
     from kiln.compiler import pipeline
+
     pipeline.register_backend("native", NativeExecutable)
 
 

@@ -5,6 +5,7 @@ Both sit on the hot path of every native call (kiln/runtime/native.py generates 
 them; kiln/runtime/native_segment.py runs its parallel kernels through them), so they are kept
 to a few field reads and queue operations.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -34,10 +35,13 @@ def _interface_address(array: np.ndarray) -> int:
 
 def _probe_data_offset() -> bool:
     try:
-        probes = [np.empty(n, dtype) for n, dtype in ((4, np.float32), (0, np.int8),
-                                                      (1000, np.float64))]
-        return all(from_address(id(a) + DATA_OFFSET).value == _interface_address(a)
-                   or (a.size == 0) for a in probes)
+        probes = [
+            np.empty(n, dtype) for n, dtype in ((4, np.float32), (0, np.int8), (1000, np.float64))
+        ]
+        return all(
+            from_address(id(a) + DATA_OFFSET).value == _interface_address(a) or (a.size == 0)
+            for a in probes
+        )
     except Exception:  # noqa: BLE001 - any surprise means: use the documented interface
         return False
 
@@ -53,8 +57,12 @@ def data_address(array: np.ndarray) -> int:
 
 
 def _usable(array: np.ndarray, dtype: np.dtype) -> bool:
-    return (type(array) is np.ndarray and array.flags.c_contiguous and array.dtype == dtype
-            and data_address(array) % max(dtype.itemsize, 1) == 0)
+    return (
+        type(array) is np.ndarray
+        and array.flags.c_contiguous
+        and array.dtype == dtype
+        and data_address(array) % max(dtype.itemsize, 1) == 0
+    )
 
 
 def array_address(arr: Array, keep: list) -> int:
@@ -80,6 +88,7 @@ def host_buffer(value: Any, dtype: np.dtype) -> np.ndarray:
 
 # --- a small persistent thread pool --------------------------------------------------------------
 
+
 class _Pool:
     """Worker threads that help run a kernel's chunks (ctypes calls release the GIL, so native
     chunks run in parallel with the calling thread).
@@ -90,8 +99,10 @@ class _Pool:
 
     def __init__(self, workers: int):
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.threads = [threading.Thread(target=self._work, name=f"kiln-native-{n}",
-                                         daemon=True) for n in range(workers)]
+        self.threads = [
+            threading.Thread(target=self._work, name=f"kiln-native-{n}", daemon=True)
+            for n in range(workers)
+        ]
         for thread in self.threads:
             thread.start()
 

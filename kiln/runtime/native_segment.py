@@ -6,6 +6,7 @@ This is the build side of the native backend, plus the run of a parallel segment
 its build lays out; kiln/runtime/native.py strings the segments of a program together into one
 generated call, and kiln/runtime/native_call.py holds what that call needs per run.
 """
+
 from __future__ import annotations
 
 import sys
@@ -34,6 +35,7 @@ MIN_CHUNK_WORK = 1 << 17
 
 # --- native segments -------------------------------------------------------------------------
 
+
 def _compile(program: kir.Program):
     native = engine.compile_program(program)
     if config.dump & {"kir", "llvm", "asm"}:
@@ -41,8 +43,11 @@ def _compile(program: kir.Program):
         if "kir" in config.dump:
             print(f"--- kiln: kernel IR of {program.name} ---\n{program}", file=out)
         if "llvm" in config.dump:
-            print(f"--- kiln: LLVM IR of {program.name} ---\n"
-                  f"{native.llvm_ir or native.unoptimized_ir}", file=out)
+            print(
+                f"--- kiln: LLVM IR of {program.name} ---\n"
+                f"{native.llvm_ir or native.unoptimized_ir}",
+                file=out,
+            )
         if "asm" in config.dump:
             print(f"--- kiln: assembly of {program.name} ---\n{native.asm}", file=out)
     return native
@@ -117,10 +122,13 @@ class NativeSegment:
             params = [b for b in group.kernel.params if b not in local]
             # Kernel-local buffers (row buffers) stay temps: each call of an entry allocates
             # its own, so threads never share one.
-            renamed = {b: kir.Buffer(b.name, b.dtype, b.shape,
-                                     "output" if b in stored else "input") for b in params}
-            arguments = [renamed[b] for b in params if b not in stored] + \
-                        [renamed[b] for b in params if b in stored]
+            renamed = {
+                b: kir.Buffer(b.name, b.dtype, b.shape, "output" if b in stored else "input")
+                for b in params
+            }
+            arguments = [renamed[b] for b in params if b not in stored] + [
+                renamed[b] for b in params if b in stored
+            ]
             originals = [{v: k for k, v in renamed.items()}[b] for b in arguments]
             temps = list(group.local_buffers)
             name = f"{self.program.name}_{group.kernel.name}"
@@ -133,8 +141,12 @@ class NativeSegment:
             dim, edges = split
             extent = group.shape[dim]
             bounds = kir.Buffer(f"{group.kernel.name}_bounds", np.int64, (2,))
-            runtime = {dim: (kir.clamp(kir.Load(bounds, kir.as_index(0)), 0, extent),
-                             kir.clamp(kir.Load(bounds, kir.as_index(1)), 0, extent))}
+            runtime = {
+                dim: (
+                    kir.clamp(kir.Load(bounds, kir.as_index(0)), 0, extent),
+                    kir.clamp(kir.Load(bounds, kir.as_index(1)), 0, extent),
+                )
+            }
             kernel = _with_buffers(fusion.chunked_kernel(plan, group, runtime), renamed)
             whole = _with_buffers(group.kernel, renamed)
             if len(group.shape) > 1 or kir_schedule.schedule_kernel(whole) is whole:
@@ -145,8 +157,7 @@ class NativeSegment:
             # a column reduction: its rewrite needs constant bounds, so one entry per chunk
             entries = []
             for c, (lo, hi) in enumerate(zip(edges, edges[1:])):
-                chunk = _with_buffers(fusion.chunked_kernel(plan, group, {dim: (lo, hi)}),
-                                      renamed)
+                chunk = _with_buffers(fusion.chunked_kernel(plan, group, {dim: (lo, hi)}), renamed)
                 program = kir.Program(f"{name}_part{c}", arguments + temps, [chunk])
                 entries.append(_compile(program).entry)
             self.steps.append(_Step(entries, originals))
@@ -163,8 +174,9 @@ class NativeSegment:
         if dim is None:
             return None
         extent = shape[dim]
-        count = min(self.threads * CHUNKS_PER_THREAD, extent,
-                    max(work // MIN_CHUNK_WORK, self.threads))
+        count = min(
+            self.threads * CHUNKS_PER_THREAD, extent, max(work // MIN_CHUNK_WORK, self.threads)
+        )
         align = CHUNK_ALIGN if dim == len(shape) - 1 else 1
         edges = [0]
         for c in range(1, count):
@@ -203,11 +215,16 @@ class NativeSegment:
     def describe(self) -> str:
         program = self.program
         kernels = len(program.kernels)
-        parts = [f"{kernels} kernel{'s' * (kernels != 1)}",
-                 f"{len(program.temps)} temp{'s' * (len(program.temps) != 1)}"]
+        parts = [
+            f"{kernels} kernel{'s' * (kernels != 1)}",
+            f"{len(program.temps)} temp{'s' * (len(program.temps) != 1)}",
+        ]
         if self.parallel:
-            split = [f"{group.kernel.name} in {step.chunks} chunks"
-                     for group, step in zip(self.plan.kernels, self.steps) if step.chunks > 1]
+            split = [
+                f"{group.kernel.name} in {step.chunks} chunks"
+                for group, step in zip(self.plan.kernels, self.steps)
+                if step.chunks > 1
+            ]
             parts.append(f"{self.threads} threads: " + ", ".join(split))
         return ", ".join(parts)
 
@@ -226,11 +243,18 @@ def _with_buffers(kernel: kir.Kernel, mapping: dict) -> kir.Kernel:
 
     def rewrite_stmt(stmt):
         if isinstance(stmt, kir.Store):
-            return kir.Store(mapping.get(stmt.buffer, stmt.buffer), rewrite_expr(stmt.index),
-                             rewrite_expr(stmt.value))
+            return kir.Store(
+                mapping.get(stmt.buffer, stmt.buffer),
+                rewrite_expr(stmt.index),
+                rewrite_expr(stmt.value),
+            )
         if isinstance(stmt, kir.Loop):
-            return kir.Loop(stmt.var, rewrite_expr(stmt.start), rewrite_expr(stmt.stop),
-                            [rewrite_stmt(s) for s in stmt.body])
+            return kir.Loop(
+                stmt.var,
+                rewrite_expr(stmt.start),
+                rewrite_expr(stmt.stop),
+                [rewrite_stmt(s) for s in stmt.body],
+            )
         return kir.If(rewrite_expr(stmt.cond), [rewrite_stmt(s) for s in stmt.body])
 
     return kir.Kernel(kernel.name, [rewrite_stmt(s) for s in kernel.body])

@@ -5,6 +5,7 @@ is what lets LLVM vectorize the loop nests without runtime alias checks. The ent
 `void entry(ptr buffers)` reads one address per input/output, allocates the temps, calls the
 kernels in order and frees the temps: one native call per program run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,8 +19,24 @@ from kiln.codegen.llvm import scalar_ops, target
 from kiln.codegen.llvm import types as T
 from kiln.codegen.llvm.loops import entry_alloca, for_range, if_then
 from kiln.compiler import kir, kir_rewrite
-from kiln.compiler.kir import (Buffer, Const, Expr, If, Kernel, KirError, Load, Loop, Op,
-                               Program, Reduce, ReduceKind, ScalarOp, Stmt, Store, Var)
+from kiln.compiler.kir import (
+    Buffer,
+    Const,
+    Expr,
+    If,
+    Kernel,
+    KirError,
+    Load,
+    Loop,
+    Op,
+    Program,
+    Reduce,
+    ReduceKind,
+    ScalarOp,
+    Stmt,
+    Store,
+    Var,
+)
 from kiln.compiler.kir_schedule import affine_coefficient, schedule_kernel
 
 #: The entry's symbol in an emitted module; the engine renames it to a content-derived name.
@@ -66,36 +83,39 @@ def emit_program(program: Program, entry_name: str = ENTRY_NAME) -> ir.Module:
     module = ir.Module(name=program.name)
     module.triple = current.triple
     module.data_layout = current.data_layout
-    functions = [_KernelEmitter(module, schedule_kernel(kernel),
-                                f"{program.name}.{kernel.name}").emit()
-                 for kernel in program.kernels]
+    functions = [
+        _KernelEmitter(module, schedule_kernel(kernel), f"{program.name}.{kernel.name}").emit()
+        for kernel in program.kernels
+    ]
     _emit_entry(module, program, functions, entry_name)
     return module
 
 
-def _emit_entry(module: ir.Module, program: Program, functions: Sequence[ir.Function],
-                entry_name: str) -> None:
+def _emit_entry(
+    module: ir.Module, program: Program, functions: Sequence[ir.Function], entry_name: str
+) -> None:
     entry = _new_function(module, entry_name, 1, internal=False)
     builder = ir.IRBuilder(entry.append_basic_block("entry"))
     table = entry.args[0]
     table.name = "buffers"
     pointers: dict[Buffer, ir.Value] = {}
     for position, buffer in enumerate(program.arguments):
-        slot = builder.gep(table, [ir.Constant(T.I64, position)], inbounds=True,
-                           source_etype=T.PTR)
+        slot = builder.gep(table, [ir.Constant(T.I64, position)], inbounds=True, source_etype=T.PTR)
         pointers[buffer] = builder.load(slot, name=buffer.name, align=8, typ=T.PTR)
     heap_temps = []
     for buffer in program.temps:
         size = max(TEMP_ALIGNMENT, -(-buffer.nbytes // TEMP_ALIGNMENT) * TEMP_ALIGNMENT)
         if size <= STACK_TEMP_LIMIT:
-            pointers[buffer] = entry_alloca(builder, ir.ArrayType(T.I8, size), buffer.name,
-                                            align=TEMP_ALIGNMENT)
+            pointers[buffer] = entry_alloca(
+                builder, ir.ArrayType(T.I8, size), buffer.name, align=TEMP_ALIGNMENT
+            )
         else:
-            allocate = scalar_ops.declare_function(builder, "aligned_alloc", T.PTR,
-                                                   [T.I64, T.I64])
-            pointers[buffer] = builder.call(allocate, [ir.Constant(T.I64, TEMP_ALIGNMENT),
-                                                       ir.Constant(T.I64, size)],
-                                            name=buffer.name)
+            allocate = scalar_ops.declare_function(builder, "aligned_alloc", T.PTR, [T.I64, T.I64])
+            pointers[buffer] = builder.call(
+                allocate,
+                [ir.Constant(T.I64, TEMP_ALIGNMENT), ir.Constant(T.I64, size)],
+                name=buffer.name,
+            )
             heap_temps.append(pointers[buffer])
     for kernel, function in zip(program.kernels, functions):
         builder.call(function, [pointers[b] for b in kernel.params])
@@ -122,8 +142,11 @@ class _KernelEmitter:
             if buffer.nbytes:
                 argument.attributes.dereferenceable = buffer.nbytes
             self.pointers[buffer] = argument
-        self.scratch_to_free = [self.allocate_scratch(buffer) for buffer in kir.buffers_of(
-            kernel.body) if buffer not in self.pointers]
+        self.scratch_to_free = [
+            self.allocate_scratch(buffer)
+            for buffer in kir.buffers_of(kernel.body)
+            if buffer not in self.pointers
+        ]
         self.written = frozenset(kir.stored_buffers(kernel.body))
         self.stable: dict[Expr, bool] = {}
         self.free: dict[Expr, frozenset[Var]] = {}
@@ -144,28 +167,36 @@ class _KernelEmitter:
         scheduler made): on the stack when small, else from aligned_alloc; returns the
         pointer to free at the end, or None."""
         if buffer.role != "temp":
-            raise KirError(f"kernel {self.kernel.name!r} uses {buffer.name}, which is neither "
-                           f"a parameter nor a temp")
+            raise KirError(
+                f"kernel {self.kernel.name!r} uses {buffer.name}, which is neither "
+                f"a parameter nor a temp"
+            )
         size = max(TEMP_ALIGNMENT, -(-buffer.nbytes // TEMP_ALIGNMENT) * TEMP_ALIGNMENT)
         if size <= STACK_TEMP_LIMIT:
             element = T.memory_type(buffer.dtype)
-            slot = entry_alloca(self.builder, ir.ArrayType(element, size // buffer.dtype.itemsize),
-                                buffer.name, align=TEMP_ALIGNMENT)
+            slot = entry_alloca(
+                self.builder,
+                ir.ArrayType(element, size // buffer.dtype.itemsize),
+                buffer.name,
+                align=TEMP_ALIGNMENT,
+            )
             zero = ir.Constant(T.I64, 0)
             self.pointers[buffer] = self.builder.gep(slot, [zero, zero], inbounds=True)
             return None
-        allocate = scalar_ops.declare_function(self.builder, "aligned_alloc", T.PTR,
-                                               [T.I64, T.I64])
+        allocate = scalar_ops.declare_function(self.builder, "aligned_alloc", T.PTR, [T.I64, T.I64])
         self.pointers[buffer] = self.builder.call(
-            allocate, [ir.Constant(T.I64, TEMP_ALIGNMENT), ir.Constant(T.I64, size)],
-            name=buffer.name)
+            allocate,
+            [ir.Constant(T.I64, TEMP_ALIGNMENT), ir.Constant(T.I64, size)],
+            name=buffer.name,
+        )
         return self.pointers[buffer]
 
     # --- statements
 
     def emit_body(self, body: Sequence[Stmt]) -> None:
-        self.hoist_invariant_reductions([e for s in kir.walk_stmts(body)
-                                         for e in kir.stmt_exprs(s)])
+        self.hoist_invariant_reductions(
+            [e for s in kir.walk_stmts(body) for e in kir.stmt_exprs(s)]
+        )
         for stmt in body:
             if isinstance(stmt, Store):
                 self.emit_store(stmt)
@@ -192,14 +223,17 @@ class _KernelEmitter:
 
     def emit_store(self, store: Store) -> None:
         index = self.value(store.index)
-        value = scalar_ops.narrow_to_memory(self.builder, self.value(store.value),
-                                            store.buffer.dtype)
-        self.builder.store(value, self.element_pointer(store.buffer, index),
-                           align=store.buffer.dtype.itemsize)
+        value = scalar_ops.narrow_to_memory(
+            self.builder, self.value(store.value), store.buffer.dtype
+        )
+        self.builder.store(
+            value, self.element_pointer(store.buffer, index), align=store.buffer.dtype.itemsize
+        )
 
     def element_pointer(self, buffer: Buffer, index: ir.Value) -> ir.Value:
-        return self.builder.gep(self.pointers[buffer], [index], inbounds=True,
-                                source_etype=T.memory_type(buffer.dtype))
+        return self.builder.gep(
+            self.pointers[buffer], [index], inbounds=True, source_etype=T.memory_type(buffer.dtype)
+        )
 
     # --- expressions
 
@@ -219,10 +253,14 @@ class _KernelEmitter:
         of the row then runs once per row rather than once per element (LLVM will not hoist a
         whole loop), and reductions over the same range share one loop."""
         bound = set(self.vars)
-        ready = [node for node in kir.toposort(roots)
-                 if isinstance(node, Reduce) and self.lookup(node) is None
-                 and kir_rewrite.is_stable(node, self.written, self.stable)
-                 and self.free_vars(node) <= bound]
+        ready = [
+            node
+            for node in kir.toposort(roots)
+            if isinstance(node, Reduce)
+            and self.lookup(node) is None
+            and kir_rewrite.is_stable(node, self.written, self.stable)
+            and self.free_vars(node) <= bound
+        ]
         for group in _fusable_groups(ready):
             self.emit_reductions(group, {})
 
@@ -245,8 +283,9 @@ class _KernelEmitter:
                 continue
             if not children_done:
                 stack.append((node, True))
-                stack.extend((child, False) for child in kir.region_children(node)
-                             if child not in local)
+                stack.extend(
+                    (child, False) for child in kir.region_children(node) if child not in local
+                )
                 continue
             self.emit_node(node, local)
         return local[root]
@@ -257,13 +296,16 @@ class _KernelEmitter:
             result = T.constant(node.value, node.dtype)
         elif isinstance(node, Var):
             if node not in self.vars:
-                raise KirError(f"kernel {self.kernel.name!r}: loop variable {node.name} is used "
-                               f"outside the loops that bind it (run verify_kernel)")
+                raise KirError(
+                    f"kernel {self.kernel.name!r}: loop variable {node.name} is used "
+                    f"outside the loops that bind it (run verify_kernel)"
+                )
             result = self.vars[node]
         elif isinstance(node, Load):
             pointer = self.element_pointer(node.buffer, local[node.index])
-            loaded = builder.load(pointer, align=node.buffer.dtype.itemsize,
-                                  typ=T.memory_type(node.buffer.dtype))
+            loaded = builder.load(
+                pointer, align=node.buffer.dtype.itemsize, typ=T.memory_type(node.buffer.dtype)
+            )
             result = scalar_ops.widen_from_memory(builder, loaded, node.dtype)
         elif isinstance(node, Op):
             result = self.emit_op(node, [local[arg] for arg in node.args])
@@ -278,8 +320,9 @@ class _KernelEmitter:
         if node.nsw and node.op in _INDEX_INSTRUCTIONS:
             # Index arithmetic never wraps; saying so helps LLVM reason about addresses.
             return getattr(self.builder, _INDEX_INSTRUCTIONS[node.op])(*args, flags=("nsw",))
-        return scalar_ops.emit_op(self.builder, node.op, args, [a.dtype for a in node.args],
-                                  node.dtype)
+        return scalar_ops.emit_op(
+            self.builder, node.op, args, [a.dtype for a in node.args], node.dtype
+        )
 
     # --- reductions
 
@@ -288,8 +331,10 @@ class _KernelEmitter:
         so the sum and the max of the same row read it once."""
         for node in group:
             if node.kind in kir.ARG_REDUCTIONS:
-                raise KirError("argmax/argmin reach the emitter only as the two reductions "
-                               "kir_schedule.split_arg_reductions makes of them")
+                raise KirError(
+                    "argmax/argmin reach the emitter only as the two reductions "
+                    "kir_schedule.split_arg_reductions makes of them"
+                )
         first = group[0]
         start, stop = self.value(first.start), self.value(first.stop)
         accumulators = [_Accumulator(self, node) for node in group]
@@ -302,8 +347,14 @@ class _KernelEmitter:
         for accumulator in accumulators:
             accumulator.finish(local)
 
-    def emit_reduction_loop(self, var: Var, start: ir.Value, stop: ir.Value,
-                            accumulators: Sequence["_Accumulator"], block: bool = False) -> None:
+    def emit_reduction_loop(
+        self,
+        var: Var,
+        start: ir.Value,
+        stop: ir.Value,
+        accumulators: Sequence["_Accumulator"],
+        block: bool = False,
+    ) -> None:
         for accumulator in accumulators if block else ():
             accumulator.begin_block()
         with for_range(self.builder, start, stop, var.name) as index, self.scope({var: index}):
@@ -312,8 +363,15 @@ class _KernelEmitter:
         for accumulator in accumulators if block else ():
             accumulator.end_block()
 
-    def emit_blocked_reduction(self, first: Reduce, start: ir.Value, stop: ir.Value, block: int,
-                               vectorized: bool, accumulators: Sequence["_Accumulator"]) -> None:
+    def emit_blocked_reduction(
+        self,
+        first: Reduce,
+        start: ir.Value,
+        stop: ir.Value,
+        block: int,
+        vectorized: bool,
+        accumulators: Sequence["_Accumulator"],
+    ) -> None:
         """The reduction loop as blocks. A vectorized one runs whole blocks of a constant length
         (so the vector body needs no remainder handling), then the remaining elements as one
         shorter block; one that keeps its order (often a wide strip-mined body) is emitted once,
@@ -321,8 +379,9 @@ class _KernelEmitter:
         builder = self.builder
         size = ir.Constant(T.I64, block)
         if not vectorized:
-            with for_range(builder, start, stop, f"{first.var.name}.block", block,
-                           unroll=False) as begin:
+            with for_range(
+                builder, start, stop, f"{first.var.name}.block", block, unroll=False
+            ) as begin:
                 end = builder.add(begin, size, flags=("nsw",))
                 end = builder.select(builder.icmp_signed("<", end, stop), end, stop)
                 self.emit_reduction_loop(first.var, begin, end, accumulators, block=True)
@@ -333,15 +392,19 @@ class _KernelEmitter:
             has_tail = length % block != 0
         else:
             length = builder.sub(stop, start)
-            length = builder.select(builder.icmp_signed("<", length, ir.Constant(T.I64, 0)),
-                                    ir.Constant(T.I64, 0), length)
+            length = builder.select(
+                builder.icmp_signed("<", length, ir.Constant(T.I64, 0)),
+                ir.Constant(T.I64, 0),
+                length,
+            )
             whole = builder.mul(builder.sdiv(length, size), size, flags=("nsw",))
             whole_end = builder.add(start, whole, flags=("nsw",))
             has_tail = True
         # Kept rolled: a short row's few blocks, unrolled and interleaved, read several
         # streams at once and run at half the memory bandwidth.
-        with for_range(builder, start, whole_end, f"{first.var.name}.block", block,
-                       unroll=False) as begin:
+        with for_range(
+            builder, start, whole_end, f"{first.var.name}.block", block, unroll=False
+        ) as begin:
             end = builder.add(begin, size, flags=("nsw",))
             self.emit_reduction_loop(first.var, begin, end, accumulators, block=True)
         if has_tail:
@@ -367,9 +430,10 @@ class _Accumulator:
         # keeps its order and is vectorized across columns instead.
         self.reorderable = node.kind in (ReduceKind.SUM, ReduceKind.PROD) and any(
             affine_coefficient(load.index, node.var) == 1
-            for load in kir.toposort([node.value]) if isinstance(load, Load))
-        self.compensated = (node.kind is ReduceKind.SUM
-                            and kir.dtype_family(node.dtype) == "float")
+            for load in kir.toposort([node.value])
+            if isinstance(load, Load)
+        )
+        self.compensated = node.kind is ReduceKind.SUM and kir.dtype_family(node.dtype) == "float"
         builder = emitter.builder
         ty = T.compute_type(node.dtype)
         self.slot = entry_alloca(builder, ty, f"{node.var.name}.acc")
@@ -390,9 +454,14 @@ class _Accumulator:
         element = emitter.value(node.value)
         builder = emitter.builder
         flags = scalar_ops.REDUCTION_FLAGS if self.reorderable else scalar_ops.FLOAT_FLAGS
-        combined = scalar_ops.emit_op(builder, kir.REDUCE_COMBINER[node.kind],
-                                      [builder.load(self.target), element], [self.dtype] * 2,
-                                      self.dtype, flags)
+        combined = scalar_ops.emit_op(
+            builder,
+            kir.REDUCE_COMBINER[node.kind],
+            [builder.load(self.target), element],
+            [self.dtype] * 2,
+            self.dtype,
+            flags,
+        )
         builder.store(combined, self.target)
 
     def end_block(self) -> None:
@@ -409,11 +478,12 @@ class _Accumulator:
         total, part = builder.load(self.slot), builder.load(self.block)
         new_total = emit(ScalarOp.ADD, total, part)
         part_taken = emit(ScalarOp.SUB, new_total, total)
-        lost = emit(ScalarOp.ADD, emit(ScalarOp.SUB, total, emit(ScalarOp.SUB, new_total,
-                                                                  part_taken)),
-                    emit(ScalarOp.SUB, part, part_taken))
-        builder.store(emit(ScalarOp.ADD, builder.load(self.compensation), lost),
-                      self.compensation)
+        lost = emit(
+            ScalarOp.ADD,
+            emit(ScalarOp.SUB, total, emit(ScalarOp.SUB, new_total, part_taken)),
+            emit(ScalarOp.SUB, part, part_taken),
+        )
+        builder.store(emit(ScalarOp.ADD, builder.load(self.compensation), lost), self.compensation)
         builder.store(new_total, self.slot)
         self.target = self.slot
 
@@ -422,11 +492,17 @@ class _Accumulator:
         total = builder.load(self.slot)
         if self.compensated:
             # Once the total is inf or NaN the compensation is meaningless (inf - inf).
-            finite = scalar_ops.emit_op(builder, ScalarOp.IS_FINITE, [total], [self.dtype],
-                                        kir.BOOL, ())
-            corrected = scalar_ops.emit_op(builder, ScalarOp.ADD,
-                                           [total, builder.load(self.compensation)],
-                                           [self.dtype] * 2, self.dtype, ())
+            finite = scalar_ops.emit_op(
+                builder, ScalarOp.IS_FINITE, [total], [self.dtype], kir.BOOL, ()
+            )
+            corrected = scalar_ops.emit_op(
+                builder,
+                ScalarOp.ADD,
+                [total, builder.load(self.compensation)],
+                [self.dtype] * 2,
+                self.dtype,
+                (),
+            )
             total = builder.select(finite, corrected, total)
         total = scalar_ops.round_to_dtype(builder, total, self.node.dtype)
         self.emitter.remember(self.node, self.node, total, local)
@@ -443,8 +519,11 @@ def _blocking(first: Reduce, accumulators: Sequence[_Accumulator]) -> tuple[int,
     # elements; a sum that keeps its order adds every element of the block to one register.
     vectorized = all(a.reorderable for a in compensated)
     block = VECTOR_BLOCK if vectorized else SERIAL_BLOCK
-    if isinstance(first.start, Const) and isinstance(first.stop, Const) \
-            and first.stop.value - first.start.value <= block:
+    if (
+        isinstance(first.start, Const)
+        and isinstance(first.stop, Const)
+        and first.stop.value - first.start.value <= block
+    ):
         return None
     return block, vectorized
 
@@ -462,8 +541,10 @@ def _fusable_groups(reductions: Sequence[Reduce]) -> list[list[Reduce]]:
     for node in reductions:
         below = [group_of[d] for d in kir.toposort([node]) if d is not node and d in group_of]
         earliest = max(below, default=-1) + 1
-        chosen = next((g for g in range(earliest, len(groups))
-                       if _loop_of(groups[g][0]) == _loop_of(node)), None)
+        chosen = next(
+            (g for g in range(earliest, len(groups)) if _loop_of(groups[g][0]) == _loop_of(node)),
+            None,
+        )
         if chosen is None:
             groups.append([])
             chosen = len(groups) - 1
