@@ -84,8 +84,13 @@ def blas_on_calling_thread():
 
 # Products below this many multiply-adds run on one thread: splitting costs more than it saves.
 _PARALLEL_MIN_WORK = 1 << 22
+# Products below this many multiply-adds are left to BLAS as they are (it does not thread them).
+_SMALL_WORK = 1 << 15
 _executor: ThreadPoolExecutor | None = None
 _executor_threads = 0
+
+
+_CORES = max(1, os.cpu_count() or 1)  # (os.cpu_count costs microseconds: read it once)
 
 
 def _threads() -> int:
@@ -93,7 +98,7 @@ def _threads() -> int:
 
     if config.num_threads is not None:
         return max(1, config.num_threads)
-    return max(1, os.cpu_count() or 1)
+    return _CORES
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
@@ -106,11 +111,16 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul(a, b) with single-threaded BLAS, split by rows of `a` (or by batch) across
-    kiln's threads when the product is large."""
+    kiln's threads when the product is large. Small products call BLAS directly: OpenBLAS runs
+    them on the calling thread anyway, and pinning costs more than they do."""
     *batch, m, k = a.shape
     n = b.shape[-1]
+    work = m * n * k
+    for size in batch:
+        work *= size
+    if work < _SMALL_WORK:
+        return np.matmul(a, b)
     threads = _threads()
-    work = int(np.prod(batch, dtype=np.int64)) * m * n * k
     with blas_on_calling_thread():
         if threads == 1 or work < _PARALLEL_MIN_WORK or a.dtype.kind not in "fc":
             return np.matmul(a, b)

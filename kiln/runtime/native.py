@@ -40,11 +40,14 @@ __all__ = ["NativeExecutable", "num_threads"]
 logger = logging.getLogger("kiln")
 
 
+_CORES = max(1, os.cpu_count() or 1)  # (os.cpu_count costs microseconds: read it once)
+
+
 def num_threads() -> int:
     """Threads a large kernel is split across: config.num_threads, else the core count."""
     if config.num_threads is not None:
         return max(1, config.num_threads)
-    return max(1, os.cpu_count() or 1)
+    return _CORES
 
 
 # --- the executable --------------------------------------------------------------------------
