@@ -9,8 +9,8 @@ is seen; `apply_fun` is a pure function of the parameters and inputs. Combinator
 `parallel`) build a layer from layers. A few layers are pairs already (`Relu`, `Flatten`,
 `FanInSum`, ...); the others are constructors that take hyperparameters (`Dense(10)`).
 
-Convolution and pooling layers (Conv, MaxPool, AvgPool, ...) are not here yet: Conv arrives
-with lax.conv_general_dilated, and pooling with lax.reduce_window.
+Convolutions (GeneralConv, Conv) run on lax.conv_general_dilated and pooling (MaxPool,
+SumPool, AvgPool) on lax.reduce_window.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import kiln.numpy as jnp
-from kiln import nn, random
+from kiln import lax, nn, random
 
 __all__ = [
     "variance_scaling",
@@ -37,6 +37,11 @@ __all__ = [
     "randn",
     "Dense",
     "BatchNorm",
+    "GeneralConv",
+    "Conv",
+    "MaxPool",
+    "SumPool",
+    "AvgPool",
     "elementwise",
     "Tanh",
     "Relu",
@@ -268,6 +273,128 @@ def BatchNorm(
         return z
 
     return init_fun, apply_fun
+
+
+# --- convolution and pooling layers --------------------------------------------------------
+
+
+def GeneralConv(
+    dimension_numbers: tuple[str, str, str],
+    out_chan: int,
+    filter_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: str | Sequence[tuple[int, int]] = "VALID",
+    W_init: Initializer | None = None,
+    b_init: Initializer = normal(1e-6),
+) -> Layer:
+    """A convolution with layouts given as string specs, e.g. ('NHWC', 'HWIO', 'NHWC'):
+    `out_chan` output features, a kernel of spatial `filter_shape` (in the order of the
+    kernel spec's spatial letters), and a bias per output feature."""
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    one = (1,) * len(filter_shape)
+    strides = tuple(strides) if strides else one
+    W_init = W_init or glorot_normal(rhs_spec.index("I"), rhs_spec.index("O"))
+
+    def init_fun(rng, input_shape: Shape):
+        spatial = iter(filter_shape)
+        kernel_shape = tuple(
+            out_chan
+            if c == "O"
+            else input_shape[lhs_spec.index("C")]
+            if c == "I"
+            else next(spatial)
+            for c in rhs_spec
+        )
+        output_shape = lax.conv_general_shape_tuple(
+            input_shape, kernel_shape, strides, padding, dimension_numbers
+        )
+        bias_shape = tuple(out_chan if c == "C" else 1 for c in out_spec)
+        w_key, b_key = random.split(rng)
+        return output_shape, (W_init(w_key, kernel_shape), b_init(b_key, bias_shape))
+
+    def apply_fun(params, inputs, **kwargs):
+        W, b = params
+        out = lax.conv_general_dilated(
+            inputs, W, strides, padding, one, one, dimension_numbers=dimension_numbers
+        )
+        return out + b
+
+    return init_fun, apply_fun
+
+
+def Conv(
+    out_chan: int,
+    filter_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: str | Sequence[tuple[int, int]] = "VALID",
+    W_init: Initializer | None = None,
+    b_init: Initializer = normal(1e-6),
+) -> Layer:
+    """A 2-D convolution on NHWC images with an HWIO kernel (GeneralConv in that layout)."""
+    return GeneralConv(
+        ("NHWC", "HWIO", "NHWC"), out_chan, filter_shape, strides, padding, W_init, b_init
+    )
+
+
+def _pooling_layer(reducer: Callable, init_value: float, rescaler: Callable | None = None):
+    """A pooling layer constructor: `reducer` over windows of `window_shape` of the spatial
+    axes; the batch and feature axes are those of `spec` (default: first and last)."""
+
+    def PoolingLayer(
+        window_shape: Sequence[int],
+        strides: Sequence[int] | None = None,
+        padding: str = "VALID",
+        spec: str | None = None,
+    ) -> Layer:
+        window_shape = tuple(window_shape)
+        strides = tuple(strides) if strides else (1,) * len(window_shape)
+        rescale = rescaler(window_shape, strides, padding) if rescaler else None
+        if spec is None:
+            non_spatial_axes = (0, len(window_shape) + 1)
+        else:
+            non_spatial_axes = (spec.index("N"), spec.index("C"))
+        dims, steps = window_shape, strides
+        for axis in sorted(non_spatial_axes):
+            dims = dims[:axis] + (1,) + dims[axis:]
+            steps = steps[:axis] + (1,) + steps[axis:]
+
+        def init_fun(rng, input_shape: Shape):
+            pads = lax.padtype_to_pads(input_shape, dims, steps, padding)
+            return lax.reduce_window_shape_tuple(input_shape, dims, steps, pads), ()
+
+        def apply_fun(params, inputs, **kwargs):
+            out = lax.reduce_window(inputs, init_value, reducer, dims, steps, padding)
+            return rescale(out, inputs, spec) if rescale else out
+
+        return init_fun, apply_fun
+
+    return PoolingLayer
+
+
+def _normalize_by_window_size(window_shape, strides, padding):
+    """Divide pooled sums by the number of inputs (not padding) each window covered."""
+
+    def rescale(outputs, inputs, spec):
+        ndim = len(jnp.shape(inputs))
+        if spec is None:
+            non_spatial_axes = (0, ndim - 1)
+        else:
+            non_spatial_axes = (spec.index("N"), spec.index("C"))
+        spatial_shape = tuple(
+            d for i, d in enumerate(jnp.shape(inputs)) if i not in non_spatial_axes
+        )
+        ones = jnp.ones(spatial_shape, dtype=inputs.dtype)
+        window_sizes = lax.reduce_window(ones, 0.0, lax.add, window_shape, strides, padding)
+        for axis in sorted(non_spatial_axes):
+            window_sizes = jnp.expand_dims(window_sizes, axis)
+        return outputs / window_sizes
+
+    return rescale
+
+
+MaxPool = _pooling_layer(lax.max, -float("inf"))
+SumPool = _pooling_layer(lax.add, 0.0)
+AvgPool = _pooling_layer(lax.add, 0.0, _normalize_by_window_size)
 
 
 # --- elementwise and shape layers ------------------------------------------------------------
