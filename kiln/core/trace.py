@@ -224,8 +224,23 @@ def _wrap_output(value, aval):
     return Array._wrap(value, aval.weak_type)
 
 
+# Native kernels for large eager operations live above core (kiln/runtime/eager_kernels.py),
+# which registers them here: the primitives it may run, and a hook taking (primitive, NumPy
+# values, params, out avals) that returns the outputs, or None to leave the op to its impl.
+_eager_kernel_primitives: frozenset = frozenset()
+_eager_kernel_hook = None
+
+
+def set_eager_kernel_hook(primitives, hook) -> None:
+    """Install `hook` as the native path of eager `primitives` (a hook of None removes it)."""
+    global _eager_kernel_primitives, _eager_kernel_hook
+    _eager_kernel_hook = hook
+    _eager_kernel_primitives = frozenset(primitives) if hook is not None else frozenset()
+
+
 def eval_primitive(primitive, args, params):
-    """Run a primitive eagerly on concrete values through its NumPy impl."""
+    """Run a primitive eagerly on concrete values: through its NumPy impl, or a native kernel
+    that an upper layer installed for large operands."""
     values, weak = [], []
     for a in args:
         if type(a) is Array:
@@ -236,7 +251,11 @@ def eval_primitive(primitive, args, params):
             values.append(v)
             weak.append(w)
     out_avals = _eager_out_avals(primitive, values, weak, params)
-    out = rules.impl_rules[primitive](*values, **params)
+    out = None
+    if primitive in _eager_kernel_primitives:
+        out = _eager_kernel_hook(primitive, values, params, out_avals)
+    if out is None:
+        out = rules.impl_rules[primitive](*values, **params)
     if primitive.multiple_results:
         return [_wrap_output(o, a) for o, a in zip(out, out_avals)]
     return _wrap_output(out, out_avals)

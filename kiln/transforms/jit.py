@@ -31,7 +31,7 @@ from kiln.core.avals import ShapedArray, get_aval
 from kiln.core.jaxpr import ClosedJaxpr, Jaxpr
 from kiln.core.trace import Tracer, current_trace_state, leaked_tracer_error
 from kiln.primitives.pjit import pjit_p, set_executable_builder
-from kiln.runtime import cache
+from kiln.runtime import cache, eager_kernels
 from kiln.transforms import jit_options
 from kiln.transforms.staging import DebugInfo, function_name, function_source, trace_to_jaxpr
 
@@ -87,6 +87,8 @@ def _executable_for_jaxpr(jaxpr: ClosedJaxpr, name: str):
 
 
 set_executable_builder(_executable_for_jaxpr)
+# Large eager elementwise ops run compiled kernels too (compiled on first use).
+eager_kernels.install()
 
 
 # --- argument signatures -----------------------------------------------------------------------
