@@ -898,3 +898,10 @@ def categorical(
     _, indices = lax.top_k(jnp.moveaxis(perturbed, axis, -1), k)
     # indices has shape batch_shape + (k,); the samples go first in the result.
     return lax.reshape(indices, shape, (indices.ndim - 1, *range(indices.ndim - 1)))
+
+
+# The samplers built on the ones above live in their own module; they are part of this namespace.
+from kiln.random_samplers import *  # noqa: E402,F401,F403
+from kiln.random_samplers import __all__ as _SAMPLERS  # noqa: E402
+
+__all__ += _SAMPLERS
