@@ -42,3 +42,16 @@ from kiln import test_util  # noqa: E402
 # gradient checkpointing
 from kiln import ad_checkpoint  # noqa: E402
 from kiln.ad_checkpoint import checkpoint, checkpoint_policies, remat  # noqa: E402
+from kiln import scipy  # noqa: E402
+
+# pytrees, shapes, context managers and host helpers
+from kiln import dlpack, dtypes, errors, tree  # noqa: E402
+from kiln.api import (  # noqa: E402
+    default_device,
+    device_get,
+    disable_jit,
+    ensure_compile_time_eval,
+    eval_shape,
+    named_scope,
+    print_environment_info,
+)

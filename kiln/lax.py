@@ -13,3 +13,8 @@ from kiln.primitives.elementwise_math import *  # noqa: F401,F403
 from kiln.primitives.custom_derivatives import stop_gradient  # noqa: F401
 from kiln.primitives.control_flow import *  # noqa: F401,F403
 from kiln.primitives.collectives import *  # noqa: F401,F403,E402
+from kiln.primitives.conv import *  # noqa: F401,F403,E402
+from kiln import lax_linalg as linalg  # noqa: E402,F401
+from kiln.primitives.windowed import *  # noqa: F401,F403,E402
+from kiln.primitives.fft import FftType, fft, fft_p  # noqa: F401,E402
+from kiln.primitives.special import *  # noqa: F401,F403,E402

@@ -2441,3 +2441,11 @@ ALL_RECORDS = (
     + SORT_RECORDS
     + NN_RECORDS
 )
+# The families added later live in their own modules; their rows join the one table here.
+from tests.op_records_conv import CONV_RECORDS  # noqa: E402
+from tests.op_records_fft import FFT_RECORDS  # noqa: E402
+from tests.op_records_linalg import LINALG_RECORDS  # noqa: E402
+from tests.op_records_numpy_extra import NUMPY_EXTRA_RECORDS  # noqa: E402
+from tests.op_records_scipy import SCIPY_RECORDS  # noqa: E402
+
+ALL_RECORDS += FFT_RECORDS + CONV_RECORDS + LINALG_RECORDS + SCIPY_RECORDS + NUMPY_EXTRA_RECORDS

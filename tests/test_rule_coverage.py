@@ -97,7 +97,8 @@ LINEAR = """
 add add_any sub neg mul div convert_element_type real imag conj complex select_n
 broadcast_in_dim reshape squeeze transpose rev copy slice pad concatenate dynamic_slice
 dynamic_update_slice gather scatter-add scatter scatter-mul reduce_sum cumsum reduce_precision
-dot_general pjit cond scan custom_lin psum
+dot_general pjit cond scan custom_lin psum fft triangular_solve tridiagonal_solve
+conv_general_dilated reduce_window_sum select_and_gather_add select_and_scatter_add
 """.split()
 
 

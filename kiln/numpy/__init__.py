@@ -23,3 +23,10 @@ promote_types = _dtypes.promote_types
 result_type = _dtypes.result_type
 finfo = _dtypes.finfo
 iinfo = _dtypes.iinfo
+from kiln.numpy import fft  # noqa: F401,E402
+from kiln.numpy.extras_aliases import *  # noqa: F401,F403,E402
+from kiln.numpy.convolution import convolve, correlate  # noqa: F401,E402
+from kiln.numpy.extras_sets import *  # noqa: F401,F403,E402
+from kiln.numpy.extras_math import *  # noqa: F401,F403,E402
+from kiln.numpy.extras_poly import *  # noqa: F401,F403,E402
+from kiln.numpy.extras_more import *  # noqa: F401,F403,E402
