@@ -58,9 +58,10 @@ def schedule_program(program: Program) -> Program:
 
 
 def schedule_kernel(kernel: Kernel) -> Kernel:
-    """The kernel with argmax/argmin split into two vectorizable passes and its column
-    reductions rewritten (see the module docstring); the kernel itself if nothing changed."""
-    body = split_arg_reductions(kernel.body)
+    """The kernel with argmax/argmin split into two vectorizable passes, nested reductions over
+    adjacent axes merged and its column reductions rewritten (see the module docstring); the
+    kernel itself if nothing changed."""
+    body = merge_nested_loops(merge_nested_reductions(split_arg_reductions(kernel.body)))
     names = {node.name for node in kir.toposort(_body_exprs(body)) if isinstance(node, Var)}
     names |= {stmt.var.name for stmt in kir.walk_stmts(body) if isinstance(stmt, Loop)}
     scheduler = _Scheduler(frozenset(kir.stored_buffers(body)), names)
@@ -95,6 +96,195 @@ def split_arg_reductions(body: Sequence[Stmt]) -> list[Stmt]:
         kir_rewrite.rewrite_stmt(stmt, lambda node: kir_rewrite.rewrite(node, replace, memo))
         for stmt in body
     ]
+
+
+def merge_nested_reductions(body: Sequence[Stmt]) -> list[Stmt]:
+    """Each reduction of a reduction over adjacent axes of its operands as one reduction.
+
+    A reduction over several axes lowers to nested loops, `sum(sum(x[k0*S*B + k1*S + j] for
+    k1 in 0..B) for k0 in 0..A)`; when every load addresses the two variables as one (k0's
+    stride is B times k1's) it is `sum(x[k*S + j] for k in 0..A*B)`: one long loop that the
+    column-reduction rewrites and the vectorizer handle as they handle a single axis, where the
+    nested form is left for the strip-miner to copy, inner loop and all, once per lane."""
+    nodes = kir.toposort(_body_exprs(body))
+    if not any(isinstance(n, Reduce) and isinstance(n.value, Reduce) for n in nodes):
+        return list(body)
+    memo: dict = {}
+    free: dict = {}
+
+    def replace(original: Expr, children: list[Expr]) -> Expr | None:
+        if not (
+            isinstance(original, Reduce)
+            and isinstance(original.value, Reduce)
+            and original.kind not in kir.ARG_REDUCTIONS
+        ):
+            return None
+        start, stop, value, init = children
+        rebuilt = Reduce(original.kind, original.var, start, stop, value, init=init)
+        return _merged_reduction(rebuilt, free) or rebuilt
+
+    return [
+        kir_rewrite.rewrite_stmt(stmt, lambda node: kir_rewrite.rewrite(node, replace, memo))
+        for stmt in body
+    ]
+
+
+def merge_nested_loops(body: Sequence[Stmt]) -> list[Stmt]:
+    """Each loop whose body is one loop as one loop, where that is the same iteration: both
+    start at 0 with constant bounds and every address sees the two variables as one axis
+    (the outer stride is the inner extent times the inner stride), as in
+    `for i0 in 0..8: for i1 in 0..64: out[i0*64 + i1] = ...`, which is `for i in 0..512:
+    out[i] = ...`. LLVM unrolls and vectorizes each level of a nest of short constant loops,
+    so a three-deep elementwise kernel compiled to ten times the code of a two-deep one."""
+    out: list[Stmt] = []
+    changed = False
+    for stmt in body:
+        new = stmt
+        if isinstance(stmt, (Loop, kir.If)):
+            inner = merge_nested_loops(stmt.body)
+            if not _same(inner, stmt.body):
+                new = (
+                    Loop(stmt.var, stmt.start, stmt.stop, inner)
+                    if isinstance(stmt, Loop)
+                    else kir.If(stmt.cond, inner)
+                )
+        while isinstance(new, Loop):
+            merged = _merged_loop(new)
+            if merged is None:
+                break
+            new = merged
+        changed |= new is not stmt
+        out.append(new)
+    return out if changed else list(body)
+
+
+def _merged_loop(outer: Loop) -> Loop | None:
+    """outer and the one loop that is its body as one loop, or None (see merge_nested_loops)."""
+    if len(outer.body) != 1 or not isinstance(outer.body[0], Loop):
+        return None
+    inner = outer.body[0]
+    bounds = (outer.start, outer.stop, inner.start, inner.stop)
+    if not all(isinstance(b, Const) for b in bounds) or outer.start.value or inner.start.value:
+        return None
+    extent = inner.stop.value
+    pair = frozenset({outer.var, inner.var})
+    free: dict = {}
+    indices: dict[Expr, Expr | None] = {}
+
+    def merged_index(index: Expr) -> Expr | None:
+        if index not in indices:
+            indices[index] = _merged_address(index, outer.var, inner.var, extent, free)
+        return indices[index]
+
+    exprs = [e for stmt in kir.walk_stmts(inner.body) for e in kir.stmt_exprs(stmt)]
+    # Only addresses may see the two variables: anything else (an iota, a mask, a bound)
+    # tells them apart. exposed[node]: the variables node sees other than through an address.
+    exposed: dict[Expr, frozenset] = {}
+    loads: dict[Expr, Expr] = {}
+    for node in kir.toposort(exprs):
+        if isinstance(node, Load):
+            index = merged_index(node.index)
+            if index is None:
+                return None
+            loads[node] = Load(node.buffer, index)
+            exposed[node] = frozenset()
+        elif isinstance(node, Var):
+            exposed[node] = pair & {node}
+        else:
+            exposed[node] = frozenset().union(*(exposed[c] for c in node.children()))
+    stores: dict[int, Expr] = {}
+    for stmt in kir.walk_stmts(inner.body):
+        if isinstance(stmt, Store):
+            index = merged_index(stmt.index)
+            if index is None or exposed[stmt.value]:
+                return None
+            stores[id(stmt)] = index
+        elif any(exposed[e] for e in kir.stmt_exprs(stmt)):
+            return None
+
+    def rebuild(stmt: Stmt) -> Stmt:
+        if isinstance(stmt, Store):
+            value = kir_rewrite.substitute(stmt.value, loads)
+            return Store(stmt.buffer, kir_rewrite.substitute(stores[id(stmt)], loads), value)
+        if isinstance(stmt, Loop):
+            start = kir_rewrite.substitute(stmt.start, loads)
+            stop = kir_rewrite.substitute(stmt.stop, loads)
+            return Loop(stmt.var, start, stop, [rebuild(s) for s in stmt.body])
+        cond = kir_rewrite.substitute(stmt.cond, loads)
+        return kir.If(cond, [rebuild(s) for s in stmt.body])
+
+    body = [rebuild(stmt) for stmt in inner.body]
+    return Loop(inner.var, 0, outer.stop.value * extent, body)
+
+
+def _merged_address(index: Expr, outer: Var, inner: Var, extent: int, free: dict) -> Expr | None:
+    """An address with outer's loop merged into inner's (inner running over both), or None
+    if the address does not see them as one axis of `extent` inner steps per outer step."""
+    if not {outer, inner} & kir_rewrite.free_vars(index, free):
+        return index
+    outer_step = affine_coefficient(index, outer)
+    inner_step = affine_coefficient(index, inner)
+    if outer_step is None or inner_step is None or outer_step != extent * inner_step:
+        return None
+    return _folded(kir_rewrite.substitute(index, {outer: kir.as_index(0)}))
+
+
+def _folded(index: Expr) -> Expr:
+    """An index with its constant terms folded (0 * n + i is i)."""
+    builders = {
+        ScalarOp.ADD: kir.index_add,
+        ScalarOp.SUB: kir.index_sub,
+        ScalarOp.MUL: kir.index_mul,
+    }
+
+    def fold(node: Expr, children: list[Expr]) -> Expr | None:
+        if isinstance(node, Op) and node.dtype == kir.INDEX and node.op in builders:
+            return builders[node.op](*children)
+        return None
+
+    return kir_rewrite.rewrite(index, fold)
+
+
+def _merged_reduction(outer: Reduce, free: dict) -> Reduce | None:
+    """outer and the reduction that is its value as one reduction, or None if they differ in
+    kind, bounds or identity or some load does not see the two variables as one axis."""
+    inner = outer.value
+    if not isinstance(inner, Reduce):
+        return None
+    kind = outer.kind
+    if (
+        inner.kind is not kind
+        or kind in kir.ARG_REDUCTIONS
+        or inner.dtype in _NARROW_FLOATS
+        or not all(isinstance(b, Const) for b in (outer.start, outer.stop, inner.start, inner.stop))
+        or outer.start.value != 0
+        or inner.start.value != 0
+        or not _is_identity(outer.init, kind)
+        or not _is_identity(inner.init, kind)
+    ):
+        return None
+    extent = inner.stop.value
+    pair = (outer.var, inner.var)
+    replaced: dict[Expr, Expr] = {}
+    for node in kir.toposort([inner.value]):
+        if not isinstance(node, Load) or not set(pair) & kir_rewrite.free_vars(node.index, free):
+            continue
+        index = _merged_address(node.index, outer.var, inner.var, extent, free)
+        if index is None:
+            return None
+        replaced[node] = Load(node.buffer, index)
+    # Only the loads may see the two variables: anything else (an iota, a mask) tells them apart.
+    probe = kir_rewrite.substitute(inner.value, {n: Const(0, n.dtype) for n in replaced})
+    if set(pair) & kir_rewrite.free_vars(probe, free):
+        return None
+    value = kir_rewrite.substitute(inner.value, replaced)
+    return Reduce(kind, inner.var, 0, outer.stop.value * extent, value)
+
+
+def _is_identity(init: Expr, kind) -> bool:
+    return isinstance(init, Const) and init is Const(
+        kir.reduce_identity(kind, init.dtype), init.dtype
+    )
 
 
 def _first_extreme_position(kind, var: Var, start: Expr, stop: Expr, value: Expr) -> Expr:
@@ -142,6 +332,41 @@ def _coefficient(node: Expr, var: Var, known: dict) -> int | None:
     return 0 if var not in kir_rewrite.free_vars(node) else None
 
 
+def _extent_bound(loop: Loop) -> int | None:
+    """The most iterations the loop can run: its extent when its bounds are constants or
+    start .. start + n, else what bounds like those of a chunk, clamp(bounds[0], 0, n) ..
+    clamp(bounds[1], 0, n), allow (the rewrites size scratch rows by it)."""
+    stop = loop.stop
+    if (
+        isinstance(stop, Op)
+        and stop.op is ScalarOp.ADD
+        and stop.args[0] is loop.start
+        and isinstance(stop.args[1], Const)
+    ):
+        return max(stop.args[1].value, 0)
+    highest, lowest = _index_bound(loop.stop, True), _index_bound(loop.start, False)
+    if highest is None or lowest is None:
+        return None
+    return max(highest - lowest, 0)
+
+
+def _index_bound(node: Expr, upper: bool) -> int | None:
+    """A constant upper (lower) bound of an index expression built from constants, min and
+    max; None if it has none that simple."""
+    if isinstance(node, Const):
+        return node.value
+    if not (isinstance(node, Op) and node.op in (ScalarOp.MIN, ScalarOp.MAX)):
+        return None
+    bounds = [_index_bound(arg, upper) for arg in node.args]
+    known = [b for b in bounds if b is not None]
+    # min(a, b) <= either bound; max(a, b) >= either; the other direction needs both.
+    if not known:
+        return None
+    if (node.op is ScalarOp.MIN) == upper:
+        return min(known) if upper else max(known)
+    return None if None in bounds else (max(bounds) if upper else min(bounds))
+
+
 def _same(new: Sequence[Stmt], old: Sequence[Stmt]) -> bool:
     return len(new) == len(old) and all(a is b for a, b in zip(new, old))
 
@@ -176,7 +401,7 @@ class _Scheduler:
 
     def rewrite_column_loop(self, loop: Loop) -> list[Stmt] | None:
         """The loop rewritten for its column reductions, or None to keep it."""
-        if not (isinstance(loop.start, Const) and isinstance(loop.stop, Const)):
+        if _extent_bound(loop) is None:
             return None
         if not all(isinstance(s, Store) for s in loop.body):
             return None  # innermost loops only
@@ -210,7 +435,7 @@ class _Scheduler:
         """init / accumulate / finish loops per store, or None if some store does not allow it:
         it must hold exactly one column reduction of its own dtype, write distinct elements for
         distinct j, and its buffer must not be read in the loop."""
-        extent = loop.stop.value - loop.start.value
+        extent = _extent_bound(loop)
         read = {n.buffer for n in kir.toposort(_body_exprs(loop.body)) if isinstance(n, Load)}
         targets = [s.buffer for s in loop.body]
         if len(set(targets)) != len(targets) or read & set(targets):
@@ -282,8 +507,8 @@ class _Scheduler:
         def over_j(*statements: Stmt) -> Loop:
             return Loop(loop.var, loop.start, loop.stop, statements)
 
-        extent = loop.stop.value - loop.start.value
-        offset = kir.index_sub(loop.var, loop.start.value)
+        extent = _extent_bound(loop)
+        offset = kir.index_sub(loop.var, loop.start)
         target, dtype = store.buffer, node.dtype
         partial = self.scratch(f"{target.name}_partial", dtype, extent)
         compensation = self.scratch(f"{target.name}_compensation", dtype, extent)
@@ -341,9 +566,9 @@ class _Scheduler:
         lanes = STRIP_BYTES // max(column.value.dtype.itemsize, 4)
         while lanes > 8 and lanes * body_nodes > MAX_STRIP_NODES:
             lanes //= 2
-        start, stop = loop.start.value, loop.stop.value
-        blocks = (stop - start) // lanes
-        if blocks == 0 or lanes * body_nodes > MAX_STRIP_NODES:
+        start, stop = loop.start, loop.stop
+        blocks = kir.index_div(kir.index_sub(stop, start), lanes)
+        if _extent_bound(loop) < lanes or lanes * body_nodes > MAX_STRIP_NODES:
             return None
         block = self.fresh_name(f"{loop.var.name}_block")
         first = kir.index_add(kir.index_mul(block, lanes), start)
@@ -353,6 +578,7 @@ class _Scheduler:
             for stmt in loop.body
         ]
         main = Loop(block, 0, blocks, copies)
-        if start + blocks * lanes == stop:
+        rest = kir.index_add(kir.index_mul(blocks, lanes), start)
+        if rest is stop:
             return [main]
-        return [main, Loop(loop.var, start + blocks * lanes, stop, loop.body)]
+        return [main, Loop(loop.var, rest, stop, loop.body)]

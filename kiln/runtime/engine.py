@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import weakref
+from typing import NamedTuple, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -37,6 +38,23 @@ ENTRY_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 class UnresolvedSymbolError(RuntimeError):
     """Generated code needs a symbol that nothing in the process provides."""
+
+
+class _Unit(NamedTuple):
+    """A program emitted as LLVM IR, before optimization: its key names its content."""
+
+    program: kir.Program
+    key: str
+    symbol: str
+    unoptimized: str
+    pipeline: str
+
+
+def _group_key(keys: Sequence[str]) -> str:
+    """The disk cache key of programs compiled together (a lone program's own key)."""
+    if len(keys) == 1:
+        return keys[0]
+    return hashlib.sha256(" ".join(keys).encode()).hexdigest()
 
 
 class _Library:
@@ -151,15 +169,15 @@ def _as_buffer(value, buffer: kir.Buffer) -> np.ndarray:
 # --- the process's symbols ---------------------------------------------------------------------
 
 _SYMBOLS_LOCK = threading.Lock()
-_symbols_ready = False
+_libraries_ready = False
 _support_library: _Library | None = None
 
 
 def _load_process_symbols() -> None:
-    """Make libm/libc and kiln's builtins visible to the linker (once per process)."""
-    global _symbols_ready, _support_library
+    """Make libm/libc visible to the linker (once per process)."""
+    global _libraries_ready
     with _SYMBOLS_LOCK:
-        if _symbols_ready:
+        if _libraries_ready:
             return
         if sys.platform.startswith("linux"):
             for name in ("m", "c"):
@@ -168,6 +186,18 @@ def _load_process_symbols() -> None:
                     llvm.load_library_permanently(path)
                 except RuntimeError:
                     pass
+        _libraries_ready = True
+
+
+def _load_builtins() -> None:
+    """Compile kiln's builtins and make them visible to the linker (once per process, when
+    the first object that calls one is loaded: most programs call none, and compiling them
+    took a tenth of a small program's first call)."""
+    global _support_library
+    _load_process_symbols()
+    with _SYMBOLS_LOCK:
+        if _support_library is not None:
+            return
         baseline = target.make_target(support.SUPPORT_CPU)
         module = llvm.parse_assembly(
             str(support.support_module(baseline.triple, baseline.data_layout))
@@ -179,18 +209,19 @@ def _load_process_symbols() -> None:
         needed = objects.undefined_symbols(object_bytes)
         if needed:
             raise UnresolvedSymbolError(f"kiln's builtins themselves need {needed}")
-        _support_library = _Library(object_bytes, baseline)  # (needs nothing: checked above)
+        library = _Library(object_bytes, baseline)  # (needs nothing: checked above)
         for name in support.BUILTINS:
-            llvm.add_symbol(name, _support_library.address(name))
-        _symbols_ready = True
+            llvm.add_symbol(name, library.address(name))
+        _support_library = library
 
 
 def unresolved_symbols(object_bytes: bytes) -> list[str]:
     """The external symbols of an object that nothing in the process provides."""
     _load_process_symbols()
-    return [
-        name for name in objects.undefined_symbols(object_bytes) if not llvm.address_of_symbol(name)
-    ]
+    needed = objects.undefined_symbols(object_bytes)
+    if any(name in support.BUILTINS for name in needed):
+        _load_builtins()
+    return [name for name in needed if not llvm.address_of_symbol(name)]
 
 
 def load_object(object_bytes: bytes, target_: target.Target, what: str = "an object"):
@@ -227,12 +258,19 @@ class _Optimizer:
         self._worker_jobs = 0
 
     def optimize(
-        self, ir_text: str, target_: target.Target, machine: llvm.TargetMachine
+        self,
+        ir_text: str,
+        target_: target.Target,
+        machine: llvm.TargetMachine,
+        pipeline: str = "full",
     ) -> tuple[str, bytes]:
+        """(optimized IR, object file) of a module's text through one of
+        llvm_pipeline.PIPELINES; the worker runs the full one only (which computes the same
+        values, faster)."""
         with self._lock:
             if self.in_process < config.llvm_in_process_compiles:
                 self.in_process += 1
-                return llvm_pipeline.optimize_to_object(ir_text, machine)
+                return llvm_pipeline.optimize_to_object(ir_text, machine, pipeline)
             self.in_worker += 1
             return self._in_worker(ir_text, target_)
 
@@ -295,66 +333,109 @@ class Engine:
         self._lock = threading.RLock()
         # Used for optimizing, emitting objects and printing assembly; never given to a JIT.
         self._machine = target_.create_machine()
+        self._quick_machine = llvm_pipeline.create_machine(
+            target_.triple, target_.cpu_name, target_.features, opt=0
+        )
         self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = (
             weakref.WeakValueDictionary()
         )
         self.disk_cache = cache
+        #: programs asked for, of which reused (loaded already); LLVM modules compiled
+        self.stats = {"programs": 0, "reused": 0, "modules": 0}
 
     def compile(self, program: kir.Program, verify: bool = True) -> NativeProgram:
         """Verify, emit, optimize and load a program; identical programs share one result."""
+        return self.compile_many([program], verify)[0]
+
+    def compile_many(
+        self,
+        programs: Sequence[kir.Program],
+        verify: bool = True,
+        pipelines: Sequence[str] | None = None,
+    ) -> list[NativeProgram]:
+        """Compile several programs as one LLVM module with one entry each (one optimizer run,
+        one object file, one load); a program compiled before and still loaded is reused, and
+        identical programs share one result. pipelines[i] names the optimization pipeline of
+        programs[i] (llvm_pipeline.PIPELINES, default "full"): one module per pipeline."""
+        pipelines = ["full"] * len(programs) if pipelines is None else list(pipelines)
+        units = [self._emit(p, verify, q) for p, q in zip(programs, pipelines)]
+        with self._lock:
+            found = {unit.key: self._programs.get(unit.key) for unit in units}
+            missing = list({u.key: u for u in units if found[u.key] is None}.values())
+            for pipeline in llvm_pipeline.PIPELINES:
+                group_units = [unit for unit in missing if unit.pipeline == pipeline]
+                if not group_units:
+                    continue
+                group = _group_key([unit.key for unit in group_units])
+                natives = self._load_cached(group_units, group)
+                if natives is None:
+                    natives = self._compile_fresh(group_units, group)
+                for unit, native in zip(group_units, natives):
+                    found[unit.key] = self._programs[unit.key] = native
+            self.stats["programs"] += len(units)
+            self.stats["reused"] += len(units) - len(missing)
+            return [found[unit.key] for unit in units]
+
+    def _emit(self, program: kir.Program, verify: bool, pipeline: str = "full") -> "_Unit":
         if verify:
             kir.verify_program(program)
         with target.compiling_for(self.target):
             unoptimized = str(emit.emit_program(program))
-        key = hashlib.sha256((unoptimized + self.target.cache_tag).encode()).hexdigest()
-        symbol = f"kiln_{program.name}_{key[:20]}"
-        with self._lock:
-            native = self._programs.get(key)
-            if native is None:
-                native = self._load_cached(program, key, symbol, unoptimized)
-                if native is None:
-                    native = self._compile_fresh(program, key, symbol, unoptimized)
-                self._programs[key] = native
-            return native
+        tag = self.target.cache_tag + ("" if pipeline == "full" else f" {pipeline}")
+        key = hashlib.sha256((unoptimized + tag).encode()).hexdigest()
+        return _Unit(program, key, f"kiln_{program.name}_{key[:20]}", unoptimized, pipeline)
 
-    def _compile_fresh(self, program, key, symbol, unoptimized) -> NativeProgram:
-        module = llvm.parse_assembly(unoptimized)
-        module.name = key
-        for function in module.functions:
-            if function.name == emit.ENTRY_NAME:
-                function.name = symbol
-            elif not function.is_declaration:
-                function.linkage = "internal"  # helpers never clash across modules
-        for variable in module.global_variables:
-            # (llvm.* globals such as llvm.compiler.used have fixed linkage)
-            if not variable.is_declaration and not variable.name.startswith("llvm."):
-                variable.linkage = "internal"
-        optimized, object_bytes = _optimizer.optimize(str(module), self.target, self._machine)
-        native = self._link(program, symbol, object_bytes, unoptimized, optimized)
+    def _compile_fresh(self, units: list["_Unit"], group: str) -> list[NativeProgram]:
+        module = None
+        for unit in units:
+            part = llvm.parse_assembly(unit.unoptimized)
+            for function in part.functions:
+                if function.name == emit.ENTRY_NAME:
+                    function.name = unit.symbol
+                elif not function.is_declaration:
+                    function.linkage = "internal"  # helpers never clash across modules
+            for variable in part.global_variables:
+                # (llvm.* globals such as llvm.compiler.used have fixed linkage)
+                if not variable.is_declaration and not variable.name.startswith("llvm."):
+                    variable.linkage = "internal"
+            if module is None:
+                module = part
+            else:
+                module.link_in(part)  # (the linker renames clashing internal names)
+        module.name = group
+        pipeline = units[0].pipeline
+        machine = self._quick_machine if pipeline == "quick" else self._machine
+        optimized, object_bytes = _optimizer.optimize(str(module), self.target, machine, pipeline)
+        self.stats["modules"] += 1
+        natives = self._link(units, object_bytes, optimized)
         if self.disk_cache is not None:
-            self.disk_cache.store(key, object_bytes, optimized)
-        return native
+            self.disk_cache.store(group, object_bytes, optimized)
+        return natives
 
-    def _load_cached(self, program, key, symbol, unoptimized) -> NativeProgram | None:
+    def _load_cached(self, units: list["_Unit"], group: str) -> list[NativeProgram] | None:
         if self.disk_cache is None:
             return None
-        entry = self.disk_cache.load(key)
+        entry = self.disk_cache.load(group)
         if entry is None:
             return None
         object_bytes, optimized = entry
         try:
-            return self._link(program, symbol, object_bytes, unoptimized, optimized)
+            return self._link(units, object_bytes, optimized)
         except (UnresolvedSymbolError, objects.ObjectFormatError) as err:
             logger.warning(
                 "kiln: the disk cache entry for %s did not load (%s); recompiling",
-                program.name,
+                ", ".join(unit.program.name for unit in units),
                 err,
             )
             return None
 
-    def _link(self, program, symbol, object_bytes, unoptimized, optimized) -> NativeProgram:
-        library = load_object(object_bytes, self.target, program.name)
-        return NativeProgram(program, symbol, library, unoptimized, optimized, self)
+    def _link(self, units: list["_Unit"], object_bytes, optimized) -> list[NativeProgram]:
+        what = units[0].program.name + (f" and {len(units) - 1} more" if len(units) > 1 else "")
+        library = load_object(object_bytes, self.target, what)
+        return [
+            NativeProgram(unit.program, unit.symbol, library, unit.unoptimized, optimized, self)
+            for unit in units
+        ]
 
     def assembly(self, llvm_ir: str) -> str:
         """Assembly of a module's text for this engine's target."""
@@ -407,6 +488,27 @@ def engine() -> Engine:
 def compile_program(program: kir.Program, verify: bool = True) -> NativeProgram:
     """Compile a kernel IR program to native code for the current target."""
     return engine().compile(program, verify=verify)
+
+
+def compile_programs(
+    programs: Sequence[kir.Program],
+    verify: bool = True,
+    pipelines: Sequence[str] | None = None,
+) -> list[NativeProgram]:
+    """Compile kernel IR programs together, as one LLVM module per pipeline with an entry for
+    each program, for the current target (see Engine.compile_many)."""
+    return engine().compile_many(programs, verify=verify, pipelines=pipelines)
+
+
+def compile_stats() -> dict:
+    """Counters of every engine in this process (summed): programs asked for, programs
+    reused from earlier compilations, LLVM modules compiled."""
+    total = {"programs": 0, "reused": 0, "modules": 0}
+    with _ENGINE_LOCK:
+        for found in _ENGINES.values():
+            for name, value in found.stats.items():
+                total[name] += value
+    return total
 
 
 def disk_cache_stats() -> dict:

@@ -9,13 +9,15 @@ generated call, and kiln/runtime/native_call.py holds what that call needs per r
 
 from __future__ import annotations
 
+import mmap
 import sys
 import threading
+import weakref
 from typing import Sequence
 
 import numpy as np
 
-from kiln.compiler import fusion, kir, kir_rewrite, kir_schedule
+from kiln.compiler import fusion, kir, kir_rewrite
 from kiln.config import config
 from kiln.runtime import engine
 from kiln.runtime.native_call import data_address, thread_pool
@@ -31,59 +33,118 @@ CHUNK_ALIGN = 64
 #: MIN_CHUNK_WORK, so that a thread slowed by other work leaves its share to the others.
 CHUNKS_PER_THREAD = 4
 MIN_CHUNK_WORK = 1 << 17
+#: Kernels with less work than this (a few microseconds) compile with LLVM's quick pipeline
+#: (no vectorization, fast instruction selection: a fifth of the compile time); the others
+#: with the lean one (vectorized, not unrolled or interleaved: two thirds of the full O3
+#: pipeline's time, and kernels ran as fast with it, memory-bound or not), except large
+#: column reductions (see _plan_parallel).
+QUICK_MAX_WORK = 1 << 14
+#: The temps a parallel segment keeps are mapped in advance from this size on.
+PREFAULT_MIN_BYTES = 1 << 22
 
 
 # --- native segments -------------------------------------------------------------------------
 
 
-def _compile(program: kir.Program):
-    native = engine.compile_program(program)
+_local = threading.local()
+
+
+def _pending() -> list:
+    """This thread's segments built but not compiled yet (weak references)."""
+    pending = getattr(_local, "segments", None)
+    if pending is None:
+        pending = _local.segments = []
+    return pending
+
+
+def _compile_pending(needed: "NativeSegment") -> None:
+    """Compile every segment this thread has pending, `needed` among them, as one module.
+
+    If that fails, each compiles alone, so that an error stays with the segment it concerns
+    (and surfaces when that segment's entry is asked for)."""
+    pending = _pending()
+    segments = [s for s in (ref() for ref in pending) if s is not None and s._compiled is None]
+    pending.clear()
+    if needed not in segments:
+        segments.append(needed)
+    try:
+        natives = _compile_many(
+            [p for s in segments for p in s._programs], [q for s in segments for q in s._pipelines]
+        )
+    except Exception:  # noqa: BLE001 - retried one segment at a time, which raises its own
+        for segment in segments:
+            try:
+                segment._compiled = _compile_many(segment._programs, segment._pipelines)
+            except Exception as err:  # noqa: BLE001 - kept for whoever needs this entry
+                segment._error = err
+        return
+    for segment in segments:
+        count = len(segment._programs)
+        segment._compiled, natives = natives[:count], natives[count:]
+
+
+def _pipeline(work: int) -> str:
+    """The LLVM pipeline for a kernel (or a whole segment) of this much work."""
+    return "quick" if work < QUICK_MAX_WORK else "lean"
+
+
+def _compile_many(programs: list[kir.Program], pipelines: list[str]) -> list:
+    """Compile programs together (one LLVM module per pipeline); dump them if asked."""
+    natives = engine.compile_programs(programs, pipelines=pipelines)
     if config.dump & {"kir", "llvm", "asm"}:
         out = sys.stderr
-        if "kir" in config.dump:
-            print(f"--- kiln: kernel IR of {program.name} ---\n{program}", file=out)
-        if "llvm" in config.dump:
-            print(
-                f"--- kiln: LLVM IR of {program.name} ---\n"
-                f"{native.llvm_ir or native.unoptimized_ir}",
-                file=out,
-            )
-        if "asm" in config.dump:
-            print(f"--- kiln: assembly of {program.name} ---\n{native.asm}", file=out)
-    return native
+        for program, native in zip(programs, natives):
+            if "kir" in config.dump:
+                print(f"--- kiln: kernel IR of {program.name} ---\n{program}", file=out)
+            if "llvm" in config.dump:
+                print(
+                    f"--- kiln: LLVM IR of {program.name} ---\n"
+                    f"{native.llvm_ir or native.unoptimized_ir}",
+                    file=out,
+                )
+            if "asm" in config.dump:
+                print(f"--- kiln: assembly of {program.name} ---\n{native.asm}", file=out)
+    return natives
 
 
 class _Step:
     """One kernel of a parallel segment: its entries and the buffers its table holds.
 
-    Split kernels come in two forms. Usually one entry reads its chunk's loop bounds from a
-    small int64 buffer (the first table slot), so a kernel compiles once however it is split.
-    A kernel whose split loop kir_schedule rewrites (a column reduction, which needs constant
-    bounds) compiles one entry per chunk instead."""
+    A split kernel's entry reads its chunk's loop bounds from a small int64 buffer (the first
+    table slot): bounds holds one (start, stop) row per chunk, and chunk_entries which entry
+    runs each chunk (None: the first)."""
 
-    def __init__(self, entries: list, buffers: list, bounds: np.ndarray | None = None):
+    def __init__(
+        self,
+        entries: list,
+        buffers: list,
+        bounds: np.ndarray | None = None,
+        chunk_entries: list[int] | None = None,
+    ):
         self.entries = entries
         self.buffers = buffers
         self.bounds = bounds
+        self.chunk_entries = chunk_entries
         if bounds is not None:
             self.bound_addresses = data_address(bounds) + np.arange(len(bounds)) * 16
 
     @property
     def chunks(self) -> int:
-        return len(self.bounds) if self.bounds is not None else len(self.entries)
+        return len(self.bounds) if self.bounds is not None else 1
 
     def tasks(self, addresses: dict, keep: list) -> list:
         values = [addresses[b] for b in self.buffers]
         if self.bounds is None:
             table = np.array(values or [0], dtype=np.int64)
             keep.append(table)
-            return [(entry, data_address(table)) for entry in self.entries]
+            return [(self.entries[0], data_address(table))]
         table = np.empty((len(self.bounds), 1 + len(values)), dtype=np.int64)
         table[:, 0] = self.bound_addresses
         table[:, 1:] = values
         keep.append(table)
         base, stride = data_address(table), table.strides[0]
-        return [(self.entries[0], base + c * stride) for c in range(len(self.bounds))]
+        which = self.chunk_entries or [0] * len(self.bounds)
+        return [(self.entries[which[c]], base + c * stride) for c in range(len(self.bounds))]
 
 
 class NativeSegment:
@@ -99,23 +160,67 @@ class NativeSegment:
         self.work = [fusion.kernel_work(group.kernel) for group in plan.kernels]
         self.parallel = threads > 1 and any(w >= PARALLEL_MIN_WORK for w in self.work)
         self.threads = threads
+        self._compiled: list | None = None
+        self._error: BaseException | None = None
         if not self.parallel:
-            self.native = _compile(self.program)
+            self._programs = [self.program]
+            self._pipelines = [_pipeline(max(self.work, default=0))]
             self.table = np.zeros(max(len(self.program.arguments), 1), dtype=np.int64)
             self.table_address = data_address(self.table)
-            self.entry = self.native.entry
             # slot of each input/output buffer in the entry's address table
             self.slots = {b: n for n, b in enumerate(self.program.arguments)}
         else:
-            self._build_parallel()
+            self._plan_parallel()
+        _pending().append(weakref.ref(self))
 
-    # The parallel form: every kernel is its own program (the temps become its arguments).
-    def _build_parallel(self) -> None:
+    # Compilation waits until something needs an entry, so that every segment of a program
+    # (all built before the program's call path is generated) compiles as one LLVM module.
+    def _natives(self) -> list:
+        if self._compiled is None and self._error is None:
+            _compile_pending(self)
+        if self._error is not None:
+            raise self._error
+        return self._compiled
+
+    @property
+    def native(self):
+        """The compiled program of a segment that runs as one entry."""
+        return self._natives()[0]
+
+    @property
+    def entry(self):
+        """The native entry of a segment that runs as one entry: entry(address table)."""
+        return self._natives()[0].entry
+
+    @property
+    def steps(self) -> list["_Step"]:
+        """The kernels of a parallel segment in order, each with its compiled entry."""
+        if self._steps is None:
+            natives = iter(self._natives())
+            self._steps = []
+            for originals, table, chunk_entries, count in self._layouts:
+                entries = [next(natives).entry for _ in range(count)]
+                self._steps.append(_Step(entries, originals, table, chunk_entries))
+        return self._steps
+
+    @property
+    def run_parallel(self):
+        """run(input_addresses, outputs) of a parallel segment (compiled by now)."""
+        self.steps  # noqa: B018 - compiles, so that errors surface while the program is built
+        return self._run_parallel
+
+    # The parallel form: every kernel is its own program (the temps become its arguments), and
+    # all of them compile together, as one LLVM module with one entry per kernel.
+    def _plan_parallel(self) -> None:
         plan = self.plan
-        self.steps: list[_Step] = []
         self.temp_buffers = [plan.buffers[v] for v in plan.temps]
         self._temp_cache: list | None = None
         self._temp_lock = threading.Lock()
+        self._steps: list[_Step] | None = None
+        self._programs: list[kir.Program] = []
+        self._pipelines: list[str] = []
+        #: per kernel: buffers, chunk bounds, entry of each chunk, number of programs
+        self._layouts: list[tuple] = []
         for group, work in zip(plan.kernels, self.work):
             stored = set(kir.stored_buffers(group.kernel.body))
             local = set(group.local_buffers)
@@ -135,32 +240,40 @@ class NativeSegment:
             split = self._split(group, work)
             if split is None:
                 kernel = _with_buffers(group.kernel, renamed)
-                entry = _compile(kir.Program(name, arguments + temps, [kernel])).entry
-                self.steps.append(_Step([entry], originals))
+                self._programs.append(kir.Program(name, arguments + temps, [kernel]))
+                self._pipelines.append(_pipeline(work))
+                self._layouts.append((originals, None, None, 1))
                 continue
+            # A split kernel reads its chunk's loop bounds from a small int64 buffer (the
+            # first table slot), so it compiles once however it is split. A rank-1 kernel (a
+            # column reduction, which kir_schedule rewrites) compiles once per chunk width
+            # instead (one or two), its chunk [start, start + width): a constant trip count
+            # keeps the rewritten loops as fast as whole ones.
             dim, edges = split
             extent = group.shape[dim]
             bounds = kir.Buffer(f"{group.kernel.name}_bounds", np.int64, (2,))
-            runtime = {
-                dim: (
-                    kir.clamp(kir.Load(bounds, kir.as_index(0)), 0, extent),
-                    kir.clamp(kir.Load(bounds, kir.as_index(1)), 0, extent),
+            table = np.array(list(zip(edges, edges[1:])), dtype=np.int64)
+            first = kir.Load(bounds, kir.as_index(0))
+            if len(group.shape) == 1:
+                widths = sorted({hi - lo for lo, hi in zip(edges, edges[1:])})
+                ranges = [(kir.clamp(first, 0, extent - w), w, f"{name}_width{w}") for w in widths]
+                chunk_entries = [widths.index(hi - lo) for lo, hi in zip(edges, edges[1:])]
+            else:
+                last = kir.clamp(kir.Load(bounds, kir.as_index(1)), 0, extent)
+                ranges = [(kir.clamp(first, 0, extent), last, name)]
+                chunk_entries = None
+            # (The column loops kir_schedule writes run 15-20% faster unrolled: those get
+            # the full pipeline.)
+            pipeline = "full" if chunk_entries is not None else _pipeline(work)
+            for start, stop, program_name in ranges:
+                stop = kir.index_add(start, stop) if isinstance(stop, int) else stop
+                chunk = fusion.chunked_kernel(plan, group, {dim: (start, stop)})
+                kernel = _with_buffers(chunk, renamed)
+                self._programs.append(
+                    kir.Program(program_name, [bounds] + arguments + temps, [kernel])
                 )
-            }
-            kernel = _with_buffers(fusion.chunked_kernel(plan, group, runtime), renamed)
-            whole = _with_buffers(group.kernel, renamed)
-            if len(group.shape) > 1 or kir_schedule.schedule_kernel(whole) is whole:
-                program = kir.Program(name, [bounds] + arguments + temps, [kernel])
-                table = np.array(list(zip(edges, edges[1:])), dtype=np.int64)
-                self.steps.append(_Step([_compile(program).entry], originals, table))
-                continue
-            # a column reduction: its rewrite needs constant bounds, so one entry per chunk
-            entries = []
-            for c, (lo, hi) in enumerate(zip(edges, edges[1:])):
-                chunk = _with_buffers(fusion.chunked_kernel(plan, group, {dim: (lo, hi)}), renamed)
-                program = kir.Program(f"{name}_part{c}", arguments + temps, [chunk])
-                entries.append(_compile(program).entry)
-            self.steps.append(_Step(entries, originals))
+                self._pipelines.append(pipeline)
+            self._layouts.append((originals, table, chunk_entries, len(ranges)))
 
     def _split(self, group: fusion.KernelPlan, work: int):
         """(dimension, chunk edges) for a large kernel, None for one that runs whole."""
@@ -186,7 +299,7 @@ class NativeSegment:
         edges = sorted(set(edges))
         return (dim, edges) if len(edges) > 2 else None
 
-    def run_parallel(self, input_addresses: Sequence[int], outputs: Sequence[np.ndarray]) -> None:
+    def _run_parallel(self, input_addresses: Sequence[int], outputs: Sequence[np.ndarray]) -> None:
         """Run every kernel in order; each large one on the pool, chunk by chunk."""
         addresses = dict(zip([self.plan.buffers[v] for v in self.inputs], input_addresses))
         for var, array in zip(self.outputs, outputs):
@@ -196,9 +309,10 @@ class NativeSegment:
         try:
             temps = self._temp_cache if reuse else None
             if temps is None:
-                temps = [np.empty(b.shape, b.dtype) for b in self.temp_buffers]
                 if reuse:
-                    self._temp_cache = temps
+                    temps = self._temp_cache = _prefaulted(self.temp_buffers)
+                else:
+                    temps = [np.empty(b.shape, b.dtype) for b in self.temp_buffers]
             for buffer, array in zip(self.temp_buffers, temps):
                 addresses[buffer] = data_address(array)
             for step in self.steps:
@@ -227,6 +341,23 @@ class NativeSegment:
             ]
             parts.append(f"{self.threads} threads: " + ", ".join(split))
         return ", ".join(parts)
+
+
+def _prefaulted(buffers: list) -> list[np.ndarray]:
+    """Arrays for the temps a segment keeps, from one mapping whose pages the kernel maps in
+    advance (MAP_POPULATE): the first run would otherwise take a page fault per 4 KiB of
+    fresh memory, which on some machines costs as much as the kernels themselves."""
+    sizes = [-(-b.nbytes // CHUNK_ALIGN) * CHUNK_ALIGN for b in buffers]
+    populate = getattr(mmap, "MAP_POPULATE", None)
+    if populate is None or sum(sizes) < PREFAULT_MIN_BYTES:
+        return [np.empty(b.shape, b.dtype) for b in buffers]
+    region = mmap.mmap(-1, sum(sizes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    arrays, offset = [], 0
+    for buffer, size in zip(buffers, sizes):
+        array = np.frombuffer(region, buffer.dtype, buffer.size, offset).reshape(buffer.shape)
+        arrays.append(array)
+        offset += size
+    return arrays
 
 
 def _with_buffers(kernel: kir.Kernel, mapping: dict) -> kir.Kernel:

@@ -1,0 +1,300 @@
+"""Where the first call of a new program goes: kiln next to JAX on CPU, with kiln's time split
+into its phases (figures, no asserts).
+
+Run: .venv/bin/python benchmarks/bench_first_call.py [--repeat N] [--before PATH]
+JAX runs in a separate interpreter: this one if it imports jax, else $KILN_BENCH_JAX_PYTHON
+(e.g. /tmp/jaxvenv/bin/python), else it is left out. --before PATH also measures the kiln
+checkout at PATH (say, a copy of the tree without a change), so that before/after ratios come
+from one run.
+
+Each figure is one first call of a freshly jitted function (trace, optimize, compile, run) in
+a fresh process, the median of --repeat processes. The workloads:
+  * layernorm + softmax on 4096x1024 float32, forward: softmax(layernorm(x) * g + b);
+  * its gradient: jit(grad(sum(softmax(layernorm(x) * g + b) * t), argnums=(0, 1, 2)));
+  * an MLP 784-512-512-10 on a batch of 128: value_and_grad of softmax cross-entropy and an
+    SGD update in one jit;
+  * one transformer block (d_model 64, 4 heads, seq 64, batch 8, causal attention, pre-layernorm,
+    gelu MLP of width 256): jit(value_and_grad) of the mean square of its output w.r.t. every
+    parameter.
+kiln's phases, timed by wrapping the functions that do them: trace (jaxpr staging), passes
+(the jaxpr pipeline), fusion (partition, lowering to kernel IR, fusion planning), emit (kernel
+IR verification, scheduling and emission as LLVM IR), LLVM optimize, object emission (with
+parsing and printing the module), load (symbol check and linking); "run + rest" is the
+remainder: the first run (fresh memory faulted in), argument conversion, the generated call
+path and the rest of the build.
+The machine is shared and noisy: compare figures from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _harness import result_row  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+WORKLOADS = ("layernorm_softmax", "layernorm_softmax_grad", "mlp_step", "transformer_block")
+TITLES = {
+    "layernorm_softmax": "layernorm+softmax 4096x1024",
+    "layernorm_softmax_grad": "layernorm+softmax grad 4096x1024",
+    "mlp_step": "MLP 784-512-512-10 b128 v&g+SGD",
+    "transformer_block": "transformer block d64 T64 B8 v&g",
+}
+PHASES = ("trace", "passes", "fusion", "emit", "optimize", "object", "load")
+
+# The programs, written once against numpy-like namespaces, the phase timers and the timed call.
+_PROGRAM = r"""
+import collections, json, math, sys, time
+import numpy as np
+
+system, workload = sys.argv[1], sys.argv[2]
+phases = collections.Counter()
+
+def timed(owner, name, phase):
+    original = getattr(owner, name, None)
+    if original is None:
+        return
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            phases[phase] += time.perf_counter() - start
+    setattr(owner, name, wrapper)
+
+if system == "kiln":
+    import kiln, kiln.numpy as jnp
+    from kiln import lax
+    from kiln.codegen.llvm import emit, llvm_pipeline
+    from kiln.compiler import fusion, pipeline
+    from kiln.runtime import engine, native
+    from kiln.transforms import jit as jit_module
+    timed(jit_module, "trace_to_jaxpr", "trace")
+    timed(pipeline, "optimize", "passes")
+    timed(fusion, "partition", "fusion")
+    timed(fusion, "plan_segment", "fusion")
+    from kiln.compiler import kir
+    timed(kir, "verify_program", "emit")
+    timed(emit, "emit_program", "emit")
+    timed(llvm_pipeline, "optimize", "optimize")
+    timed(llvm_pipeline, "optimize_to_object", "llvm")
+    timed(engine, "load_object", "load")
+    jit, grad, value_and_grad = kiln.jit, kiln.grad, kiln.value_and_grad
+    block = kiln.block_until_ready
+    tree_map, stop_gradient = kiln.tree_util.tree_map, lax.stop_gradient
+else:
+    import jax, jax.numpy as jnp
+    jax.config.update("jax_platforms", "cpu")
+    jit, grad, value_and_grad, block = jax.jit, jax.grad, jax.value_and_grad, jax.block_until_ready
+    tree_map, stop_gradient, lax = jax.tree_util.tree_map, jax.lax.stop_gradient, jax.lax
+
+def softmax(z):
+    z = z - stop_gradient(jnp.max(z, axis=-1, keepdims=True))
+    e = jnp.exp(z)
+    return e / jnp.sum(e, axis=-1, keepdims=True)
+
+def log_softmax(z):
+    z = z - stop_gradient(jnp.max(z, axis=-1, keepdims=True))
+    return z - jnp.log(jnp.sum(jnp.exp(z), axis=-1, keepdims=True))
+
+def layernorm(x, g=1.0, b=0.0, eps=1e-5):
+    c = x - jnp.mean(x, axis=-1, keepdims=True)
+    return c * lax.rsqrt(jnp.mean(c * c, axis=-1, keepdims=True) + eps) * g + b
+
+def gelu(x):
+    return 0.5 * x * (1.0 + jnp.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+rng = np.random.default_rng(0)
+
+def normal(*shape, scale=1.0):
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+def layernorm_softmax():
+    def forward(x, g, b):
+        return softmax(layernorm(x) * g + b)
+    x = normal(4096, 1024)
+    return jit(forward), (x, 1.0 + normal(1024, scale=0.1), normal(1024, scale=0.1))
+
+def layernorm_softmax_grad():
+    def loss(x, g, b, t):
+        return jnp.sum(softmax(layernorm(x) * g + b) * t)
+    args = (normal(4096, 1024), 1.0 + normal(1024, scale=0.1), normal(1024, scale=0.1),
+            normal(4096, 1024))
+    return jit(grad(loss, argnums=(0, 1, 2))), args
+
+def mlp_step():
+    sizes = (784, 512, 512, 10)
+    params = [(normal(m, n, scale=1 / math.sqrt(m)), np.zeros(n, np.float32))
+              for m, n in zip(sizes[:-1], sizes[1:])]
+    def loss(params, x, y):
+        for w, b in params[:-1]:
+            x = jnp.maximum(x @ w + b, 0.0)
+        w, b = params[-1]
+        return -jnp.mean(jnp.sum(log_softmax(x @ w + b) * y, axis=-1))
+    def step(params, x, y):
+        value, grads = value_and_grad(loss)(params, x, y)
+        return value, tree_map(lambda p, g: p - 0.01 * g, params, grads)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
+    return jit(step), (params, normal(128, 784), y)
+
+def transformer_block(heads=4, d=64, t=64, batch=8):
+    def block(p, x):
+        size = d // heads
+        h = layernorm(x, p["g1"], p["b1"])
+        qkv = h @ p["wqkv"]
+        def split(z):
+            return jnp.transpose(jnp.reshape(z, (batch, t, heads, size)), (0, 2, 1, 3))
+        q, k, v = split(qkv[..., :d]), split(qkv[..., d:2 * d]), split(qkv[..., 2 * d:])
+        s = (q @ jnp.swapaxes(k, -1, -2)) / math.sqrt(size)
+        s = jnp.where(jnp.tril(jnp.ones((t, t), dtype=bool)), s, -1e9)
+        o = jnp.reshape(jnp.transpose(softmax(s) @ v, (0, 2, 1, 3)), (batch, t, d))
+        x = x + o @ p["wo"]
+        h = layernorm(x, p["g2"], p["b2"])
+        return x + gelu(h @ p["w1"] + p["c1"]) @ p["w2"] + p["c2"]
+    def loss(p, x):
+        return jnp.mean(block(p, x) ** 2)
+    p = {"g1": np.ones(d, np.float32), "b1": np.zeros(d, np.float32),
+         "g2": np.ones(d, np.float32), "b2": np.zeros(d, np.float32),
+         "wqkv": normal(d, 3 * d, scale=d ** -0.5), "wo": normal(d, d, scale=d ** -0.5),
+         "w1": normal(d, 4 * d, scale=d ** -0.5), "c1": np.zeros(4 * d, np.float32),
+         "w2": normal(4 * d, d, scale=(4 * d) ** -0.5), "c2": np.zeros(d, np.float32)}
+    return jit(value_and_grad(loss)), (p, normal(batch, t, d))
+
+fn, args = globals()[workload]()
+start = time.perf_counter()
+block(fn(*args))
+first = time.perf_counter() - start
+start = time.perf_counter()
+block(fn(*args))
+second = time.perf_counter() - start
+result = {"first": first, "second": second}
+if system == "kiln":
+    phases["object"] = max(phases.pop("llvm", 0.0) - phases["optimize"], 0.0)
+    result["phases"] = dict(phases)
+    stats = getattr(engine, "compile_stats", None)
+    result["modules"] = stats()["modules"] if stats else None
+print(json.dumps(result))
+"""
+
+
+def jax_python() -> str | None:
+    if importlib.util.find_spec("jax") is not None:
+        return sys.executable
+    candidate = os.environ.get("KILN_BENCH_JAX_PYTHON")
+    return candidate if candidate and pathlib.Path(candidate).exists() else None
+
+
+def run_one(python: str, system: str, workload: str, root: pathlib.Path) -> dict | None:
+    """One first call in a fresh interpreter; None if it failed."""
+    inherited = os.environ.get("PYTHONPATH", "")
+    path = os.pathsep.join(filter(None, [str(root), inherited])) if system == "kiln" else inherited
+    env = dict(os.environ, PYTHONPATH=path)
+    try:
+        done = subprocess.run(
+            [python, "-c", _PROGRAM, system, workload],
+            env=env,
+            cwd=str(root),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode != 0:
+        print(f"  ({system} {workload} failed: {done.stderr.strip().splitlines()[-1:]})")
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def median_run(python: str, system: str, workload: str, root: pathlib.Path, repeat: int):
+    """The run with the median first call of `repeat` fresh processes."""
+    runs = [r for r in (run_one(python, system, workload, root) for _ in range(repeat)) if r]
+    if not runs:
+        return None
+    runs.sort(key=lambda r: r["first"])
+    return runs[(len(runs) - 1) // 2]
+
+
+def _seconds(value: float | None) -> str:
+    return f"{value:8.3f} s" if value is not None else f"{'n/a':>10s}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:8.2f}x" if a and b else f"{'n/a':>9s}"
+
+
+def main(quick: bool = False, repeat: int | None = None, before: str | None = None) -> list[dict]:
+    repeat = repeat or (1 if quick else 3)
+    jax_py = jax_python()
+    before_root = pathlib.Path(before).resolve() if before else None
+    print(f"first call of a fresh jit (trace + compile + run), median of {repeat} processes")
+    if jax_py is None:
+        print("(JAX not available: set KILN_BENCH_JAX_PYTHON)")
+    results = {}
+    for workload in WORKLOADS:
+        # kiln's runs first, then JAX's, so that their worker threads never compete.
+        kiln_run = median_run(sys.executable, "kiln", workload, ROOT, repeat)
+        before_run = (
+            median_run(sys.executable, "kiln", workload, before_root, repeat)
+            if before_root
+            else None
+        )
+        jax_run = median_run(jax_py, "jax", workload, ROOT, repeat) if jax_py else None
+        results[workload] = (kiln_run, before_run, jax_run)
+
+    header = f"{'workload':36s}{'kiln':>10s}{'jax':>10s}{'kiln/jax':>9s}"
+    if before_root:
+        header += f"{'before':>10s}{'before/jax':>11s}{'after/before':>13s}"
+    print("\n" + header)
+    print("-" * len(header))
+    report = []
+    for workload, (kiln_run, before_run, jax_run) in results.items():
+        k = kiln_run and kiln_run["first"]
+        j = jax_run and jax_run["first"]
+        line = f"{TITLES[workload]:36s}{_seconds(k)}{_seconds(j)}{_ratio(k, j)}"
+        b = before_run and before_run["first"]
+        if before_root:
+            line += f"{_seconds(b)}  {_ratio(b, j)}    {_ratio(k, b)}"
+        print(line)
+        note = ""
+        if kiln_run:
+            phases = kiln_run["phases"]
+            note = ", ".join(f"{name} {phases.get(name, 0.0) * 1e3:.0f} ms" for name in PHASES)
+        report.append(result_row(f"first call: {TITLES[workload]}", k, None, j, note=note))
+
+    print("\nkiln's first call by phase (ms; 'run + rest' = first call - phases)")
+    header = f"{'workload':36s}" + "".join(f"{p:>9s}" for p in PHASES) + f"{'run+rest':>10s}"
+    header += f"{'modules':>9s}"
+    print(header)
+    print("-" * len(header))
+    for workload, runs in results.items():
+        for label, run in (("", runs[0]), (" (before)", runs[1])):
+            if not run:
+                continue
+            phases = run["phases"]
+            rest = run["first"] - sum(phases.values())
+            line = f"{(TITLES[workload] + label)[:36]:36s}"
+            line += "".join(f"{phases.get(p, 0.0) * 1e3:9.0f}" for p in PHASES)
+            modules = run.get("modules")
+            line += f"{rest * 1e3:10.0f}{modules if modules is not None else '?':>9}"
+            print(line)
+    return report
+
+
+def report_rows(quick: bool = False) -> list[dict]:
+    """The measured rows in the combined report's format; `quick` runs each process once."""
+    return main(quick)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=None, help="fresh processes per figure")
+    parser.add_argument("--before", default=None, help="another kiln checkout to measure too")
+    options = parser.parse_args()
+    main(repeat=options.repeat, before=options.before)

@@ -1,0 +1,339 @@
+"""What keeps a first call cheap stays correct: column reductions split into chunks compile
+once per chunk width (an entry reading its chunk's start at run time), in one module, and
+every chunk adds its own columns; the
+kernels of a program compile as one LLVM module per pipeline, whose entries all load and run,
+share the disk cache and are reused by later programs; nested reductions and loop nests over
+adjacent axes merge into one loop; every pipeline computes what the interpreter computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln import lax
+from kiln.codegen.llvm import llvm_pipeline, target
+from kiln.compiler import kir, kir_schedule
+from kiln.compiler.kir import Buffer, Kernel, Load, Loop, Program, Reduce, ReduceKind, Store, Var
+from kiln.runtime import disk_cache, engine, native_segment
+
+F32 = np.dtype(np.float32)
+
+
+def _stats() -> dict:
+    return dict(engine.compile_stats())
+
+
+def _delta(before: dict) -> dict:
+    after = engine.compile_stats()
+    return {name: after[name] - before[name] for name in after}
+
+
+def _interpreted(fun, *args):
+    return kiln.jit(fun, backend="interpret")(*args)
+
+
+# --- column reductions in chunks ------------------------------------------------------------
+
+
+def _integers(rng, shape, dtype=np.float32):
+    # Small integers: every partial sum is exact, so any order of addition gives one answer
+    # and a column added twice or skipped shows.
+    return rng.integers(-8, 9, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("columns", [1024, 1000, 77])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_chunked_column_reduction_compiles_one_module_and_is_exact(columns, dtype):
+    rows = max(native_segment.PARALLEL_MIN_WORK // columns + 1, 4096)
+    x = _integers(np.random.default_rng(columns), (rows, columns), dtype)
+    before = _stats()
+    fun = kiln.jit(lambda a: jnp.sum(a, axis=0) * 2)
+    result = np.asarray(fun(x))
+    np.testing.assert_array_equal(result, x.sum(axis=0, dtype=np.int64).astype(dtype) * 2)
+    # one entry per chunk width (one or two), all in one module
+    delta = _delta(before)
+    assert delta["programs"] <= 2 and delta["modules"] == 1
+
+
+def test_chunked_float_column_sum_is_accurate():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8192, 512)).astype(np.float32) + 100
+    result = np.asarray(kiln.jit(lambda a: jnp.sum(a, axis=0))(x))
+    exact = x.astype(np.float64).sum(axis=0)
+    np.testing.assert_allclose(result, exact, rtol=2e-6)
+
+
+def _column_program(columns: int, rows: int, strip_mined: bool = False) -> Program:
+    """out[j] = sum(x[k, j] for k) for j in [bounds[0], bounds[1]), as a chunk is compiled;
+    strip_mined: out[j] = sum(...) + max(...), which cannot accumulate in place."""
+    bounds = Buffer("bounds", np.int64, (2,))
+    x = Buffer("x", F32, (rows, columns))
+    out = Buffer("out", F32, (columns,), "output")
+    j, k = Var("j"), Var("k")
+    start = kir.clamp(Load(bounds, kir.as_index(0)), 0, columns)
+    stop = kir.clamp(Load(bounds, kir.as_index(1)), 0, columns)
+    element = Load(x, kir.index_add(kir.index_mul(k, columns), j))
+    total = Reduce(ReduceKind.SUM, k, 0, rows, element)
+    if strip_mined:
+        total = total + Reduce(ReduceKind.MAX, k, 0, rows, element)
+    kernel = Kernel("column", [Loop(j, start, stop, [Store(out, j, total)])])
+    return Program("column", [bounds, x, out], [kernel])
+
+
+def test_schedule_rewrites_column_loops_with_runtime_bounds():
+    program = _column_program(300, 64)
+    (kernel,) = program.kernels
+    scheduled = kir_schedule.schedule_kernel(kernel)
+    assert scheduled is not kernel
+    # The reduction left the loop over columns: rows are streamed into the output in place.
+    loops = [s for s in scheduled.body if isinstance(s, Loop)]
+    assert len(loops) > 1
+
+
+@pytest.mark.parametrize("strip_mined", [False, True])
+@pytest.mark.parametrize("edges", [(0, 64, 128, 300), (0, 100, 101, 300), (0, 300)])
+def test_runtime_bounded_column_chunks_cover_every_column_once(edges, strip_mined):
+    columns, rows = 300, 64
+    program = _column_program(columns, rows, strip_mined)
+    assert kir_schedule.schedule_kernel(program.kernels[0]) is not program.kernels[0]
+    native = engine.compile_program(program)
+    x = _integers(np.random.default_rng(1), (rows, columns))
+    out = np.full(columns, np.nan, np.float32)
+    for lo, hi in zip(edges, edges[1:]):
+        bounds = np.array([lo, hi], np.int64)
+        native.run(np.array([bounds.ctypes.data, x.ctypes.data, out.ctypes.data], np.uint64))
+    expected = x.sum(axis=0) + (x.max(axis=0) if strip_mined else 0)
+    np.testing.assert_array_equal(out, expected)
+
+
+# --- one module per program -------------------------------------------------------------------
+
+
+def _scaled_program(name: str, factor: float, size: int = 257) -> Program:
+    x, y = Buffer("x", F32, (size,)), Buffer("y", F32, (size,), "output")
+    i = Var("i")
+    return Program(name, [x, y], [Kernel("k", [Loop(i, 0, size, [Store(y, i, x[i] * factor)])])])
+
+
+def test_compile_many_builds_one_module_whose_entries_all_run():
+    host = engine.Engine(target.host_target())
+    programs = [_scaled_program(f"scaled_{n}", 1.5 + n) for n in range(5)]
+    natives = host.compile_many(programs)
+    assert host.stats == {"programs": 5, "reused": 0, "modules": 1}
+    x = np.arange(257, dtype=F32)
+    for n, native in enumerate(natives):
+        np.testing.assert_array_equal(native(x)[0], x * np.float32(1.5 + n))
+    # Compiled again (with one new program), the loaded ones are reused.
+    again = host.compile_many(programs[:2] + [_scaled_program("scaled_9", 10.5)])
+    assert again[:2] == natives[:2]
+    assert host.stats == {"programs": 8, "reused": 2, "modules": 2}
+    np.testing.assert_array_equal(again[2](x)[0], x * np.float32(10.5))
+
+
+def test_compile_many_shares_identical_programs():
+    host = engine.Engine(target.host_target())
+    first, second = host.compile_many([_scaled_program("same", 2.0), _scaled_program("same", 2.0)])
+    assert first is second and host.stats["modules"] == 1
+
+
+def test_one_module_per_pipeline():
+    host = engine.Engine(target.host_target())
+    programs = [_scaled_program(f"p{n}", 1.0 + n) for n in range(3)]
+    natives = host.compile_many(programs, pipelines=["quick", "lean", "full"])
+    assert host.stats["modules"] == 3
+    x = np.linspace(-3, 3, 257, dtype=F32)
+    for n, native in enumerate(natives):
+        np.testing.assert_array_equal(native(x)[0], x * np.float32(1.0 + n))
+
+
+def test_combined_module_round_trips_through_the_disk_cache(tmp_path):
+    def cached_engine():
+        host = target.host_target()
+        cache = disk_cache.DiskCache(
+            disk_cache.usable_directory(tmp_path), disk_cache.identity(host)
+        )
+        return engine.Engine(host, cache)
+
+    programs = [_scaled_program(f"cached_{n}", 0.5 + n) for n in range(3)]
+    writer = cached_engine()
+    compiled = writer.compile_many(programs)
+    assert writer.disk_cache.stats.writes == 1 and len(list(tmp_path.glob("*.kiln"))) == 1
+    reader = cached_engine()
+    loaded = reader.compile_many(programs)
+    assert reader.disk_cache.stats.hits == 1 and reader.stats["modules"] == 0
+    x = np.arange(257, dtype=F32)
+    for n, (a, b) in enumerate(zip(compiled, loaded)):
+        assert a.symbol == b.symbol
+        np.testing.assert_array_equal(b(x)[0], x * np.float32(0.5 + n))
+
+
+def test_combined_module_passes_the_symbol_check():
+    # Entries that call libm and kiln's builtins, linked from one object.
+    size = 300
+    x = Buffer("x", F32, (size,))
+    programs = []
+    operations = (kir.ScalarOp.EXP, kir.ScalarOp.LOG, kir.ScalarOp.TANH)
+    for n, operation in enumerate(operations):
+        y = Buffer("y", F32, (size,), "output")
+        i = Var("i")
+        value = kir.op(operation, x[i] * 0.5 + 2.0)
+        programs.append(
+            Program(f"math_{n}", [x, y], [Kernel("k", [Loop(i, 0, size, [Store(y, i, value)])])])
+        )
+    natives = engine.Engine(target.host_target()).compile_many(programs)
+    data = np.linspace(-2, 2, size, dtype=F32)
+    for native, reference in zip(natives, (np.exp, np.log, np.tanh)):
+        expected = reference(data.astype(np.float64) * 0.5 + 2.0)
+        np.testing.assert_allclose(native(data)[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_program_with_several_segments_compiles_one_module_per_pipeline():
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.standard_normal((64, 32), np.float32), rng.standard_normal((32, 8), np.float32)
+    x = rng.standard_normal((16, 64), np.float32)
+
+    def loss(w1, w2, x):
+        h = jnp.tanh(x @ w1 + 1.0)
+        return jnp.sum(jax_softmax(h @ w2) ** 2)
+
+    def jax_softmax(z):
+        e = jnp.exp(z - jnp.max(z, axis=-1, keepdims=True))
+        return e / jnp.sum(e, axis=-1, keepdims=True)
+
+    fun = kiln.grad(loss, argnums=(0, 1))
+    before = _stats()
+    got = kiln.jit(fun)(w1, w2, x)
+    delta = _delta(before)
+    assert delta["programs"] >= 2
+    assert delta["modules"] <= len(llvm_pipeline.PIPELINES)
+    expected = _interpreted(fun, w1, w2, x)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
+
+
+# --- merged reductions and loop nests ---------------------------------------------------------
+
+
+def _scheduled(fun, *args) -> list[Kernel]:
+    """The scheduled kernels of the native segments jit(fun) compiles."""
+    captured: list[Program] = []
+    original = engine.compile_programs
+
+    def capture(programs, verify=True, pipelines=None):
+        captured.extend(programs)
+        return original(programs, verify, pipelines)
+
+    engine.compile_programs = capture
+    try:
+        kiln.jit(fun)(*args)
+    finally:
+        engine.compile_programs = original
+    return [kir_schedule.schedule_kernel(k) for p in captured for k in p.kernels]
+
+
+def _nested_reductions(kernel: Kernel) -> int:
+    exprs = [e for s in kir.walk_stmts(kernel.body) for e in kir.stmt_exprs(s)]
+    return sum(isinstance(n, Reduce) and isinstance(n.value, Reduce) for n in kir.toposort(exprs))
+
+
+def _depth(body) -> int:
+    return max((1 + _depth(s.body) for s in body if isinstance(s, Loop)), default=0)
+
+
+def _broadcast_grad_3d(x, s):
+    return jnp.sum(jnp.tanh(x) * s)
+
+
+def _layernorm_grad_3d(x, s):
+    m = jnp.mean(x, -1, keepdims=True)
+    v = jnp.mean(jnp.square(x - m), -1, keepdims=True)
+    return jnp.sum(((x - m) * lax.rsqrt(v + 1e-5) * s) ** 2)
+
+
+@pytest.mark.parametrize("fun", [_broadcast_grad_3d, _layernorm_grad_3d])
+def test_gradient_of_a_vector_broadcast_over_3d_merges_its_reductions(fun):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((8, 32, 64)).astype(np.float32)
+    s = (1 + 0.1 * rng.standard_normal(64)).astype(np.float32)
+    grad = kiln.grad(fun, argnums=1)
+    kernels = _scheduled(grad, x, s)
+    assert kernels and all(_nested_reductions(k) == 0 for k in kernels)
+    got = np.asarray(kiln.jit(grad)(x, s))
+    np.testing.assert_allclose(got, np.asarray(_interpreted(grad, x, s)), rtol=2e-5, atol=1e-5)
+
+
+def test_merged_reduction_over_leading_axes_is_exact():
+    x = _integers(np.random.default_rng(2), (6, 7, 33))
+    got = np.asarray(kiln.jit(lambda a: jnp.sum(a, axis=(0, 1)))(x))
+    np.testing.assert_array_equal(got, x.sum(axis=(0, 1)))
+
+
+def test_reductions_over_axes_that_are_not_adjacent_stay_nested():
+    x = _integers(np.random.default_rng(4), (6, 5, 7))
+    kernels = _scheduled(lambda a: jnp.sum(a, axis=(0, 2)), x)
+    assert any(_nested_reductions(k) for k in kernels)
+    got = np.asarray(kiln.jit(lambda a: jnp.sum(a, axis=(0, 2)))(x))
+    np.testing.assert_array_equal(got, x.sum(axis=(0, 2)))
+
+
+def test_elementwise_loop_nest_merges_into_one_loop():
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((2, 8, 16, 32)).astype(np.float32)
+
+    def fun(a, b):
+        return jnp.exp(a) * b + 1.0
+
+    (kernel,) = _scheduled(fun, a, b)
+    assert _depth(kernel.body) == 1
+    expected = np.exp(a.astype(np.float64)) * b + 1
+    np.testing.assert_allclose(np.asarray(kiln.jit(fun)(a, b)), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_loop_nest_keeps_the_levels_its_body_tells_apart():
+    # The mask reads the last two loop variables: those levels stay; the two outer ones merge.
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
+    bias = rng.standard_normal(8).astype(np.float32)
+
+    def fun(a, bias):
+        return jnp.where(jnp.tril(jnp.ones((8, 8), bool)), a + bias, -1.0)
+
+    (kernel,) = _scheduled(fun, a, bias)
+    assert _depth(kernel.body) == 3
+    expected = np.where(np.tril(np.ones((8, 8), bool)), a + bias, -1.0)
+    np.testing.assert_array_equal(np.asarray(kiln.jit(fun)(a, bias)), expected)
+
+
+def test_loop_merge_unit():
+    x = Buffer("x", F32, (4, 6, 5))
+    y = Buffer("y", F32, (4, 6, 5), "output")
+    i0, i1, i2 = Var("i0"), Var("i1"), Var("i2")
+    index = kir.affine([(i0, 30), (i1, 5), (i2, 1)])
+    body = [
+        Loop(i0, 0, 4, [Loop(i1, 0, 6, [Loop(i2, 0, 5, [Store(y, index, Load(x, index) + 1.0)])])])
+    ]
+    (merged,) = kir_schedule.merge_nested_loops(body)
+    assert isinstance(merged, Loop) and merged.stop.value == 120 and _depth([merged]) == 1
+    native = engine.compile_program(Program("merged", [x, y], [Kernel("k", body)]))
+    data = np.arange(120, dtype=F32).reshape(4, 6, 5)
+    np.testing.assert_array_equal(native(data)[0], data + 1)
+
+
+# --- pipelines --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pipeline", sorted(llvm_pipeline.PIPELINES))
+def test_every_pipeline_computes_the_same_values(pipeline):
+    size = 1000
+    x = Buffer("x", F32, (size,))
+    y = Buffer("y", F32, (size,), "output")
+    i, k = Var("i"), Var("k")
+    total = Reduce(ReduceKind.SUM, k, 0, size, x[k])
+    value = kir.op(kir.ScalarOp.EXP, x[i] * 0.25) / (total + 2000.0)
+    program = Program("tiered", [x, y], [Kernel("k", [Loop(i, 0, size, [Store(y, i, value)])])])
+    (native,) = engine.Engine(target.host_target()).compile_many([program], pipelines=[pipeline])
+    data = np.linspace(-4, 4, size, dtype=F32)
+    expected = np.exp(data.astype(np.float64) * 0.25) / (data.astype(np.float64).sum() + 2000)
+    np.testing.assert_allclose(native(data)[0], expected, rtol=2e-6)
