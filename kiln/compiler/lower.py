@@ -453,6 +453,7 @@ def is_expensive(node: Expr) -> bool:
 # Importing the rule modules registers them (they import this module for the interface).
 from kiln.compiler import lowering_elementwise  # noqa: E402,F401
 from kiln.compiler import lowering_indexing  # noqa: E402,F401
+from kiln.compiler import lowering_linalg  # noqa: E402,F401
 from kiln.compiler import lowering_random  # noqa: E402,F401
 from kiln.compiler import lowering_reductions  # noqa: E402,F401
 from kiln.compiler import lowering_shape  # noqa: E402,F401
