@@ -394,3 +394,7 @@ def one_hot(x, num_classes: int, *, dtype=None, axis: int = -1):
     class_shape[axis] = num_classes
     classes = lax.broadcasted_iota(x.dtype, tuple(class_shape), axis)
     return lax.convert_element_type(jnp.equal(labels, classes), dtype)
+
+
+from kiln import nn_initializers as initializers  # noqa: E402, F401
+from kiln.nn_attention import dot_product_attention  # noqa: E402, F401
