@@ -14,7 +14,17 @@ from kiln.core.primitive import Primitive
 from kiln.primitives import base
 from kiln.primitives.elementwise import mul_p, neg_p
 
-KINDS = ["impl", "abstract_eval", "jvp", "transpose", "batching", "effects", "dce", "partial_eval"]
+KINDS = [
+    "impl",
+    "abstract_eval",
+    "jvp",
+    "transpose",
+    "batching",
+    "effects",
+    "dce",
+    "partial_eval",
+    "collective_batching",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -47,6 +47,11 @@ class Primitive:
         """vmap: `fn(args, batch_dims, **params) -> (outs, out_dims)`."""
         return rules.batching_rules.register(self)(fn)
 
+    def def_collective_batching(self, fn: Callable) -> Callable:
+        """vmap of an op that names an axis:
+        `fn(trace, args, batch_dims, **params) -> (outs, out_dims)`."""
+        return rules.collective_batching_rules.register(self)(fn)
+
     def def_partial_eval(self, fn: Callable) -> Callable:
         """Splitting a call into known and unknown parts (primitives with sub-jaxprs):
         `fn(trace, args, **params) -> out | list` (see transforms/partial_eval.py)."""

@@ -36,7 +36,12 @@ jvp_rules = RuleTable("jvp")  # f(primals, tangents, **params) -> (out, out_tang
 #                                       a tangent of None is a symbolic zero
 transpose_rules = RuleTable("transpose")  # f(cotangent, *args, **params) -> list (one per arg;
 #                                           None for an argument that is not linear)
-batching_rules = RuleTable("batching")  # f(args, batch_dims, **params) -> (outs, out_dims)
+batching_rules = RuleTable("batching")
+# f(trace, args, batch_dims, **params) -> (outs, out_dims): vmap of a primitive that names an
+# axis (psum, axis_index, ...); it sees the batch trace, to compare its axis name and size
+collective_batching_rules = RuleTable(
+    "collective_batching"
+)  # f(args, batch_dims, **params) -> (outs, out_dims)
 effects_rules = RuleTable("effects")  # f(**params) -> frozenset of effect names; an equation
 #                                         with effects is never removed, merged, folded or
 #                                         reordered
@@ -55,6 +60,7 @@ PRIMITIVE_RULE_TABLES = {
         jvp_rules,
         transpose_rules,
         batching_rules,
+        collective_batching_rules,
         effects_rules,
         dce_rules,
         partial_eval_rules,

@@ -75,7 +75,7 @@ def _reducer_collective(prim, reduce_batched, reduce_unbatched):
             outs = prim.bind(*outs, axes=rest)
         return outs, [None] * len(outs)
 
-    batching.collective_rules[prim] = rule
+    prim.def_collective_batching(rule)
 
 
 def _sum_batched(v, d):
@@ -215,7 +215,7 @@ def _axis_index_collective(trace, vals, dims, *, axes):
     return iota(np.dtype(np.int32), trace.axis_size), 0
 
 
-batching.collective_rules[axis_index_p] = _axis_index_collective
+axis_index_p.def_collective_batching(_axis_index_collective)
 
 
 def axis_index(axis_name):
@@ -263,7 +263,7 @@ def _all_gather_collective(trace, vals, dims, *, axes, axis, tiled):
     return x, None
 
 
-batching.collective_rules[all_gather_p] = _all_gather_collective
+all_gather_p.def_collective_batching(_all_gather_collective)
 
 
 def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False):
@@ -320,7 +320,7 @@ def _ppermute_collective(trace, vals, dims, *, axes, perm):
     return mul(out, mask), 0
 
 
-batching.collective_rules[ppermute_p] = _ppermute_collective
+ppermute_p.def_collective_batching(_ppermute_collective)
 
 
 def ppermute(x, axis_name, perm):

@@ -19,9 +19,6 @@ from kiln.core.avals import ShapedArray, get_aval
 from kiln.core.jaxpr import ClosedJaxpr
 from kiln.core.trace import Trace, Tracer, current_trace, leaked_tracer_error, set_current_trace
 
-#: Batching rules of primitives that name an axis: `f(trace, args, dims, **params)`.
-collective_rules: dict = {}
-
 
 class _RuleContext(threading.local):
     trace: "BatchTrace | None" = None
@@ -131,7 +128,7 @@ class BatchTrace(Trace):
             v, d = self.unpack(a)
             vals.append(v)
             dims.append(d)
-        collective = collective_rules.get(primitive)
+        collective = rules.collective_batching_rules.get(primitive)
         previous = _rule_context.trace
         _rule_context.trace = self
         with set_current_trace(self.parent), _restore_rule_context(previous):
