@@ -161,3 +161,25 @@ def test_errors():
         kiln.vmap(lambda d: d, in_axes=({"a": 0},))({"b": jnp.ones(3)})
     with pytest.raises(ValueError, match="at least one argument"):
         kiln.vmap(lambda *a: 1.0)()
+
+
+def test_derivatives_through_collectives_match_hand_computation():
+    x = jnp.array([1.0, 2.0, 3.0, 4.0])
+
+    def normalized_first(v):  # v[0] / sum(v) via psum over the named axis
+        return kiln.vmap(lambda e: e / lax.psum(e, "i"), axis_name="i")(v)[0]
+
+    # d/dv_k (v_0 / S) = [k == 0] / S - v_0 / S**2, S = 10
+    expected = -1.0 / 100 + np.array([0.1, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(kiln.grad(normalized_first)(x), expected, rtol=1e-6)
+    kiln.test_util.check_grads(normalized_first, (x,), order=2, modes=("fwd", "rev"))
+    # pmax's derivative goes to the maximum (ties split evenly); all_gather is linear
+    top = kiln.grad(lambda v: kiln.vmap(lambda e: lax.pmax(e, "i"), axis_name="i")(v)[1])
+    np.testing.assert_allclose(top(jnp.array([1.0, 5.0, 5.0, 2.0])), [0.0, 0.5, 0.5, 0.0])
+    # f(v) = sum_{i,j} v_j * v_i (row i of the gather is the whole v): df/dv_k = 2 * sum(v)
+    gathered = kiln.grad(
+        lambda v: jnp.sum(
+            kiln.vmap(lambda e: lax.all_gather(e, "i"), axis_name="i")(v) * v[:, None]
+        )
+    )
+    np.testing.assert_allclose(gathered(x), np.full(4, 2 * 10.0), rtol=1e-6)
