@@ -1,6 +1,6 @@
 """kiln: composable transformations of numerical Python programs, compiled to native code."""
 
-from kiln.config import config
+from kiln.config import config, debug_infs, debug_nans
 from kiln.api import ShapeDtypeStruct, clear_caches, make_jaxpr
 from kiln.core.array import Array
 

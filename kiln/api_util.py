@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import optree
 
+from kiln.core import dtypes
 from kiln.core.array import Array
 from kiln.core.avals import ShapedArray, get_aval
 from kiln.core.trace import Tracer
@@ -98,7 +99,7 @@ def abstractify_leaves(leaves: list, paths: list[str], fun_name: str) -> list[Sh
         if (
             isinstance(leaf, (np.ndarray, np.generic))
             and leaf.dtype.kind not in "biufc"
-            and leaf.dtype.name != "bfloat16"
+            and not dtypes.is_floating(leaf.dtype)
         ):
             raise TypeError(
                 f"Argument at path {path} of {fun_name} has dtype {leaf.dtype}, "

@@ -25,13 +25,10 @@ __all__ = [
     "scalar_type_of",
 ]
 
+TypePromotionError = _dtypes.TypePromotionError
 bfloat16 = _dtypes.bfloat16
 finfo = _dtypes.finfo
 iinfo = _dtypes.iinfo
-
-
-class TypePromotionError(ValueError):
-    """Raised where two types have no common type under the strict promotion mode."""
 
 
 def canonicalize_dtype(dtype: Any, allow_extended_dtype: bool = False) -> np.dtype:

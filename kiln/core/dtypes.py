@@ -22,6 +22,35 @@ bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float16, float32, float64 = (np.dtype(t) for t in (np.float16, np.float32, np.float64))
 complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
 
+# The 8-bit floats of ml_dtypes. Arrays of them are stored as they are and computed in a wider
+# type (see round_to_narrow); they never promote implicitly, as in JAX.
+float8_e3m4 = np.dtype(ml_dtypes.float8_e3m4)
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
+float8_e4m3b11fnuz = np.dtype(ml_dtypes.float8_e4m3b11fnuz)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e4m3fnuz = np.dtype(ml_dtypes.float8_e4m3fnuz)
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+float8_e5m2fnuz = np.dtype(ml_dtypes.float8_e5m2fnuz)
+float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
+FLOAT8 = (
+    float8_e3m4,
+    float8_e4m3,
+    float8_e4m3b11fnuz,
+    float8_e4m3fn,
+    float8_e4m3fnuz,
+    float8_e5m2,
+    float8_e5m2fnuz,
+    float8_e8m0fnu,
+)
+_FLOAT8_SET = frozenset(FLOAT8)
+#: The floats narrower than float32: impls compute them in float32 and round the result.
+NARROW_FLOATS = (float16, bfloat16, *FLOAT8)
+_NARROW_FLOAT_SET = frozenset(NARROW_FLOATS)
+_FLOATING_SET = frozenset((*NARROW_FLOATS, float32, float64))
+# XLA:CPU computes the 8-bit floats in float16 (float8_e8m0fnu, whose range float16 lacks, in
+# float32), so an operation's result rounds to float16 before it rounds to its own type.
+_FLOAT8_VIA_FLOAT16 = frozenset(d for d in FLOAT8 if d != float8_e8m0fnu)
+
 SUPPORTED = (
     bool_,
     int8,
@@ -38,6 +67,7 @@ SUPPORTED = (
     float64,
     complex64,
     complex128,
+    *FLOAT8,
 )
 _SUPPORTED_SET = frozenset(SUPPORTED)
 
@@ -57,6 +87,8 @@ _SHORT_NAMES = {
     float64: "f64",
     complex64: "c64",
     complex128: "c128",
+    # JAX's spelling: float8_e4m3fn prints as f8_e4m3fn.
+    **{d: "f" + d.name[len("float") :] for d in FLOAT8},
 }
 
 _TO_32 = {int64: int32, uint64: uint32, float64: float32, complex128: complex64}
@@ -81,7 +113,26 @@ def dtype_family(dtype: np.dtype) -> str:
 
 
 def is_floating(dtype) -> bool:
-    return dtype in (bfloat16, float16, float32, float64)
+    return dtype in _FLOATING_SET
+
+
+def is_float8(dtype) -> bool:
+    """Whether dtype is one of the 8-bit floats."""
+    return dtype in _FLOAT8_SET
+
+
+def is_narrow_float(dtype) -> bool:
+    """Whether dtype is a float narrower than float32 (float16, bfloat16, the float8 types),
+    which impls compute in float32 before rounding (round_to_narrow)."""
+    return dtype in _NARROW_FLOAT_SET
+
+
+def round_to_narrow(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`value`, an operation's float32 result on operands of the narrow float `dtype`,
+    rounded to `dtype` as XLA:CPU rounds it (through float16 for most 8-bit floats)."""
+    if dtype in _FLOAT8_VIA_FLOAT16:
+        value = value.astype(float16)
+    return value.astype(dtype)
 
 
 def is_complex(dtype) -> bool:
@@ -187,7 +238,7 @@ _EDGES = {
     int16: [int32],
     int32: [int64],
     int64: [_WEAK_FLOAT],
-    _WEAK_FLOAT: [bfloat16, float16, _WEAK_COMPLEX],
+    _WEAK_FLOAT: [*FLOAT8, bfloat16, float16, _WEAK_COMPLEX],
     bfloat16: [float32],
     float16: [float32],
     float32: [float64, complex64],
@@ -195,6 +246,9 @@ _EDGES = {
     _WEAK_COMPLEX: [complex64],
     complex64: [complex128],
     complex128: [],
+    # The 8-bit floats sit above the weak float and below nothing: they meet only themselves,
+    # integers, bools and Python ints and floats.
+    **{d: [] for d in FLOAT8},
 }
 
 
@@ -219,11 +273,19 @@ def _lattice_node(dtype: np.dtype, weak: bool):
         return dtype
     if dtype.kind in "iu":
         return _WEAK_INT
-    if dtype.kind == "f" or dtype == bfloat16:
+    if is_floating(dtype):
         return _WEAK_FLOAT
     if dtype.kind == "c":
         return _WEAK_COMPLEX
     return dtype
+
+
+class TypePromotionError(ValueError):
+    """Raised when values have no common type on the promotion lattice (the 8-bit floats
+    promote with no other float)."""
+
+
+_WEAK_NODE_NAMES = {_WEAK_INT: str(int), _WEAK_FLOAT: str(float), _WEAK_COMPLEX: str(complex)}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -233,7 +295,23 @@ def _join(nodes: tuple):
     for candidate in common:
         if all(other in _UPPER_BOUNDS[candidate] for other in common):
             return candidate
-    raise TypeError(f"no common type for {nodes}")
+    raise _promotion_error(nodes)
+
+
+def _promotion_error(nodes: tuple) -> TypePromotionError:
+    names = tuple(
+        _WEAK_NODE_NAMES[n] if isinstance(n, str) else str(n) for n in dict.fromkeys(nodes)
+    )
+    message = f"Input dtypes {names} have no available implicit dtype promotion path."
+    if any(n in _FLOAT8_SET for n in nodes):
+        message += (
+            " To avoid unintended promotion, 8-bit floats do not support implicit promotion. "
+            "If you'd like your inputs to be promoted to another type, you can do so "
+            "explicitly using e.g. x.astype('float32')"
+        )
+    else:
+        message += " Try explicitly casting inputs to the desired output type."
+    return TypePromotionError(message)
 
 
 def _node_to_dtype(node) -> tuple[np.dtype, bool]:
@@ -246,9 +324,21 @@ def _node_to_dtype(node) -> tuple[np.dtype, bool]:
     return node, False
 
 
+_PYTHON_TYPE_NODES = ((int, _WEAK_INT), (float, _WEAK_FLOAT), (complex, _WEAK_COMPLEX))
+
+
+def _promotion_node(spec):
+    """A dtype-like as a lattice node: the Python types int, float and complex are weak, as
+    in JAX (promote_types('float16', float) is float16)."""
+    for python_type, node in _PYTHON_TYPE_NODES:
+        if spec is python_type:
+            return node
+    return to_dtype(spec)
+
+
 def promote_types(a, b) -> np.dtype:
-    """The dtype two strongly typed dtypes promote to (jnp.promote_types)."""
-    dtype, _ = _node_to_dtype(_join((to_dtype(a), to_dtype(b))))
+    """The dtype two dtypes promote to (jnp.promote_types)."""
+    dtype, _ = _node_to_dtype(_join((_promotion_node(a), _promotion_node(b))))
     return canonicalize(dtype)
 
 
@@ -361,9 +451,16 @@ def iinfo(dtype):
     return ml_dtypes.iinfo(to_dtype(dtype))
 
 
+def _is_narrow_float_spec(spec) -> bool:
+    try:
+        return is_narrow_float(to_dtype(spec))
+    except TypeError:  # an abstract class such as np.floating
+        return False
+
+
 def issubdtype(a, b) -> bool:
-    if b in (np.floating, np.inexact) and to_dtype(a) == bfloat16:
-        return True
+    if b in (np.floating, np.inexact, np.number, np.generic) and _is_narrow_float_spec(a):
+        return True  # bfloat16 and the float8 types are NumPy void types, but floats to kiln
     return np.issubdtype(
         to_dtype(a) if not isinstance(a, type) or a in (bool, int, float) else a, b
     )

@@ -238,6 +238,18 @@ def set_eager_kernel_hook(primitives, hook) -> None:
     _eager_kernel_primitives = frozenset(primitives) if hook is not None else frozenset()
 
 
+# While the debug_nans / debug_infs flags are on, kiln/core/debug_checks.py installs a check
+# of every eager result here (None otherwise: one test per call).
+_special_value_check = None
+
+
+def set_special_value_check(check) -> None:
+    """Install `check(primitive, result, args, params)`, run on each eager primitive's result
+    (an Array, or a list of them); None removes it."""
+    global _special_value_check
+    _special_value_check = check
+
+
 def eval_primitive(primitive, args, params):
     """Run a primitive eagerly on concrete values: through its NumPy impl, or a native kernel
     that an upper layer installed for large operands."""
@@ -257,5 +269,9 @@ def eval_primitive(primitive, args, params):
     if out is None:
         out = rules.impl_rules[primitive](*values, **params)
     if primitive.multiple_results:
-        return [_wrap_output(o, a) for o, a in zip(out, out_avals)]
-    return _wrap_output(out, out_avals)
+        result = [_wrap_output(o, a) for o, a in zip(out, out_avals)]
+    else:
+        result = _wrap_output(out, out_avals)
+    if _special_value_check is not None:
+        _special_value_check(primitive, result, args, params)
+    return result

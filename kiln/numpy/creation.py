@@ -60,7 +60,7 @@ def _host_value(obj: Any, dtype) -> tuple[np.ndarray, bool]:
             dtype = dtypes.dtype_and_weak_of(obj)[0]
         else:
             value = np.asarray(obj)
-            if value.dtype.kind not in "biufc" and value.dtype != dtypes.bfloat16:
+            if value.dtype.kind not in "biufc" and not dtypes.is_floating(value.dtype):
                 raise TypeError(
                     f"Cannot make a kiln array from {type(obj).__name__} holding "
                     f"{value.dtype} data; kiln arrays hold numbers and booleans."

@@ -150,7 +150,7 @@ def issubdtype(arg1: Any, arg2: Any) -> bool:
     b = _as_dtype_or_abstract(arg2)
     if isinstance(b, np.dtype):
         return isinstance(a, np.dtype) and a == b
-    if isinstance(a, np.dtype) and a == _dtypes.bfloat16:
+    if isinstance(a, np.dtype) and _dtypes.is_narrow_float(a) and a != _dtypes.float16:
         return b in (np.floating, np.inexact, np.number, np.generic)
     return bool(np.issubdtype(a, b))
 

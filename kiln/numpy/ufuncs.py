@@ -165,7 +165,7 @@ def _kind(x) -> str:
     dtype = x.dtype
     if dtype == np.bool_:
         return "b"
-    return "f" if dtype == dtypes.bfloat16 else dtype.kind
+    return "f" if dtypes.is_floating(dtype) else dtype.kind
 
 
 def _full_bool(x, value: bool, weak: bool = False):

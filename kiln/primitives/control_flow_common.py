@@ -61,7 +61,7 @@ def abstractify(leaves: Sequence, paths: Sequence[str], what: str) -> list[Shape
 
 def aval_of(x: Any) -> ShapedArray:
     if isinstance(x, (np.ndarray, np.generic)):
-        if x.dtype.kind not in "biufc" and x.dtype != dtypes.bfloat16:
+        if x.dtype.kind not in "biufc" and not dtypes.is_floating(x.dtype):
             raise TypeError(f"kiln cannot use a NumPy value of dtype {x.dtype} here")
         return ShapedArray(np.shape(x), dtypes.canonicalize(x.dtype), False)
     aval = getattr(x, "aval", None)

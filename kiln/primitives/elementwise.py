@@ -96,7 +96,7 @@ __all__ = [
     "bitcast_convert_type",
 ]
 
-_SMALL_FLOATS = (dtypes.float16, dtypes.bfloat16)
+_SMALL_FLOATS = dtypes.NARROW_FLOATS  # float16, bfloat16 and the float8 types
 ORDERED = (BOOL, INT, FLOAT)  # dtypes with a total order (lt, max, clamp)
 
 
@@ -104,16 +104,17 @@ ORDERED = (BOOL, INT, FLOAT)  # dtypes with a total order (lt, max, clamp)
 
 
 def via_float32(fn: Callable) -> Callable:
-    """Evaluate `fn` on float16/bfloat16 operands in float32 and round once, as NumPy and
-    ml_dtypes do; wider dtypes are computed natively. The result keeps the operand dtype
-    family (a complex result of a real op keeps `fn`'s own dtype)."""
+    """Evaluate `fn` on float16/bfloat16/float8 operands in float32 and round once, as NumPy
+    and ml_dtypes do (most float8 types through float16, as XLA); wider dtypes natively. The
+    result keeps the operand dtype family (a complex result of a real op keeps `fn`'s own
+    dtype)."""
 
     def impl(*args, **params):
         dtype = args[0].dtype
         with np.errstate(all="ignore"):
             if dtype in _SMALL_FLOATS:
                 wide = [a.astype(np.float32) if a.dtype == dtype else a for a in args]
-                return np.asarray(fn(*wide, **params)).astype(dtype)
+                return dtypes.round_to_narrow(np.asarray(fn(*wide, **params)), dtype)
             out = np.asarray(fn(*args, **params))
             return out if out.dtype == dtype or out.dtype.kind != dtype.kind else out.astype(dtype)
 
@@ -307,7 +308,7 @@ def _min_impl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _is_real_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f" or dtype == dtypes.bfloat16
+    return dtypes.is_floating(dtype)
 
 
 def _order_signed_zeros(
@@ -845,6 +846,8 @@ def _convert_element_type_impl(x: np.ndarray, *, new_dtype, weak_type) -> np.nda
     with np.errstate(all="ignore"):
         if x.dtype.kind == "c" and new_dtype.kind != "c":
             return x.real.astype(new_dtype)
+        if dtypes.is_float8(x.dtype) and dtypes.is_narrow_float(new_dtype):
+            x = x.astype(np.float32)  # exact; ml_dtypes lacks some direct 8-bit casts
         return x.astype(new_dtype)
 
 

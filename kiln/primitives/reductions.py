@@ -234,7 +234,7 @@ def _extremum_impl(ufunc, identity):
     def impl(x: np.ndarray, *, axes) -> np.ndarray:
         # bfloat16 goes through float32 (exact for max/min); the identity makes empty
         # reductions well defined, as XLA's init value does.
-        work = x.astype(dtypes.float32) if x.dtype == dtypes.bfloat16 else x
+        work = x.astype(dtypes.float32) if dtypes.is_narrow_float(x.dtype) else x
         with np.errstate(all="ignore"):
             out = np.asarray(ufunc.reduce(work, axis=axes, initial=identity(work.dtype)))
         if work.dtype.kind == "f" and np.count_nonzero(out) != out.size:

@@ -23,7 +23,7 @@ __all__ = ["sort", "sort_key_val", "top_k", "sort_p", "top_k_p"]
 
 def _sort_key(x: np.ndarray) -> np.ndarray:
     """A NumPy array that orders like `x` under np.lexsort (bfloat16 via float32: exact)."""
-    if x.dtype in (dtypes.bfloat16, dtypes.float16):
+    if dtypes.is_narrow_float(x.dtype):  # float16, bfloat16 and the float8 types
         x = x.astype(np.float32)
     # -0.0 and 0.0 are equal keys, so a stable sort keeps them in input order.
     return x
