@@ -3,23 +3,46 @@
 A batched Cholesky solve (256 symmetric positive-definite systems of 64x64: cholesky and two
 triangular solves), a batched general solve (LU), and the gradient of a Cholesky log-determinant
 (kiln and JAX only). NumPy has no batched triangular solve, so its Cholesky column solves with
-its batched LU-based `solve` on the factors. Times are the best of several runs; the residual
-columns check that every system computed the same answer.
+its batched LU-based `solve` on the factors. The systems of a row are timed in turns, round
+after round, and each keeps its best round, so that a busy spell of a shared machine does not
+fall on one of them only; the residual columns check that every system computed the same
+answer.
 Run: .venv/bin/python benchmarks/bench_linalg.py [--quick]
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 
 import kiln
 import kiln.numpy as knp
 from kiln import lax
-from _harness import best_time, jax_available, print_table, result_row
+from _harness import jax_available, print_table, result_row
 
 BATCH, SIDE = 256, 64
+ROUNDS = 15
+
+
+def _interleaved_best(functions: dict, rounds: int = ROUNDS) -> dict:
+    """Seconds per call of each function: the best over `rounds` rounds, every round timing
+    each function in turn over a loop of calls sized to about 20 ms."""
+    loops = {}
+    for name, fn in functions.items():
+        fn()
+        start = time.perf_counter()
+        fn()
+        loops[name] = max(1, int(0.02 / max(time.perf_counter() - start, 1e-6)))
+    best = dict.fromkeys(functions, float("inf"))
+    for _ in range(rounds):
+        for name, fn in functions.items():
+            start = time.perf_counter()
+            for _ in range(loops[name]):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - start) / loops[name])
+    return best
 
 
 def _problem(batch: int, side: int):
@@ -94,22 +117,23 @@ def main(quick: bool = False) -> list[dict]:
     times, residuals = [], []
     for name, kiln_fn, numpy_fn, kind in workloads:
         args = (ka,) if kind == "grad_logdet" else (ka, kb)
-        row = {"kiln": best_time(lambda: kiln.block_until_ready(kiln_fn(*args)))}
+        timed = {"kiln": lambda f=kiln_fn, a_=args: kiln.block_until_ready(f(*a_))}
         errors = {}
         if kind != "grad_logdet":
             errors["kiln"] = _residual(a, b, kiln_fn(ka, kb))
         if numpy_fn is not None:
-            row["numpy"] = best_time(lambda: numpy_fn(a, b))
+            timed["numpy"] = lambda f=numpy_fn: f(a, b)
             errors["numpy"] = _residual(a, b, numpy_fn(a, b))
         jax_fn = jax_functions.get(kind)
         if jax_fn is not None:
             jax_args = (a,) if kind == "grad_logdet" else (a, b)
-            row["jax"] = best_time(lambda: jax_fn(*jax_args).block_until_ready())
+            timed["jax"] = lambda f=jax_fn, a_=jax_args: f(*a_).block_until_ready()
             if kind != "grad_logdet":
                 errors["jax"] = _residual(a, b, jax_fn(a, b))
             else:
                 difference = np.abs(np.asarray(jax_fn(a)) - np.asarray(kiln_fn(ka)))
                 errors["kiln vs jax"] = float(np.max(difference))
+        row = _interleaved_best(timed, rounds=3 if quick else ROUNDS)
         times.append((name, row))
         residuals.append((name, errors))
     print_table("Batched linear algebra (time per call; kiln/x is the time ratio)", times)

@@ -18,3 +18,4 @@ from kiln import lax_linalg as linalg  # noqa: E402,F401
 from kiln.primitives.windowed import *  # noqa: F401,F403,E402
 from kiln.primitives.fft import FftType, fft, fft_p  # noqa: F401,E402
 from kiln.primitives.special import *  # noqa: F401,F403,E402
+from kiln.lax_precision import Precision  # noqa: F401,E402

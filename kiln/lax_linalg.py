@@ -1,6 +1,7 @@
 """kiln.lax.linalg: matrix factorizations and solves, one per primitive, batched over leading
 dimensions (float32, float64, complex64 and complex128 operands)."""
 
+from kiln.lax_qdwh import qdwh  # noqa: F401
 from kiln.primitives.linalg_decomp import (  # noqa: F401
     cholesky,
     cholesky_p,
@@ -14,7 +15,26 @@ from kiln.primitives.linalg_decomp import (  # noqa: F401
     tridiagonal_solve,
     tridiagonal_solve_p,
 )
+from kiln.primitives.linalg_householder import (  # noqa: F401
+    cholesky_update,
+    cholesky_update_p,
+    hessenberg,
+    hessenberg_p,
+    householder_product,
+    householder_product_p,
+    ormqr,
+    ormqr_p,
+    schur,
+    schur_p,
+    symmetric_product,
+    symmetric_product_p,
+    tridiagonal,
+    tridiagonal_p,
+)
 from kiln.primitives.linalg_spectral import (  # noqa: F401
+    EigImplementation,
+    EighImplementation,
+    SvdAlgorithm,
     eig,
     eig_p,
     eigh,
@@ -26,23 +46,41 @@ from kiln.primitives.linalg_spectral import (  # noqa: F401
 )
 
 __all__ = [
+    "EigImplementation",
+    "EighImplementation",
+    "SvdAlgorithm",
     "cholesky",
     "cholesky_p",
+    "cholesky_update",
+    "cholesky_update_p",
     "eig",
     "eig_p",
     "eigh",
     "eigh_p",
+    "hessenberg",
+    "hessenberg_p",
+    "householder_product",
+    "householder_product_p",
     "lu",
     "lu_p",
     "lu_pivots_to_permutation",
     "lu_pivots_to_permutation_p",
+    "ormqr",
+    "ormqr_p",
+    "qdwh",
     "qr",
     "qr_p",
+    "schur",
+    "schur_p",
     "svd",
     "svd_p",
+    "symmetric_product",
+    "symmetric_product_p",
     "symmetrize",
     "triangular_solve",
     "triangular_solve_p",
+    "tridiagonal",
+    "tridiagonal_p",
     "tridiagonal_solve",
     "tridiagonal_solve_p",
 ]

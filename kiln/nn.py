@@ -47,6 +47,8 @@ __all__ = [
     "glu",
     "squareplus",
     "mish",
+    "identity",
+    "log1mexp",
     "standardize",
     "normalize",
 ]
@@ -207,6 +209,29 @@ def mish(x):
     """x * tanh(softplus(x))."""
     x = _inexact("mish", x)
     return x * lax.tanh(softplus(x))
+
+
+def identity(x):
+    """The argument unchanged (an activation that does nothing, for configurable layers)."""
+    check_arraylike("identity", x)
+    return to_kiln(x)
+
+
+@custom_jvp
+def _log1mexp(x):
+    # Mächler's split: -expm1(-x) keeps its digits for small x, 1 - exp(-x) for large x.
+    return jnp.where(x < np.log(2.0), jnp.log(-jnp.expm1(-x)), jnp.log1p(-jnp.exp(-x)))
+
+
+_log1mexp.defjvps(lambda g, ans, x: g / jnp.expm1(x))
+
+
+def log1mexp(x):
+    """log(1 - exp(-x)) for x >= 0 (NaN below), accurate both near 0 and for large x; its
+    derivative is 1 / expm1(x)."""
+    check_arraylike("log1mexp", x)
+    (x,) = promote_dtypes_inexact(x)
+    return _log1mexp(x)
 
 
 def log_sigmoid(x):

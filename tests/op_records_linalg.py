@@ -587,3 +587,8 @@ def _record(row: dict) -> OpRecord:
 
 
 LINALG_RECORDS = [_record(row) for row in _ROWS]
+
+
+from tests.op_records_linalg_more import MORE_ROWS  # noqa: E402
+
+LINALG_RECORDS += [_record(row) for row in MORE_ROWS]

@@ -244,9 +244,41 @@ def test_eigh_jvp_matches_perturbation_theory():
     assert_close(np.asarray(v_dot) * signs, v_ref @ (projected / gaps), 1e-8, check_dtype=False)
 
 
-def test_eig_is_not_differentiable():
-    with pytest.raises(TypeError, match="eigh"):
-        kiln.grad(lambda x: jnp.real(jnp.linalg.eigvals(x)).sum())(jnp.eye(3))
+def test_eigenvalues_of_eig_are_differentiable_eigenvectors_only_on_request():
+    a = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+    # d(sum of eigenvalues)/da = d(trace)/da = I.
+    grad = kiln.grad(lambda x: jnp.real(jnp.linalg.eigvals(x)).sum())(a)
+    assert_close(grad, np.eye(2), 1e-6, check_dtype=False)
+    with pytest.raises(NotImplementedError, match="enable_eigvec_derivs"):
+        kiln.grad(lambda x: jnp.real(jnp.linalg.eig(x)[1]).sum())(a)
+    # JAX 0.10.2's values for the same loss (geev's normalization differentiated).
+    expected = np.array([[0.0535071, 0.05660803], [0.01576841, -0.0535071]])
+    for index in (1, 2):
+        grad = kiln.grad(
+            lambda x, i=index: jnp.abs(lax.linalg.eig(x, enable_eigvec_derivs=True)[i]).sum()
+        )(a)
+        assert_close(grad, expected, 1e-5, check_dtype=False)
+
+
+def test_eig_options_follow_jax():
+    a = jnp.eye(2)
+    with pytest.raises(ValueError, match="lapack"):
+        lax.linalg.eig(a, implementation=lax.linalg.EigImplementation.MAGMA)
+    with pytest.warns(DeprecationWarning, match="use_magma"):
+        w, _, _ = lax.linalg.eig(a, use_magma=False)
+    assert_close(w, np.ones(2), 1e-7, check_dtype=False)
+    with pytest.raises(NotImplementedError, match="Jacobi"):
+        lax.linalg.eigh(a, implementation=lax.linalg.EighImplementation.JACOBI)
+    with pytest.raises(NotImplementedError, match="TPU"):
+        lax.linalg.eigh(a, implementation=lax.linalg.EighImplementation.QDWH)
+    v, w = lax.linalg.eigh(a, implementation=lax.linalg.EighImplementation.QR)
+    assert_close(w, np.ones(2), 1e-7, check_dtype=False)
+    with pytest.raises(NotImplementedError, match="Jacobi and Polar"):
+        lax.linalg.svd(a, algorithm=lax.linalg.SvdAlgorithm.POLAR)
+    s = lax.linalg.svd(a, compute_uv=False, algorithm=lax.linalg.SvdAlgorithm.QR)
+    assert_close(s, np.ones(2), 1e-7, check_dtype=False)
+    q, r = lax.linalg.qr(a, use_magma=False)
+    assert_close(q @ r, np.eye(2), 1e-6, check_dtype=False)
 
 
 def test_svd_of_a_non_square_matrix_has_no_full_matrices_derivative():

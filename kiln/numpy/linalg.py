@@ -175,7 +175,7 @@ def eigvalsh(a, UPLO: str | None = "L", *, symmetrize_input: bool = True):  # no
 
 def eig(a):
     """Eigenvalues and right eigenvectors of general square matrices (complex): EigResult.
-    Not differentiable."""
+    Differentiating the eigenvectors needs kiln.lax.linalg.eig(enable_eigvec_derivs=True)."""
     (a,) = _inexact("jnp.linalg.eig", a)
     _check_square("eig", a)
     w, v = lax_linalg.eig(a, compute_left_eigenvectors=False)
@@ -183,7 +183,8 @@ def eig(a):
 
 
 def eigvals(a):
-    """The (complex) eigenvalues of general square matrices. Not differentiable."""
+    """The (complex) eigenvalues of general square matrices (differentiable: nondegenerate
+    perturbation theory)."""
     (a,) = _inexact("jnp.linalg.eigvals", a)
     _check_square("eigvals", a)
     return lax_linalg.eig(a, compute_left_eigenvectors=False, compute_right_eigenvectors=False)[0]

@@ -2,29 +2,23 @@
 lu_pivots_to_permutation and tridiagonal_solve (kiln.lax.linalg), batched over leading
 dimensions, and lu_solve, the solve with an LU factorization that kiln.numpy.linalg builds on.
 
-The impls call LAPACK and BLAS through SciPy one matrix at a time, with OpenBLAS kept on the
-calling thread. The derivative rules are written with lax ops and these primitives, so that
-they can be differentiated again; the matrix helpers they share, at the top of this module,
+The impls call SciPy's LAPACK and BLAS over the whole batch in one native loop
+(kiln.primitives.lapack_batched), with OpenBLAS itself kept on one thread per call. The
+derivative rules are written with lax ops and these primitives, so that they can be
+differentiated again; the matrix helpers they share, at the top of this module,
 serve the spectral decompositions in linalg_spectral.py too.
 """
 
 from __future__ import annotations
 
-import ctypes
-import glob
 import operator
-import os
-import threading
-from contextlib import contextmanager
 
 import numpy as np
-import scipy
 
 from kiln.core import dtypes
 from kiln.core.ad_util import is_undefined_primal
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
-from kiln.primitives import blas
 from kiln.primitives.base import bdim_at_front, defjvp_zero, move_bdim, scalar_to_array
 from kiln.primitives.elementwise import (
     add,
@@ -39,6 +33,7 @@ from kiln.primitives.elementwise import (
     sub,
 )
 from kiln.primitives.indexing_gather import GatherDimensionNumbers, gather
+from kiln.primitives.lapack_batched import Arg, batched_call, lapack_on_calling_thread, prefix
 from kiln.primitives.linalg import dot_general
 from kiln.primitives.shape import broadcast_in_dim, expand_dims, reshape, transpose
 from kiln.primitives.shape_slice import broadcasted_iota, concatenate, slice as slice_
@@ -87,73 +82,6 @@ def batched_over_front(prim: Primitive):
         return (out, [0] * len(out)) if prim.multiple_results else (out, 0)
 
     return prim.def_batching(batching_rule)
-
-
-def _find_scipy_openblas():
-    """(set, get) of the thread count of SciPy's own OpenBLAS, or None."""
-    libs_dir = os.path.join(os.path.dirname(os.path.dirname(scipy.__file__)), "scipy.libs")
-    for path in sorted(glob.glob(os.path.join(libs_dir, "*openblas*"))):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        names = ("scipy_openblas_set_num_threads", "openblas_set_num_threads")
-        setter = next((getattr(lib, n) for n in names if hasattr(lib, n)), None)
-        names = ("scipy_openblas_get_num_threads", "openblas_get_num_threads")
-        getter = next((getattr(lib, n) for n in names if hasattr(lib, n)), None)
-        if setter is not None and getter is not None:
-            setter.argtypes, setter.restype = [ctypes.c_int], None
-            getter.argtypes, getter.restype = [], ctypes.c_int
-            return setter, getter
-    return None
-
-
-_SCIPY_OPENBLAS: list = []  # found on first use: (set, get) or None
-_SCIPY_LOCK = threading.Lock()
-_scipy_pins = [0, 1]  # active pins, and the thread count to restore
-
-
-@contextmanager
-def lapack_on_calling_thread():
-    """Within the block, the BLAS behind NumPy and SciPy runs on the calling thread: the small
-    per-matrix calls of these impls lose far more to waking OpenBLAS's threads than they gain
-    (and those threads would compete with kiln's own kernels; see primitives/blas.py)."""
-    with blas.blas_on_calling_thread():
-        if not _SCIPY_OPENBLAS:
-            _SCIPY_OPENBLAS.append(_find_scipy_openblas())
-        if _SCIPY_OPENBLAS[0] is None:
-            yield
-            return
-        setter, getter = _SCIPY_OPENBLAS[0]
-        with _SCIPY_LOCK:
-            if _scipy_pins[0] == 0:
-                _scipy_pins[1] = getter()
-                setter(1)
-            _scipy_pins[0] += 1
-        try:
-            yield
-        finally:
-            with _SCIPY_LOCK:
-                _scipy_pins[0] -= 1
-                if _scipy_pins[0] == 0:
-                    setter(_scipy_pins[1])
-
-
-def for_each_matrix(fn, x: np.ndarray, *others: np.ndarray):
-    """fn(matrix, *other matrices) over the flattened leading dimensions (at least one),
-    results written into arrays of the batch shape. fn returns one array or a tuple of them."""
-    batch = x.shape[:-2]
-    flat = [a.reshape((-1,) + a.shape[len(batch) :]) for a in (x,) + others]
-    outs = None
-    for i, items in enumerate(zip(*flat)):
-        result = fn(*items)
-        parts = result if isinstance(result, tuple) else (result,)
-        if outs is None:
-            outs = [np.empty((flat[0].shape[0],) + p.shape, p.dtype) for p in parts]
-        for out, part in zip(outs, parts):
-            out[i] = part
-    outs = [out.reshape(batch + out.shape[1:]) for out in outs]
-    return tuple(outs) if isinstance(result, tuple) else outs[0]
 
 
 # --- matrix helpers for the rules (lax ops on the last two dimensions) -------------------------
@@ -270,16 +198,7 @@ def permute_rows(x, permutation):
 cholesky_p = Primitive("cholesky")
 
 
-def _cholesky_one(a: np.ndarray) -> np.ndarray:
-    from scipy.linalg import lapack as scipy_lapack
-
-    potrf = scipy_lapack.get_lapack_funcs("potrf", (a,))
-    # a^T in Fortran order is a without a copy; the upper factor U of its upper triangle (which
-    # holds a's lower triangle) gives a's lower factor as U^T.
-    upper, info = potrf(a.T, lower=0, clean=1)
-    if info != 0:  # not positive definite (or NaN): NaNs, as XLA's Cholesky gives
-        return np.full(a.shape, np.nan, a.dtype)
-    return upper.T
+_UNBLOCKED_CHOLESKY_MAX = 96
 
 
 @cholesky_p.def_impl
@@ -287,8 +206,25 @@ def _cholesky_impl(x: np.ndarray) -> np.ndarray:
     # Only the lower triangle is read, as LAPACK's potrf does.
     if x.size == 0:
         return np.zeros(x.shape, x.dtype)
+    n = x.shape[-1]
+    # The C-ordered buffer of a is a^T (= conj(a)) in Fortran order, and the upper factor U of
+    # its upper triangle, U^H U = conj(a), is a's lower factor as U^T: the same buffer again.
+    factors = np.array(x.reshape((-1, n, n)), order="C")
+    info = np.zeros(factors.shape[0], np.int32)
+    args = [Arg.char("U"), Arg.int32(n), Arg.per_item(factors), Arg.int32(n), Arg.per_item(info)]
     with lapack_on_calling_thread():
-        return for_each_matrix(_cholesky_one, x).astype(x.dtype, copy=False)
+        # OpenBLAS's blocked potrf only pays off above about a hundred rows.
+        routine = "potf2" if n <= _UNBLOCKED_CHOLESKY_MAX else "potrf"
+        batched_call(prefix(x.dtype) + routine, factors.shape[0], args, work=n**3 / 3)
+        if n > 1:
+            # Zeros over what is left of a above the factor: in Fortran order, the lower
+            # triangle of the (n-1) x (n-1) block one row down.
+            zero = Arg.shared(0, x.dtype)
+            args = [Arg.char("L"), Arg.int32(n - 1), Arg.int32(n - 1), zero, zero]
+            args += [Arg.per_item(factors, offset=1), Arg.int32(n)]
+            batched_call(prefix(x.dtype) + "laset", factors.shape[0], args, work=n * n)
+    factors[info != 0] = np.nan  # not positive definite (or NaN): NaNs, as XLA's Cholesky gives
+    return factors.reshape(x.shape)
 
 
 @cholesky_p.def_abstract_eval
@@ -338,37 +274,74 @@ batched_over_front(cholesky_p)
 triangular_solve_p = Primitive("triangular_solve")
 
 
-def _trsm_one(a, b, *, left_side, lower, transpose_a, conjugate_a, unit_diagonal):
-    from scipy.linalg import blas as scipy_blas
-
-    trsm = scipy_blas.get_blas_funcs("trsm", (a, b))
-    if conjugate_a and not transpose_a:
-        a, trans = a.conj(), 0
-    else:
-        trans = 2 if conjugate_a else int(transpose_a)
-    # A C-ordered matrix is its transpose in Fortran order, so the transposed problem needs no
-    # copies: op(a) x = b is x^T op(a)^T = b^T, where op(a)^T = op(a^T) and a^T's triangle is
-    # the other one. BLAS does no singularity check: a zero pivot gives infinities, as XLA's.
-    x_transposed = trsm(
-        1.0,
-        a.T,
-        np.array(b.T, order="F"),
-        side=1 if left_side else 0,
-        lower=int(not lower),
-        trans_a=trans,
-        diag=int(unit_diagonal),
-        overwrite_b=1,
-    )
-    return x_transposed.T
-
-
 @triangular_solve_p.def_impl
-def _triangular_solve_impl(a: np.ndarray, b: np.ndarray, **params) -> np.ndarray:
+def _triangular_solve_impl(
+    a: np.ndarray, b: np.ndarray, *, left_side, lower, transpose_a, conjugate_a, unit_diagonal
+) -> np.ndarray:
     if b.size == 0:
         return np.zeros(b.shape, b.dtype)
+    n = a.shape[-1]
+    rows, cols = b.shape[-2:]
+    if cols == 1 or rows == 1:
+        return _trsv(a, b, left_side, lower, transpose_a, conjugate_a, unit_diagonal)
+    if conjugate_a and not transpose_a:
+        a, trans = np.conj(a), "N"
+    else:
+        trans = "C" if conjugate_a else ("T" if transpose_a else "N")
+    a = np.ascontiguousarray(a.reshape((-1, n, n)))
+    x = np.array(b.reshape((-1, rows, cols)), order="C")
+    # C-ordered matrices are their transposes in Fortran order, so the transposed problem
+    # needs no copies: op(a) x = b is x^T op(a^T) = b^T, where a^T's triangle is the other
+    # one. BLAS does no singularity check: a zero pivot gives infinities, as XLA's.
+    args = [
+        Arg.char("R" if left_side else "L"),
+        Arg.char("U" if lower else "L"),
+        Arg.char(trans),
+        Arg.char("U" if unit_diagonal else "N"),
+        Arg.int32(cols),
+        Arg.int32(rows),
+        Arg.shared(1, a.dtype),
+        Arg.per_item(a),
+        Arg.int32(max(n, 1)),
+        Arg.per_item(x),
+        Arg.int32(max(cols, 1)),
+    ]
     with np.errstate(all="ignore"), lapack_on_calling_thread():
-        out = for_each_matrix(lambda x, y: _trsm_one(x, y, **params), a, b)
-    return out.astype(b.dtype, copy=False)
+        batched_call(prefix(b.dtype) + "trsm", x.shape[0], args, work=n * n * cols)
+    return x.reshape(b.shape)
+
+
+def _trsv(a, b, left_side, lower, transpose_a, conjugate_a, unit_diagonal):
+    """The triangular solve of one column (left side) or one row (right side) per matrix,
+    with BLAS's matrix-vector solve."""
+    n = a.shape[-1]
+    if not left_side:
+        # x op(a) = b is op(a)^T x^T = b^T, and a row is its transpose in memory.
+        transpose_a = not transpose_a
+    # The Fortran view of a's buffer is a^T (whose other triangle holds a's): op(a) = a is
+    # that view transposed, a^T the view, conj(a) its conjugate transpose; a^H needs a's
+    # conjugate, whose view is then op(a) itself.
+    if transpose_a and conjugate_a:
+        a, trans = np.conj(a), "N"
+    elif transpose_a:
+        trans = "N"
+    else:
+        trans = "C" if conjugate_a else "T"
+    a = np.ascontiguousarray(a.reshape((-1, n, n)))
+    x = np.array(b.reshape((-1, n)), order="C")
+    args = [
+        Arg.char("U" if lower else "L"),
+        Arg.char(trans),
+        Arg.char("U" if unit_diagonal else "N"),
+        Arg.int32(n),
+        Arg.per_item(a),
+        Arg.int32(max(n, 1)),
+        Arg.per_item(x),
+        Arg.int32(1),
+    ]
+    with np.errstate(all="ignore"), lapack_on_calling_thread():
+        batched_call(prefix(b.dtype) + "trsv", x.shape[0], args, work=n * n)
+    return x.reshape(b.shape)
 
 
 @triangular_solve_p.def_abstract_eval
@@ -515,14 +488,6 @@ def pivots_to_permutation(pivots: np.ndarray, size: int) -> np.ndarray:
     return permutation.reshape(batch + (size,))
 
 
-def _getrf_one(a: np.ndarray):
-    from scipy.linalg import lapack as scipy_lapack
-
-    getrf = scipy_lapack.get_lapack_funcs("getrf", (a,))
-    factors, pivots, _ = getrf(a)  # info > 0 (an exactly singular U) is not an error
-    return factors, pivots.astype(np.int32)
-
-
 @lu_p.def_impl
 def _lu_impl(x: np.ndarray):
     m, n = x.shape[-2:]
@@ -531,9 +496,26 @@ def _lu_impl(x: np.ndarray):
     if x.size == 0:
         pivots = np.zeros(batch + (k,), np.int32)
         return [np.array(x), pivots, pivots_to_permutation(pivots, m)]
-    with lapack_on_calling_thread():
-        factors, pivots = for_each_matrix(_getrf_one, x)
-    return [factors.astype(x.dtype, copy=False), pivots, pivots_to_permutation(pivots, m)]
+    # getrf factors Fortran-ordered matrices: the C-ordered transposes.
+    factors = np.array(
+        np.swapaxes(x.reshape((-1, m, n)), -1, -2), order="C"
+    )  # a copy: getrf overwrites it
+    count = factors.shape[0]
+    pivots = np.zeros((count, k), np.int32)
+    info = np.zeros(count, np.int32)
+    args = [
+        Arg.int32(m),
+        Arg.int32(n),
+        Arg.per_item(factors),
+        Arg.int32(max(m, 1)),
+        Arg.per_item(pivots),
+        Arg.per_item(info),
+    ]
+    with lapack_on_calling_thread():  # info > 0 (an exactly singular U) is not an error
+        batched_call(prefix(x.dtype) + "getrf", count, args, work=m * n * k)
+    factors = np.ascontiguousarray(np.swapaxes(factors, -1, -2)).reshape(x.shape)
+    pivots = (pivots - 1).reshape(batch + (k,))
+    return [factors, pivots, pivots_to_permutation(pivots, m)]
 
 
 @lu_p.def_abstract_eval
@@ -673,28 +655,36 @@ def lu_solve(factors, permutation, b, trans: int = 0):
 tridiagonal_solve_p = Primitive("tridiagonal_solve")
 
 
-def _gtsv_one(dl, d, du, b):
-    """One system; the diagonals arrive as (m, 1) columns (see the impl)."""
-    dl, d, du = dl[:, 0], d[:, 0], du[:, 0]
-    if d.shape[0] == 1:  # no off-diagonals, which LAPACK's gtsv cannot take empty
-        return b / d[0]
-    from scipy.linalg import lapack as scipy_lapack
-
-    gtsv = scipy_lapack.get_lapack_funcs("gtsv", (dl, d, du, b))
-    *_, x, info = gtsv(dl[1:], d, du[:-1], b)
-    if info != 0:  # an exactly singular system
-        return np.full(b.shape, np.nan, b.dtype)
-    return x
-
-
 @tridiagonal_solve_p.def_impl
 def _tridiagonal_solve_impl(dl, d, du, b, *, perturb_singular):
     if b.size == 0:
         return np.zeros(b.shape, b.dtype)
-    # The diagonals as (..., m, 1) columns, so that one loop walks the systems of all four.
-    columns = [v[..., None] for v in (dl, d, du)]
+    m, k = b.shape[-2:]
+    # gtsv overwrites all four operands; b goes in column-major (the C-ordered transpose).
+    sub_diagonal = np.array(dl.reshape((-1, m))[:, 1:], order="C")
+    diagonal = np.array(d.reshape((-1, m)), order="C")
+    super_diagonal = np.array(du.reshape((-1, m))[:, :-1], order="C")
+    x = np.array(
+        np.swapaxes(b.reshape((-1, m, k)), -1, -2), order="C"
+    )  # a copy: gtsv overwrites it
+    count = x.shape[0]
+    info = np.zeros(count, np.int32)
+    if m == 1:  # no off-diagonals: give the routine a valid (unread) place for them
+        sub_diagonal = super_diagonal = np.zeros((1, 1), b.dtype)
+    args = [
+        Arg.int32(m),
+        Arg.int32(k),
+        Arg.per_item(sub_diagonal),
+        Arg.per_item(diagonal),
+        Arg.per_item(super_diagonal),
+        Arg.per_item(x),
+        Arg.int32(m),
+        Arg.per_item(info),
+    ]
     with lapack_on_calling_thread(), np.errstate(all="ignore"):
-        return for_each_matrix(_gtsv_one, *columns, b).astype(b.dtype, copy=False)
+        batched_call(prefix(b.dtype) + "gtsv", count, args, work=8 * m * k)
+    x[info != 0] = np.nan  # an exactly singular system
+    return np.ascontiguousarray(np.swapaxes(x, -1, -2)).reshape(b.shape)
 
 
 @tridiagonal_solve_p.def_abstract_eval

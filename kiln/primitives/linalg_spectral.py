@@ -5,14 +5,18 @@ the classical perturbation formulas; the matrix helpers are those of linalg_deco
 
 from __future__ import annotations
 
+import enum
+import warnings
+
 import numpy as np
 
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
-from kiln.primitives.base import def_non_differentiable, real_dtype, scalar_to_array
+from kiln.primitives.base import real_dtype, scalar_to_array
 from kiln.primitives.elementwise import (
     add,
+    conj,
     convert_element_type,
     div,
     eq,
@@ -21,9 +25,9 @@ from kiln.primitives.elementwise import (
     select,
     sub,
 )
+from kiln.primitives.lapack_batched import Arg, batched_call, prefix
 from kiln.primitives.linalg_decomp import (
     adjoint,
-    for_each_matrix,
     lapack_on_calling_thread,
     permute_rows,
     swap_last,
@@ -44,9 +48,48 @@ from kiln.primitives.linalg_decomp import (
     zeros_of,
 )
 from kiln.primitives.shape import broadcast_in_dim
-from kiln.primitives.shape_slice import concatenate
+from kiln.primitives.shape_slice import broadcasted_iota, concatenate
 
-__all__ = ["qr", "qr_p", "eigh", "eigh_p", "svd", "svd_p", "eig", "eig_p"]
+__all__ = [
+    "qr",
+    "qr_p",
+    "eigh",
+    "eigh_p",
+    "svd",
+    "svd_p",
+    "eig",
+    "eig_p",
+    "EigImplementation",
+    "EighImplementation",
+    "SvdAlgorithm",
+]
+
+
+class EigImplementation(enum.Enum):
+    """Which library computes eig: only LAPACK exists on the CPU."""
+
+    CUSOLVER = "cusolver"
+    MAGMA = "magma"
+    LAPACK = "lapack"
+
+
+class EighImplementation(enum.Enum):
+    """Which algorithm computes eigh: QR (LAPACK's) on the CPU."""
+
+    QR = "qr"
+    JACOBI = "jacobi"
+    QDWH = "qdwh"
+
+
+class SvdAlgorithm(enum.Enum):
+    """Which algorithm computes svd: DEFAULT and DIVIDE_AND_CONQUER (LAPACK's gesdd) or QR
+    (gesvd) on the CPU."""
+
+    DEFAULT = "default"
+    QR = "QR"
+    JACOBI = "Jacobi"
+    POLAR = "polar"
+    DIVIDE_AND_CONQUER = "divide_and_conquer"
 
 
 def _nan_on_failure(fn, x: np.ndarray, outputs: int):
@@ -88,11 +131,46 @@ def _right_solve(r, x):
 qr_p = Primitive("qr", multiple_results=True)
 
 
-def _pivoted_qr_one(a: np.ndarray, full_matrices: bool):
-    import scipy.linalg
+def _pivoted_qr(x: np.ndarray, full_matrices: bool):
+    """(q, r, p) of column-pivoted QR decompositions, x[..., p] = q r, for a (count, m, n)
+    batch: LAPACK's geqp3, then orgqr/ungqr for q."""
+    count, m, n = x.shape
+    k = min(m, n)
+    cols = m if full_matrices else k
+    complex_ = np.dtype(x.dtype).kind == "c"
+    packed = np.array(np.swapaxes(x, -1, -2), order="C")  # column-major items
+    pivots = np.zeros((count, n), np.int32)  # 0: every column free to move
+    taus = np.zeros((count, max(k, 1)), x.dtype)
+    info = np.zeros(count, np.int32)
+    args = [Arg.int32(m), Arg.int32(n), Arg.per_item(packed), Arg.int32(max(m, 1))]
+    args += [Arg.per_item(pivots), Arg.per_item(taus), None, None]
+    if complex_:
+        args.append(Arg(np.zeros(2 * n, real_dtype(x.dtype)), 0))
+    args.append(Arg.per_item(info))
+    routine = prefix(x.dtype) + "geqp3"
+    with lapack_on_calling_thread():
+        _with_workspace(routine, count, args, 7, x.dtype)
+        r = np.triu(np.swapaxes(packed, -1, -2)[:, :cols, :])
+        q = np.zeros((count, cols, m), x.dtype)  # column-major m x cols
+        q[:, :k, :] = packed[:, :k, :]
+        args = [Arg.int32(m), Arg.int32(cols), Arg.int32(k), Arg.per_item(q)]
+        args += [Arg.int32(max(m, 1)), Arg.per_item(taus), None, None, Arg.per_item(info)]
+        _with_workspace(
+            prefix(x.dtype) + ("ungqr" if complex_ else "orgqr"), count, args, 7, x.dtype
+        )
+    return np.swapaxes(q, -1, -2), r, pivots - 1
 
-    q, r, p = scipy.linalg.qr(a, mode="full" if full_matrices else "economic", pivoting=True)
-    return q, r, p.astype(np.int32)
+
+def _with_workspace(routine: str, count: int, args: list, lwork_index: int, dtype) -> None:
+    """Call `routine` over the batch after LAPACK's workspace query (lwork = -1) sized the
+    workspace at args[lwork_index - 1] (shared by the calls, so they run on one thread)."""
+    query = np.zeros(1, dtype)
+    probe = list(args)
+    probe[lwork_index - 1], probe[lwork_index] = Arg(query, 0), Arg.int32(-1)
+    batched_call(routine, 1, probe)
+    size = max(1, int(np.real(query[0])))
+    args[lwork_index - 1], args[lwork_index] = Arg(np.zeros(size, dtype), 0), Arg.int32(size)
+    batched_call(routine, count, args)
 
 
 @qr_p.def_impl
@@ -108,7 +186,9 @@ def _qr_impl(x: np.ndarray, *, pivoting, full_matrices):
         return outs
     with lapack_on_calling_thread():
         if pivoting:
-            q, r, p = for_each_matrix(lambda a: _pivoted_qr_one(a, full_matrices), x)
+            q, r, p = _pivoted_qr(x.reshape((-1, m, n)), full_matrices)
+            q, r = q.reshape(batch + q.shape[1:]), r.reshape(batch + r.shape[1:])
+            p = p.reshape(batch + (n,))
         else:
             q, r = np.linalg.qr(x, mode="complete" if full_matrices else "reduced")
     outs = [q.astype(x.dtype, copy=False), r.astype(x.dtype, copy=False)]
@@ -131,11 +211,12 @@ def _qr_abstract_eval(x: ShapedArray, *, pivoting, full_matrices):
     return outs
 
 
-def qr(x, *, pivoting: bool = False, full_matrices: bool = True):
+def qr(x, *, pivoting: bool = False, full_matrices: bool = True, use_magma: bool | None = None):
     """QR decomposition x = q r: q (..., m, k) with orthonormal columns and r (..., k, n)
     upper triangular, k = m (full_matrices) or min(m, n). With pivoting, the columns are
     permuted so that r's diagonal does not increase in magnitude: x[..., p] = q r, and
-    (q, r, p) is returned."""
+    (q, r, p) is returned. use_magma only matters on GPUs."""
+    del use_magma
     outs = qr_p.bind(x, pivoting=bool(pivoting), full_matrices=bool(full_matrices))
     return tuple(outs)
 
@@ -262,10 +343,15 @@ def eigh(
     symmetrize_input: bool = True,
     sort_eigenvalues: bool = True,
     subset_by_index: tuple[int, int] | None = None,
+    implementation: EighImplementation | None = None,
 ):
     """Eigendecomposition of Hermitian matrices: (v, w), w ascending (real) and v[..., :, i]
     the unit eigenvector of w[..., i]. Without symmetrize_input only the `lower` (or upper)
-    triangle is read."""
+    triangle is read. The CPU has only the QR implementation."""
+    if implementation == EighImplementation.QDWH:
+        raise NotImplementedError("QDWH implementation is only supported on TPU")
+    if implementation == EighImplementation.JACOBI:
+        raise NotImplementedError("Jacobi implementation is not supported on CPU")
     if len(x.shape) < 2 or x.shape[-1] != x.shape[-2]:
         raise ValueError(
             "Argument to symmetric eigendecomposition must have shape [..., n, n], "
@@ -396,9 +482,17 @@ def svd(
     full_matrices: bool = True,
     compute_uv: bool = True,
     subset_by_index: tuple[int, int] | None = None,
+    algorithm: SvdAlgorithm | None = None,
 ):
     """Singular value decomposition x = u diag(s) vh: returns (u, s, vh) (s descending), or s
-    alone without compute_uv."""
+    alone without compute_uv. The CPU offers the DEFAULT, QR and DIVIDE_AND_CONQUER
+    algorithms, which agree up to rounding."""
+    if algorithm is not None and algorithm not in (
+        SvdAlgorithm.DEFAULT,
+        SvdAlgorithm.QR,
+        SvdAlgorithm.DIVIDE_AND_CONQUER,
+    ):
+        raise NotImplementedError("The SVD Jacobi and Polar algorithms are not implemented on CPU.")
     if subset_by_index is not None:
         subset_by_index = tuple(int(i) for i in subset_by_index)
     out = svd_p.bind(
@@ -483,41 +577,91 @@ def _complex_of(dtype) -> np.dtype:
     return np.dtype(np.complex128 if wide else np.complex64)
 
 
-def _eig_one(a: np.ndarray):
-    if not np.all(np.isfinite(a)):
-        nan = np.full(a.shape, np.nan + 0j)
-        return np.full(a.shape[-1], np.nan + 0j), nan, nan
-    import scipy.linalg
+def _unpack_real_eigenvectors(v: np.ndarray, wi: np.ndarray) -> np.ndarray:
+    """geev's real eigenvectors as complex ones: a complex pair (wi[j] > 0 and wi[j+1] < 0)
+    stores v_j = v[:, j] + i v[:, j+1] and v_{j+1} = conj(v_j) in columns j and j+1."""
+    out = v.astype(_complex_of(v.dtype))
+    first = wi > 0
+    second = np.zeros_like(first)
+    second[..., 1:] = first[..., :-1]
+    following = np.zeros_like(v)
+    following[..., :, :-1] = v[..., :, 1:]
+    preceding = np.zeros_like(v)
+    preceding[..., :, 1:] = v[..., :, :-1]
+    out = np.where(first[..., None, :], v + 1j * following, out)
+    return np.where(second[..., None, :], preceding - 1j * v, out)
 
-    w, vl, vr = scipy.linalg.eig(a, left=True, right=True)
-    return w, vl, vr
+
+def _geev(x: np.ndarray, left: bool, right: bool):
+    """(w, vl, vr) of every matrix of a (count, n, n) batch (LAPACK's geev); matrices that are
+    not finite, or where geev fails, give NaNs."""
+    count, n = x.shape[0], x.shape[-1]
+    out_dtype = _complex_of(x.dtype)
+    finite = np.isfinite(x).all(axis=(-2, -1))
+    work = np.array(np.swapaxes(np.where(finite[:, None, None], x, 0), -1, -2), order="C")
+    complex_ = np.dtype(x.dtype).kind == "c"
+    vl, vr = np.zeros_like(work), np.zeros_like(work)
+    info = np.zeros(count, np.int32)
+    args = [Arg.char("V" if left else "N"), Arg.char("V" if right else "N"), Arg.int32(n)]
+    args += [Arg.per_item(work), Arg.int32(n)]
+    if complex_:
+        w = np.zeros((count, n), x.dtype)
+        args.append(Arg.per_item(w))
+    else:
+        wr, wi = np.zeros((count, n), x.dtype), np.zeros((count, n), x.dtype)
+        args += [Arg.per_item(wr), Arg.per_item(wi)]
+    args += [Arg.per_item(vl), Arg.int32(n), Arg.per_item(vr), Arg.int32(n), None, None]
+    lwork_index = len(args) - 1
+    if complex_:
+        args.append(Arg(np.zeros(2 * n, real_dtype(x.dtype)), 0))
+    args.append(Arg.per_item(info))
+    routine = prefix(x.dtype) + "geev"
+    with lapack_on_calling_thread(), np.errstate(all="ignore"):
+        _with_workspace(routine, count, args, lwork_index, x.dtype)
+    vl, vr = np.swapaxes(vl, -1, -2), np.swapaxes(vr, -1, -2)
+    if complex_:
+        w = w.astype(out_dtype)
+    else:
+        w = (wr + 1j * wi).astype(out_dtype)
+        vl, vr = _unpack_real_eigenvectors(vl, wi), _unpack_real_eigenvectors(vr, wi)
+    bad = ~finite | (info != 0)
+    outs = [w, vl.astype(out_dtype), vr.astype(out_dtype)]
+    for out in outs:
+        out[bad] = np.nan
+    return outs
 
 
 @eig_p.def_impl
-def _eig_impl(x: np.ndarray, *, compute_left_eigenvectors, compute_right_eigenvectors):
+def _eig_impl(
+    x: np.ndarray,
+    *,
+    compute_left_eigenvectors,
+    compute_right_eigenvectors,
+    enable_eigvec_derivs,
+    implementation,
+):
     out_dtype = _complex_of(x.dtype)
     batch, n = x.shape[:-2], x.shape[-1]
     if x.size == 0:
         w = np.zeros(batch + (n,), out_dtype)
-        v = np.zeros(x.shape, out_dtype)
+        vl = vr = np.zeros(x.shape, out_dtype)
     else:
-        flat = x.reshape((-1, n, n))
-        parts = [_eig_one(a) for a in flat]
-        w = np.stack([p[0] for p in parts]).reshape(batch + (n,))
-        vl = np.stack([p[1] for p in parts]).reshape(x.shape)
-        vr = np.stack([p[2] for p in parts]).reshape(x.shape)
-    if x.size == 0:
-        vl = vr = v
-    outs = [w.astype(out_dtype)]
+        w, vl, vr = _geev(
+            x.reshape((-1, n, n)), compute_left_eigenvectors, compute_right_eigenvectors
+        )
+        w, vl, vr = w.reshape(batch + (n,)), vl.reshape(x.shape), vr.reshape(x.shape)
+    outs = [w]
     if compute_left_eigenvectors:
-        outs.append(vl.astype(out_dtype))
+        outs.append(vl)
     if compute_right_eigenvectors:
-        outs.append(vr.astype(out_dtype))
+        outs.append(vr)
     return outs
 
 
 @eig_p.def_abstract_eval
-def _eig_abstract_eval(x: ShapedArray, *, compute_left_eigenvectors, compute_right_eigenvectors):
+def _eig_abstract_eval(
+    x: ShapedArray, *, compute_left_eigenvectors, compute_right_eigenvectors, **_
+):
     check_linalg_dtype("eig", x.dtype)
     check_matrix("eig", x, square=True)
     out_dtype = _complex_of(x.dtype)
@@ -528,20 +672,113 @@ def _eig_abstract_eval(x: ShapedArray, *, compute_left_eigenvectors, compute_rig
     return outs
 
 
-def eig(x, *, compute_left_eigenvectors: bool = True, compute_right_eigenvectors: bool = True):
+def eig(
+    x,
+    *,
+    compute_left_eigenvectors: bool = True,
+    compute_right_eigenvectors: bool = True,
+    enable_eigvec_derivs: bool = False,
+    implementation: EigImplementation | None = None,
+    use_magma: bool | None = None,
+):
     """Eigendecomposition of general square matrices: [w, vl, vr] (complex), omitting the
     eigenvectors not asked for. Left eigenvectors satisfy vl^H x = w vl^H; each eigenvector
-    has unit norm and a real largest component (LAPACK's geev)."""
+    has unit norm and a real largest component (LAPACK's geev). Eigenvalues can be
+    differentiated; eigenvectors only with enable_eigvec_derivs, which assumes distinct
+    eigenvalues and differentiates through geev's normalization."""
+    if use_magma is not None:
+        warnings.warn(
+            "use_magma is deprecated, please use implementation=EigImplementation.MAGMA instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        implementation = EigImplementation.MAGMA if use_magma else EigImplementation.LAPACK
+    if implementation is not None and implementation != EigImplementation.LAPACK:
+        raise ValueError("Only the lapack implementation is supported on CPU.")
     return eig_p.bind(
         x,
         compute_left_eigenvectors=bool(compute_left_eigenvectors),
         compute_right_eigenvectors=bool(compute_right_eigenvectors),
+        enable_eigvec_derivs=bool(enable_eigvec_derivs),
+        implementation=implementation,
     )
 
 
-def_non_differentiable(
-    eig_p,
-    "kiln does not differentiate the eigendecomposition of non-Hermitian matrices; use "
-    "eigh for Hermitian (symmetric) ones.",
-)
+def _solve_square(a, b):
+    """a^-1 b for square matrices a (with the same leading dimensions as b)."""
+    factors, _, permutation = lu_p.bind(a)
+    return lu_solve(factors, permutation, b)
+
+
+def _eigenvector_tangents(w, v, x_dot):
+    """Tangents of the eigenvalues w and the eigenvectors v (columns) of x for tangent x_dot,
+    by nondegenerate perturbation theory, with the free multiple of each v_j's tangent fixed
+    by geev's normalization (unit norm, real largest component)."""
+    from kiln.primitives.elementwise import abs as abs_, complex as complex_, imag, neg
+    from kiln.primitives.reductions import argmax_p, reduce_sum
+
+    nd = len(v.shape)
+    projected = matmul(_solve_square(v, x_dot), v)
+    w_dot = diagonal(projected)
+    u = matmul(v, mul(_reciprocal_differences(w, v.dtype), projected))
+    largest = argmax_p.bind(abs_(v), axes=(nd - 2,), index_dtype=np.dtype(np.int32))
+    rows = broadcasted_iota(np.int32, tuple(v.shape), nd - 2)
+    mask = convert_element_type(
+        eq(rows, broadcast_in_dim(largest, tuple(v.shape), tuple(range(nd - 2)) + (nd - 1,))),
+        v.dtype,
+    )
+    along_v = real(reduce_sum(mul(conj(v), u), (nd - 2,)))
+    at_largest = div(
+        imag(reduce_sum(mul(mask, u), (nd - 2,))), real(reduce_sum(mul(mask, v), (nd - 2,)))
+    )
+    c = complex_(neg(along_v), neg(at_largest))
+    shift = broadcast_in_dim(c, tuple(v.shape), tuple(range(nd - 2)) + (nd - 1,))
+    return w_dot, add(u, mul(v, shift))
+
+
+@eig_p.def_jvp
+def _eig_jvp_rule(
+    primals,
+    tangents,
+    *,
+    compute_left_eigenvectors,
+    compute_right_eigenvectors,
+    enable_eigvec_derivs,
+    implementation,
+):
+    from kiln.primitives.reductions import reduce_sum
+
+    (x,), (x_dot,) = primals, tangents
+    if (compute_left_eigenvectors or compute_right_eigenvectors) and not enable_eigvec_derivs:
+        raise NotImplementedError(
+            "Derivatives of non-symmetric eigenvectors are only valid under assumptions on "
+            "the input that kiln cannot check (see the enable_eigvec_derivs argument to "
+            "kiln.lax.linalg.eig). Pass enable_eigvec_derivs=True to kiln.lax.linalg.eig to "
+            "opt in."
+        )
+    outs = eig_p.bind(
+        x,
+        compute_left_eigenvectors=compute_left_eigenvectors,
+        compute_right_eigenvectors=True,
+        enable_eigvec_derivs=enable_eigvec_derivs,
+        implementation=implementation,
+    )
+    w, vr = outs[0], outs[-1]
+    x_dot = convert_element_type(x_dot, vr.dtype)
+    nd = len(vr.shape)
+    if not (compute_left_eigenvectors or compute_right_eigenvectors):
+        w_dot = reduce_sum(mul(_solve_square(vr, x_dot), swap_last(vr)), (nd - 1,))
+        return [w], [w_dot]
+    w_dot, vr_dot = _eigenvector_tangents(w, vr, x_dot)
+    primal_out, tangent_out = [w], [w_dot]
+    if compute_left_eigenvectors:
+        _, vl_dot = _eigenvector_tangents(conj(w), outs[1], adjoint(x_dot))
+        primal_out.append(outs[1])
+        tangent_out.append(vl_dot)
+    if compute_right_eigenvectors:
+        primal_out.append(vr)
+        tangent_out.append(vr_dot)
+    return primal_out, tangent_out
+
+
 batched_over_front(eig_p)

@@ -148,9 +148,9 @@ zeta_p = standard_binop("zeta", precise(scipy.special.zeta), FLOAT)
 
 
 def _zeta_jvp_s(g, s, q):
-    raise TypeError(
+    raise NotImplementedError(
         "Differentiation rule for 'zeta' not implemented with respect to its first "
-        "argument s (as in JAX); only the derivative in q is defined."
+        "argument s (as in JAX); kiln.scipy.special.zeta has one."
     )
 
 

@@ -8,6 +8,8 @@ from kiln import lax_linalg
 from kiln import numpy as jnp
 from kiln.numpy.util import promote_dtypes_inexact
 from kiln.primitives.linalg_decomp import unpack_lu
+from kiln.scipy.linalg_expm import block_diag, expm
+from kiln.scipy.linalg_schur import funm, hessenberg, polar, rsf2csf, schur, sqrtm
 
 __all__ = [
     "cholesky",
@@ -23,6 +25,14 @@ __all__ = [
     "qr",
     "eigh",
     "svd",
+    "schur",
+    "rsf2csf",
+    "hessenberg",
+    "sqrtm",
+    "funm",
+    "polar",
+    "expm",
+    "block_diag",
 ]
 
 
