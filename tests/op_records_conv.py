@@ -240,6 +240,28 @@ CONV_ROWS = [
         dimension_numbers=("NWHC", "WHIO", "NCHW"),
     ),
     _conv_row(
+        "conv_batch_innermost",
+        ((5, 6, 4, 2), (3, 2, 5, 4)),
+        window_strides=(1, 2),
+        padding=((1, 0), (1, 1)),
+        dimension_numbers=("CHWN", "HWIO", "NHWC"),
+    ),
+    _conv_row(
+        "conv_kernel_larger_than_output",
+        ((2, 7, 6, 3), (5, 5, 3, 2)),
+        window_strides=(1, 1),
+        padding="VALID",
+        rhs_dilation=(1, 1),
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+    ),
+    _conv_row(
+        "conv_3d_channels_last",
+        ((1, 4, 3, 5, 2), (2, 2, 3, 2, 3)),
+        window_strides=(1, 1, 2),
+        padding="SAME",
+        dimension_numbers=("NDHWC", "DHWIO", "NDHWC"),
+    ),
+    _conv_row(
         "conv_feature_groups",
         ((2, 4, 5, 5), (6, 2, 3, 3)),
         window_strides=(1, 1),

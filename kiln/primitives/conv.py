@@ -1,9 +1,7 @@
 """Convolutions: conv_general_dilated (strides, padding, dilations of either operand, feature and
 batch groups, any layout) and the functions built on it (conv, conv_transpose, patches).
 
-The impl brings both operands to the canonical (batch, feature, spatial...) layout, dilates and
-pads the input, views every window of it at once (im2col without a copy until the product) and
-contracts windows with the kernel in one batched matrix product, one batch entry per group.
+The impl is conv_gemm.convolve (im2col fused with BLAS products, split over kiln's threads).
 The derivative rules follow XLA's conventions as JAX states them: the transpose with respect to
 either operand is again a convolution, with the kernel flipped or the roles of strides and
 dilations swapped.
@@ -19,9 +17,10 @@ import numpy as np
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
 from kiln.core.primitive import Primitive
-from kiln.primitives import blas
 from kiln.primitives.base import FLOAT, COMPLEX, INT, check_dtype, check_same_dtypes
 from kiln.primitives.base import zeros_like_aval
+from kiln.primitives.conv_gemm import _dilate_dim, _dilate_shape, _stride_dim, convolve
+from kiln.primitives.conv_gemm import dilate_and_pad  # noqa: F401  (windowed.py uses it)
 from kiln.primitives.elementwise import add_any, convert_element_type, eq
 from kiln.primitives.shape import broadcast_in_dim, reshape, rev, transpose
 from kiln.primitives.shape_slice import broadcasted_iota
@@ -52,21 +51,6 @@ class ConvDimensionNumbers(NamedTuple):
 
 
 # --- shapes and padding ----------------------------------------------------------------------
-
-
-def _dilate_dim(size: int, dilation: int) -> int:
-    return 0 if size == 0 else 1 + dilation * (size - 1)
-
-
-def _dilate_shape(shape: Sequence[int], dilation: Sequence[int]) -> tuple:
-    if not all(d > 0 for d in dilation):
-        raise TypeError(f"All dilations must be positive, got {tuple(dilation)}.")
-    dilation = (1,) * (len(shape) - len(dilation)) + tuple(dilation)
-    return tuple(_dilate_dim(s, d) for s, d in zip(shape, dilation))
-
-
-def _stride_dim(size: int, window: int, stride: int) -> int:
-    return max(0, (size - window) // stride + 1)
 
 
 def padtype_to_pads(in_shape, window_shape, window_strides, padding) -> list[tuple[int, int]]:
@@ -184,31 +168,8 @@ def conv_general_shape_tuple(lhs_shape, rhs_shape, window_strides, padding, dime
     return tuple(out_t[i] for i in np.argsort(dnums.out_spec))
 
 
-def dilate_and_pad(x: np.ndarray, dilation, padding, fill) -> np.ndarray:
-    """x with `dilation - 1` fill values between neighbours and (low, high) fill values at the
-    ends of every dimension (negative padding crops)."""
-    if any(d != 1 for d in dilation):
-        shape = _dilate_shape(x.shape, dilation)
-        dilated = np.full(shape, fill, x.dtype)
-        dilated[tuple(slice(None, None, d) for d in dilation)] = x
-        x = dilated
-    if any(lo or hi for lo, hi in padding):
-        grow = [(max(lo, 0), max(hi, 0)) for lo, hi in padding]
-        if any(lo or hi for lo, hi in grow):
-            x = np.pad(x, grow, constant_values=np.asarray(fill, x.dtype))
-        x = x[tuple(slice(-min(lo, 0), n + min(hi, 0)) for n, (lo, hi) in zip(x.shape, padding))]
-    return x
-
-
 # --- conv_general_dilated --------------------------------------------------------------------
 conv_general_dilated_p = Primitive("conv_general_dilated")
-
-
-def _compute_dtype(in_dtype: np.dtype, out_dtype: np.dtype) -> np.dtype:
-    """Half-precision floats accumulate in float32, as XLA does on CPU."""
-    if dtypes.bfloat16 in (in_dtype, out_dtype) or np.float16 in (in_dtype, out_dtype):
-        return np.dtype(np.float32)
-    return np.promote_types(in_dtype, out_dtype)
 
 
 @conv_general_dilated_p.def_impl
@@ -226,53 +187,17 @@ def _conv_general_dilated_impl(
     precision=None,
     preferred_element_type=None,
 ):
-    lhs_spec, rhs_spec, out_spec = dimension_numbers
-    out_dtype = np.dtype(preferred_element_type or lhs.dtype)
-    compute = _compute_dtype(lhs.dtype, out_dtype)
-    x = np.transpose(lhs, lhs_spec).astype(compute, copy=False)
-    w = np.transpose(rhs, rhs_spec).astype(compute, copy=False)
-    x = dilate_and_pad(x, (1, 1) + tuple(lhs_dilation), ((0, 0), (0, 0)) + tuple(padding), 0)
-    n, c, *in_spatial = x.shape
-    o, i, *kernel = w.shape
-    nsp = len(kernel)
-    extent = [_dilate_dim(k, d) for k, d in zip(kernel, rhs_dilation)]
-    out_spatial = [_stride_dim(p, e, s) for p, e, s in zip(in_spatial, extent, window_strides)]
-    gf, gb = feature_group_count, batch_group_count
-    groups, nb = gf * gb, n // gb
-    og = o // groups
-    positions, taps = (
-        int(np.prod(out_spatial, dtype=np.int64)),
-        int(np.prod(kernel, dtype=np.int64)),
-    )
-    if nb * o * positions == 0:
-        result = np.zeros([nb, o] + out_spatial, compute)
-    else:
-        # Every window as a view (batch, feature, out positions..., kernel taps...).
-        strides = x.strides
-        windows = np.lib.stride_tricks.as_strided(
-            x,
-            (n, c, *out_spatial, *kernel),
-            (
-                strides[0],
-                strides[1],
-                *(strides[2 + d] * window_strides[d] for d in range(nsp)),
-                *(strides[2 + d] * rhs_dilation[d] for d in range(nsp)),
-            ),
-            writeable=False,
-        )
-        windows = windows.reshape(gb, nb, gf, c // gf, *out_spatial, *kernel)
-        # Rows of patches are (group, example, position); columns (tap, channel), so that the
-        # copy reads channels in memory order for channels-last inputs.
-        order = (0, 2, 1, *range(4, 4 + 2 * nsp), 3)
-        patches = windows.transpose(order).reshape(groups, nb * positions, taps * i)
-        weights = w.reshape(groups, og, i, taps).transpose(0, 3, 2, 1).reshape(groups, taps * i, og)
-        with np.errstate(all="ignore"):
-            product = blas.matmul(patches, weights)  # (groups, nb * positions, og)
-        product = product.reshape(gb, gf, nb, *out_spatial, og)
-        order = (2, 0, 1, 3 + nsp, *range(3, 3 + nsp))
-        result = product.transpose(order).reshape(nb, o, *out_spatial)
-    return np.ascontiguousarray(np.transpose(result, np.argsort(out_spec))).astype(
-        out_dtype, copy=False
+    return convolve(
+        lhs,
+        rhs,
+        window_strides=window_strides,
+        padding=padding,
+        lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation,
+        dimension_numbers=dimension_numbers,
+        feature_group_count=feature_group_count,
+        batch_group_count=batch_group_count,
+        preferred_element_type=preferred_element_type,
     )
 
 

@@ -101,6 +101,10 @@ def _windows(x: np.ndarray, window_dimensions, window_strides, window_dilation) 
         return np.zeros(tuple(out) + tuple(window_dimensions), x.dtype)
     strides = [st * s for st, s in zip(x.strides, window_strides)]
     strides += [st * d for st, d in zip(x.strides, window_dilation)]
+    if dtypes.is_float8(x.dtype):  # a strided view cannot name the 8-bit floats: take bytes
+        raw = x.view(np.uint8)
+        shape = tuple(out) + tuple(window_dimensions)
+        return np.lib.stride_tricks.as_strided(raw, shape, strides, writeable=False).view(x.dtype)
     return np.lib.stride_tricks.as_strided(
         x, tuple(out) + tuple(window_dimensions), strides, writeable=False
     )
@@ -308,7 +312,7 @@ def _chooser_jvp_rule(prim, select_prim: str):
     def jvp_rule(primals, tangents, **params):
         (operand,), (tangent,) = primals, tangents
         out = prim.bind(operand, **params)
-        if tangent is None or operand.dtype.kind not in "fc" and operand.dtype != dtypes.bfloat16:
+        if tangent is None or not dtypes.is_inexact(operand.dtype):
             return out, None
         return out, select_and_gather_add_p.bind(
             tangent, operand, select_prim=select_prim, **params
@@ -334,32 +338,29 @@ def _selected_positions(operand: np.ndarray, select_prim: str, params) -> np.nda
         return np.full(out_shape, -1, np.int64)
     # A running selection over the taps in window order, as XLA's select(ge(acc, x), acc, x):
     # a later tap replaces the current one only if the current one does not compare ge (le).
-    best, choice = None, np.zeros(out_shape, np.int64)
-    for t, tap in enumerate(itertools.product(*(range(w) for w in window_dimensions))):
+    taps = list(itertools.product(*(range(w) for w in window_dimensions)))
+    compare = np.greater_equal if select_prim == "ge" else np.less_equal
+    best = np.array(values[(Ellipsis,) + taps[0]])
+    choice = np.zeros(out_shape, np.min_scalar_type(len(taps)))
+    replace = np.empty(out_shape, bool)
+    for t, tap in enumerate(taps[1:], 1):
         value = values[(Ellipsis,) + tap]
-        if best is None:
-            best = np.array(value)
-            continue
-        keep = best >= value if select_prim == "ge" else best <= value
-        replace = ~keep
-        best = np.where(replace, value, best)
-        choice[replace] = t
-    # The chosen tap's coordinates in the padded, dilated operand, then in the operand itself;
-    # dimensions without a window stay small arrays that broadcast.
-    taps = np.unravel_index(choice, window_dimensions)
-    flat, valid = np.zeros((1,) * ndim, np.int64), np.ones((1,) * ndim, bool)
-    for d in range(ndim):
-        position = np.arange(out_shape[d]).reshape((-1,) + (1,) * (ndim - d - 1))
-        coordinate = position * window_strides[d] - padding[d][0]
-        if window_dimensions[d] > 1:
-            coordinate = coordinate + taps[d] * window_dilation[d]
-        if base_dilation[d] > 1:
-            coordinate, remainder = np.divmod(coordinate, base_dilation[d])
-            valid = valid & (remainder == 0)
-        if padding[d] != (0, 0) or base_dilation[d] > 1:
-            valid = valid & (coordinate >= 0) & (coordinate < operand.shape[d])
-        flat = flat * operand.shape[d] + coordinate
-    return np.broadcast_to(np.where(valid, flat, -1), out_shape)
+        np.logical_not(compare(best, value), out=replace)
+        np.copyto(best, value, where=replace)
+        np.copyto(choice, t, where=replace, casting="unsafe")
+    # Where each tap of each window reads the operand: the windows of the operand's own flat
+    # indices, dilated and padded as the operand is, with -1 in the holes and the padding.
+    indices = np.arange(operand.size, dtype=np.int64).reshape(operand.shape)
+    index_windows = _padded_windows(indices, -1, *_window_params(params))
+    if any(lo or hi for lo, hi in padding) or any(d != 1 for d in base_dilation):
+        index_windows = index_windows.reshape(out_shape + (-1,))
+        return np.take_along_axis(index_windows, choice[..., None].astype(np.intp), axis=-1)[..., 0]
+    # Without padding or holes every tap is in bounds: window origin plus the tap's offset.
+    origin = index_windows[(Ellipsis,) + (0,) * ndim]
+    offsets = np.array(
+        [index_windows[(0,) * ndim + tap] - index_windows[(0,) * (2 * ndim)] for tap in taps]
+    )
+    return origin + offsets[choice]
 
 
 select_and_gather_add_p = Primitive("select_and_gather_add")
@@ -431,6 +432,14 @@ def _select_and_scatter_add_impl(source, operand, *, select_prim, **params):
     values = source.reshape(-1)
     keep = chosen >= 0
     chosen, values = chosen[keep], values[keep]
+    extents = [
+        1 + d * (w - 1) for w, d in zip(params["window_dimensions"], params["window_dilation"])
+    ]
+    if all(s >= e for s, e in zip(params["window_strides"], extents)):
+        # Windows that do not overlap select distinct elements: a plain scatter.
+        out = np.zeros(operand.size, source.dtype)
+        out[chosen] = values
+        return out.reshape(operand.shape)
     # Windows overlap when strides are smaller than windows: sum what lands on one element.
     if values.dtype.kind == "c":
         out = np.bincount(chosen, values.real, operand.size) + 1j * np.bincount(
