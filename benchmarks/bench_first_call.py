@@ -1,11 +1,13 @@
 """Where the first call of a new program goes: kiln next to JAX on CPU, with kiln's time split
 into its phases (figures, no asserts).
 
-Run: .venv/bin/python benchmarks/bench_first_call.py [--repeat N] [--before PATH]
+Run: .venv/bin/python benchmarks/bench_first_call.py [--repeat N] [--before PATH] [--warm]
 JAX runs in a separate interpreter: this one if it imports jax, else $KILN_BENCH_JAX_PYTHON
 (e.g. /tmp/jaxvenv/bin/python), else it is left out. --before PATH also measures the kiln
 checkout at PATH (say, a copy of the tree without a change), so that before/after ratios come
-from one run.
+from one run. --warm adds warm starts: each system first fills a fresh persistent cache
+(kiln: KILN_CACHE_DIR; JAX: jax_compilation_cache_dir, every entry kept) in one process, then
+the first call is timed in fresh processes that find every program there.
 
 Each figure is one first call of a freshly jitted function (trace, optimize, compile, run) in
 a fresh process, the median of --repeat processes. The workloads:
@@ -19,7 +21,7 @@ a fresh process, the median of --repeat processes. The workloads:
 kiln's phases, timed by wrapping the functions that do them: trace (jaxpr staging), passes
 (the jaxpr pipeline), fusion (partition, lowering to kernel IR, fusion planning), emit (kernel
 IR verification, scheduling and emission as LLVM IR), LLVM optimize, object emission (with
-parsing and printing the module), load (symbol check and linking); "run + rest" is the
+verifying and printing the module), load (symbol check and linking); "run + rest" is the
 remainder: the first run (fresh memory faulted in), argument conversion, the generated call
 path and the rest of the build.
 The machine is shared and noisy: compare figures from one run.
@@ -34,6 +36,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _harness import result_row  # noqa: E402
@@ -54,6 +57,7 @@ import collections, json, math, sys, time
 import numpy as np
 
 system, workload = sys.argv[1], sys.argv[2]
+cache_dir = sys.argv[3] if len(sys.argv) > 3 else None
 phases = collections.Counter()
 
 def timed(owner, name, phase):
@@ -70,6 +74,8 @@ def timed(owner, name, phase):
 
 if system == "kiln":
     import kiln, kiln.numpy as jnp
+    if cache_dir:
+        kiln.config.update("jax_compilation_cache_dir", cache_dir)
     from kiln import lax
     from kiln.codegen.llvm import emit, llvm_pipeline
     from kiln.compiler import fusion, pipeline
@@ -83,7 +89,7 @@ if system == "kiln":
     timed(kir, "verify_program", "emit")
     timed(emit, "emit_program", "emit")
     timed(llvm_pipeline, "optimize", "optimize")
-    timed(llvm_pipeline, "optimize_to_object", "llvm")
+    timed(llvm_pipeline, "optimize_module", "llvm")
     timed(engine, "load_object", "load")
     jit, grad, value_and_grad = kiln.jit, kiln.grad, kiln.value_and_grad
     block = kiln.block_until_ready
@@ -91,6 +97,10 @@ if system == "kiln":
 else:
     import jax, jax.numpy as jnp
     jax.config.update("jax_platforms", "cpu")
+    if cache_dir:
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     jit, grad, value_and_grad, block = jax.jit, jax.grad, jax.value_and_grad, jax.block_until_ready
     tree_map, stop_gradient, lax = jax.tree_util.tree_map, jax.lax.stop_gradient, jax.lax
 
@@ -190,14 +200,17 @@ def jax_python() -> str | None:
     return candidate if candidate and pathlib.Path(candidate).exists() else None
 
 
-def run_one(python: str, system: str, workload: str, root: pathlib.Path) -> dict | None:
-    """One first call in a fresh interpreter; None if it failed."""
+def run_one(
+    python: str, system: str, workload: str, root: pathlib.Path, cache: str | None = None
+) -> dict | None:
+    """One first call in a fresh interpreter (with a persistent cache at `cache`, if given);
+    None if it failed."""
     inherited = os.environ.get("PYTHONPATH", "")
     path = os.pathsep.join(filter(None, [str(root), inherited])) if system == "kiln" else inherited
     env = dict(os.environ, PYTHONPATH=path)
     try:
         done = subprocess.run(
-            [python, "-c", _PROGRAM, system, workload],
+            [python, "-c", _PROGRAM, system, workload] + ([cache] if cache else []),
             env=env,
             cwd=str(root),
             capture_output=True,
@@ -212,9 +225,25 @@ def run_one(python: str, system: str, workload: str, root: pathlib.Path) -> dict
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def median_run(python: str, system: str, workload: str, root: pathlib.Path, repeat: int):
-    """The run with the median first call of `repeat` fresh processes."""
-    runs = [r for r in (run_one(python, system, workload, root) for _ in range(repeat)) if r]
+def median_run(
+    python: str,
+    system: str,
+    workload: str,
+    root: pathlib.Path,
+    repeat: int,
+    warm: bool = False,
+):
+    """The run with the median first call of `repeat` fresh processes; `warm`: each finds
+    the program in a persistent cache that one earlier process filled."""
+    if not warm:
+        runs = [r for r in (run_one(python, system, workload, root) for _ in range(repeat)) if r]
+    else:
+        with tempfile.TemporaryDirectory(prefix=f"first_call_{system}_") as scratch:
+            cache = os.path.join(scratch, "cache")
+            if run_one(python, system, workload, root, cache) is None:
+                return None
+            runs = [run_one(python, system, workload, root, cache) for _ in range(repeat)]
+            runs = [r for r in runs if r]
     if not runs:
         return None
     runs.sort(key=lambda r: r["first"])
@@ -229,57 +258,69 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:8.2f}x" if a and b else f"{'n/a':>9s}"
 
 
-def main(quick: bool = False, repeat: int | None = None, before: str | None = None) -> list[dict]:
+def main(
+    quick: bool = False, repeat: int | None = None, before: str | None = None, warm: bool = False
+) -> list[dict]:
     repeat = repeat or (1 if quick else 3)
     jax_py = jax_python()
     before_root = pathlib.Path(before).resolve() if before else None
     print(f"first call of a fresh jit (trace + compile + run), median of {repeat} processes")
     if jax_py is None:
         print("(JAX not available: set KILN_BENCH_JAX_PYTHON)")
+    modes = ("cold", "warm") if warm else ("cold",)
     results = {}
     for workload in WORKLOADS:
-        # kiln's runs first, then JAX's, so that their worker threads never compete.
-        kiln_run = median_run(sys.executable, "kiln", workload, ROOT, repeat)
-        before_run = (
-            median_run(sys.executable, "kiln", workload, before_root, repeat)
-            if before_root
-            else None
-        )
-        jax_run = median_run(jax_py, "jax", workload, ROOT, repeat) if jax_py else None
-        results[workload] = (kiln_run, before_run, jax_run)
+        for mode in modes:
+            # kiln's runs first, then JAX's, so that their worker threads never compete.
+            hot = mode == "warm"
+            kiln_run = median_run(sys.executable, "kiln", workload, ROOT, repeat, hot)
+            before_run = (
+                median_run(sys.executable, "kiln", workload, before_root, repeat, hot)
+                if before_root
+                else None
+            )
+            jax_run = median_run(jax_py, "jax", workload, ROOT, repeat, hot) if jax_py else None
+            results[workload, mode] = (kiln_run, before_run, jax_run)
 
-    header = f"{'workload':36s}{'kiln':>10s}{'jax':>10s}{'kiln/jax':>9s}"
+    header = f"{'workload':42s}{'kiln':>10s}{'jax':>10s}{'kiln/jax':>9s}"
     if before_root:
         header += f"{'before':>10s}{'before/jax':>11s}{'after/before':>13s}"
+    if warm:
+        header += f"{'kiln warm/cold':>15s}"
     print("\n" + header)
     print("-" * len(header))
     report = []
-    for workload, (kiln_run, before_run, jax_run) in results.items():
+    for (workload, mode), (kiln_run, before_run, jax_run) in results.items():
         k = kiln_run and kiln_run["first"]
         j = jax_run and jax_run["first"]
-        line = f"{TITLES[workload]:36s}{_seconds(k)}{_seconds(j)}{_ratio(k, j)}"
+        title = TITLES[workload] + (f" ({mode})" if warm else "")
+        line = f"{title:42s}{_seconds(k)}{_seconds(j)}{_ratio(k, j)}"
         b = before_run and before_run["first"]
         if before_root:
             line += f"{_seconds(b)}  {_ratio(b, j)}    {_ratio(k, b)}"
+        if warm and mode == "warm":
+            cold = results[workload, "cold"][0]
+            line += f"    {_ratio(k, cold and cold['first'])}"
         print(line)
         note = ""
         if kiln_run:
             phases = kiln_run["phases"]
             note = ", ".join(f"{name} {phases.get(name, 0.0) * 1e3:.0f} ms" for name in PHASES)
-        report.append(result_row(f"first call: {TITLES[workload]}", k, None, j, note=note))
+        report.append(result_row(f"first call: {title}", k, None, j, note=note))
 
     print("\nkiln's first call by phase (ms; 'run + rest' = first call - phases)")
-    header = f"{'workload':36s}" + "".join(f"{p:>9s}" for p in PHASES) + f"{'run+rest':>10s}"
+    header = f"{'workload':42s}" + "".join(f"{p:>9s}" for p in PHASES) + f"{'run+rest':>10s}"
     header += f"{'modules':>9s}"
     print(header)
     print("-" * len(header))
-    for workload, runs in results.items():
+    for (workload, mode), runs in results.items():
         for label, run in (("", runs[0]), (" (before)", runs[1])):
             if not run:
                 continue
             phases = run["phases"]
             rest = run["first"] - sum(phases.values())
-            line = f"{(TITLES[workload] + label)[:36]:36s}"
+            title = TITLES[workload] + (f" {mode}" if warm else "") + label
+            line = f"{title[:42]:42s}"
             line += "".join(f"{phases.get(p, 0.0) * 1e3:9.0f}" for p in PHASES)
             modules = run.get("modules")
             line += f"{rest * 1e3:10.0f}{modules if modules is not None else '?':>9}"
@@ -296,5 +337,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=None, help="fresh processes per figure")
     parser.add_argument("--before", default=None, help="another kiln checkout to measure too")
+    parser.add_argument(
+        "--warm", action="store_true", help="also time warm starts (programs in the disk cache)"
+    )
     options = parser.parse_args()
-    main(repeat=options.repeat, before=options.before)
+    main(repeat=options.repeat, before=options.before, warm=options.warm)

@@ -6,9 +6,10 @@ Every flag that changes what tracing produces (x64) is part of the compile-cache
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from typing import Any
+from typing import Any, Callable, Iterator
 
 
 def _env_bool(name: str, default: bool = False) -> bool:
@@ -33,10 +34,14 @@ class Config:
         "jax_disable_jit": "disable_jit",
         "jax_threefry_partitionable": "threefry_partitionable",
         "jax_compilation_cache_dir": "cache_dir",
+        "jax_debug_nans": "debug_nans",
+        "jax_debug_infs": "debug_infs",
     }
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._enable_x64 = self._threefry_partitionable = False
+        self.trace_key = (False, False)
         self.enable_x64 = _env_bool("KILN_ENABLE_X64")
         self.log_compiles = _env_bool("KILN_LOG_COMPILES")
         self.explain_cache_misses = _env_bool("KILN_EXPLAIN_CACHE_MISSES")
@@ -65,6 +70,62 @@ class Config:
         self.native_strict = os.environ.get("KILN_NATIVE_STRICT", "") == "1"
         # Threads a large native kernel is split across (None: one per core).
         self.num_threads = _env_int("KILN_NUM_THREADS")
+        # Raise FloatingPointError when an operation produces a NaN (an infinity); see
+        # kiln/core/debug_checks.py. check_special is True while either is on.
+        self._special_listeners: list[Callable[[], None]] = []
+        self._debug_nans = self._debug_infs = self.check_special = False
+        self.debug_nans = _env_bool("KILN_DEBUG_NANS") or _env_bool("JAX_DEBUG_NANS")
+        self.debug_infs = _env_bool("KILN_DEBUG_INFS") or _env_bool("JAX_DEBUG_INFS")
+
+    # enable_x64 and threefry_partitionable change what tracing produces: they are properties
+    # that keep `trace_key`, the compile-cache key part made of them, current (jit's call path
+    # reads it on every call).
+    @property
+    def enable_x64(self) -> bool:
+        return self._enable_x64
+
+    @enable_x64.setter
+    def enable_x64(self, value: bool) -> None:
+        self._enable_x64 = bool(value)
+        self.trace_key = (self._enable_x64, self._threefry_partitionable)
+
+    @property
+    def threefry_partitionable(self) -> bool:
+        return self._threefry_partitionable
+
+    @threefry_partitionable.setter
+    def threefry_partitionable(self, value: bool) -> None:
+        self._threefry_partitionable = bool(value)
+        self.trace_key = (self._enable_x64, self._threefry_partitionable)
+
+    # debug_nans and debug_infs are properties, so that check_special and the listeners follow
+    # every change, through update() or plain assignment alike.
+    @property
+    def debug_nans(self) -> bool:
+        return self._debug_nans
+
+    @debug_nans.setter
+    def debug_nans(self, value: bool) -> None:
+        self._debug_nans = bool(value)
+        self._special_changed()
+
+    @property
+    def debug_infs(self) -> bool:
+        return self._debug_infs
+
+    @debug_infs.setter
+    def debug_infs(self, value: bool) -> None:
+        self._debug_infs = bool(value)
+        self._special_changed()
+
+    def _special_changed(self) -> None:
+        self.check_special = self._debug_nans or self._debug_infs
+        for callback in self._special_listeners:
+            callback()
+
+    def on_special_change(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` after each change of debug_nans or debug_infs."""
+        self._special_listeners.append(callback)
 
     def _canonical_name(self, name: str) -> str:
         name = self._aliases.get(name, name)
@@ -77,6 +138,8 @@ class Config:
     def update(self, name: str, value: Any) -> None:
         """Set a flag, e.g. `config.update("jax_enable_x64", True)`."""
         attr = self._canonical_name(name)
+        if attr == "check_special":
+            raise AttributeError("check_special follows debug_nans and debug_infs; set those")
         if attr == "dump":
             value = frozenset(value.split(",")) if isinstance(value, str) else frozenset(value)
         with self._lock:
@@ -87,7 +150,7 @@ class Config:
 
     def trace_context(self) -> tuple:
         """The flags that change tracing; they form part of every compile-cache key."""
-        return (self.enable_x64, self.threefry_partitionable)
+        return self.trace_key
 
     def __repr__(self) -> str:
         return (
@@ -98,3 +161,40 @@ class Config:
 
 config = Config()
 update = config.update
+
+
+class _FlagState:
+    """A boolean flag as JAX exposes it at top level: `.value` reads it, and calling it gives
+    a context manager that sets it for a block (`with kiln.debug_nans(True): ...`)."""
+
+    def __init__(self, attr: str, doc: str):
+        self._attr = attr
+        self.__doc__ = doc
+
+    @property
+    def value(self) -> bool:
+        return getattr(config, self._attr)
+
+    @contextlib.contextmanager
+    def __call__(self, value: bool = True) -> Iterator[None]:
+        previous = getattr(config, self._attr)
+        config.update(self._attr, value)
+        try:
+            yield
+        finally:
+            config.update(self._attr, previous)
+
+    def __repr__(self) -> str:
+        return f"<kiln flag {self._attr}={self.value}>"
+
+
+debug_nans = _FlagState(
+    "debug_nans",
+    "Inside `with debug_nans(True):`, an operation that produces a NaN raises "
+    "FloatingPointError naming it (as `config.update('jax_debug_nans', True)` does).",
+)
+debug_infs = _FlagState(
+    "debug_infs",
+    "Inside `with debug_infs(True):`, an operation that produces an infinity raises "
+    "FloatingPointError naming it (as `config.update('jax_debug_infs', True)` does).",
+)

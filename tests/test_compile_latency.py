@@ -194,23 +194,30 @@ def test_a_program_with_several_segments_compiles_one_module_per_pipeline():
     w1, w2 = rng.standard_normal((64, 32), np.float32), rng.standard_normal((32, 8), np.float32)
     x = rng.standard_normal((16, 64), np.float32)
 
-    def loss(w1, w2, x):
+    def host_copy(h):
+        return np.array(h)
+
+    def forward(w1, w2, x):
         h = jnp.tanh(x @ w1 + 1.0)
-        return jnp.sum(jax_softmax(h @ w2) ** 2)
+        # A host callback cannot be compiled: the native code before and after it are two
+        # segments.
+        h = kiln.pure_callback(host_copy, kiln.ShapeDtypeStruct(h.shape, h.dtype), h)
+        return jax_softmax(h @ w2) ** 2
 
     def jax_softmax(z):
         e = jnp.exp(z - jnp.max(z, axis=-1, keepdims=True))
         return e / jnp.sum(e, axis=-1, keepdims=True)
 
-    fun = kiln.grad(loss, argnums=(0, 1))
     before = _stats()
-    got = kiln.jit(fun)(w1, w2, x)
+    got = kiln.jit(forward)(w1, w2, x)
     delta = _delta(before)
     assert delta["programs"] >= 2
     assert delta["modules"] <= len(llvm_pipeline.PIPELINES)
-    expected = _interpreted(fun, w1, w2, x)
-    for a, b in zip(got, expected):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
+    h = np.tanh(x.astype(np.float64) @ w1 + 1.0) @ w2
+    e = np.exp(h - h.max(-1, keepdims=True))
+    np.testing.assert_allclose(
+        np.asarray(got), (e / e.sum(-1, keepdims=True)) ** 2, rtol=1e-4, atol=1e-6
+    )
 
 
 # --- merged reductions and loop nests ---------------------------------------------------------

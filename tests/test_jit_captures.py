@@ -66,6 +66,20 @@ def test_module_level_loop_matches_jax():
     assert _run_module(LOOP)["outs"] == _run_module(LOOP, jax)["outs"]
 
 
+DTYPE_LOOP = """
+    import numpy as np
+    import kiln.numpy as jnp
+    outs = []
+    for dt in (jnp.float32, jnp.int32, np.int16, np.dtype("uint8")):
+        outs.append(str(kiln.jit(lambda x: x.astype(dt))(jnp.asarray([1.5])).dtype))
+"""
+
+
+def test_module_level_loop_over_a_global_dtype_gives_each_dtype():
+    with no_stale_warning():
+        assert _run_module(DTYPE_LOOP)["outs"] == ["float32", "int32", "int16", "uint8"]
+
+
 def test_function_level_loop_over_a_closure_variable_gives_each_value():
     outs = []
     for i in range(4):

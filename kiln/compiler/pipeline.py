@@ -140,9 +140,29 @@ def compile(
     factory = _backend_factory(backend)
     if factory is not None and factory is not InterpretedExecutable:
         try:
-            return factory(program, hidden, name)
+            return _build(factory, backend, program, hidden, name)
         except NotImplementedError as err:
             logger.debug(
                 "kiln: backend %r cannot compile %s (%s); using the interpreter", backend, name, err
             )
     return InterpretedExecutable(program, hidden, name)
+
+
+def _build(factory, backend: str, program: ClosedJaxpr, hidden: list, name: str) -> Executable:
+    """factory(program, hidden, name); the native backend's build records or replays its
+    plans through the disk cache (kiln.runtime.program_cache), and a build that fails while
+    replaying is done again from scratch (its records then replace the entry)."""
+    if backend != "native" or not config.cache_dir:
+        return factory(program, hidden, name)
+    from kiln.runtime import program_cache
+
+    session = None
+    try:
+        with program_cache.session(program, hidden, name) as session:
+            return factory(program, hidden, name)
+    except Exception:
+        if session is None or not session.replaying:
+            raise
+        logger.warning("kiln: the cached build of %s did not work; building it afresh", name)
+    with program_cache.session(program, hidden, name, replay=False):
+        return factory(program, hidden, name)

@@ -33,10 +33,40 @@ class Device:
 CPU = Device()
 
 
+class _DeletedBuffer:
+    """What a deleted Array holds in place of its buffer (after donating it to a jitted call):
+    its shape and dtype stay readable, as in JAX; reading the data raises RuntimeError."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: tuple, dtype: np.dtype):
+        self.shape, self.dtype = shape, dtype
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+    itemsize = property(lambda self: self.dtype.itemsize)
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+    def _error(self) -> RuntimeError:
+        dims = ",".join(str(d) for d in self.shape)
+        return RuntimeError(f"Array has been deleted with shape={self.dtype.name}[{dims}].")
+
+    def __getattr__(self, name):
+        raise self._error()
+
+    def __array__(self, *args, **kwargs):
+        raise self._error()
+
+    def __getitem__(self, index):
+        raise self._error()
+
+
 class Array:
     """An immutable n-dimensional array (what kiln functions take and return)."""
 
-    __slots__ = ("_value", "weak_type", "_aval", "_address", "_readonly", "__weakref__")
+    # _sig: (shape, dtype, weak_type), made on first use by jit's call path and kept (the
+    # Array never changes, so neither does its signature).
+    __slots__ = ("_value", "weak_type", "_aval", "_address", "_readonly", "_sig", "__weakref__")
     __array_priority__ = 100
 
     def __init__(self, value, dtype=None, weak_type: bool = False):
@@ -49,6 +79,7 @@ class Array:
         self._aval = None
         self._address = None
         self._readonly = None
+        self._sig = None
 
     @staticmethod
     def _wrap(value: np.ndarray, weak_type: bool = False) -> "Array":
@@ -61,6 +92,7 @@ class Array:
         out._aval = None
         out._address = None
         out._readonly = None
+        out._sig = None
         return out
 
     @property
@@ -116,6 +148,15 @@ class Array:
             view.flags.writeable = False
             self._readonly = view
         return view
+
+    def is_deleted(self) -> bool:
+        """Whether the buffer is gone (donated to a jitted call, or `delete()`d)."""
+        return type(self._value) is _DeletedBuffer
+
+    def delete(self) -> None:
+        """Release the buffer; any later use of the data raises RuntimeError."""
+        self._value = _DeletedBuffer(self._value.shape, self._value.dtype)
+        self._address = self._readonly = None
 
     def block_until_ready(self) -> "Array":
         """Computation is synchronous on the CPU, so the array is always ready."""

@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 
 from kiln.core.array import Array
+from kiln.core import trace as _trace
 from kiln.core.trace import Tracer, current_trace_state
 
 # The eager fast path calls a NumPy ufunc directly; like XLA, kiln produces inf/nan silently,
@@ -51,7 +52,8 @@ def _fast_binop(ufunc, name: str, reverse: bool = False):
     new_array = functools.partial(object.__new__, Array)
 
     def op(self, other):
-        if current_trace_state.trace is None:
+        # (the general path while debug_nans/debug_infs check each result)
+        if current_trace_state.trace is None and _trace._special_value_check is None:
             a = self._value
             kind = type(other)
             if kind is Array:
@@ -72,6 +74,7 @@ def _fast_binop(ufunc, name: str, reverse: bool = False):
             result._aval = None
             result._address = None
             result._readonly = None
+            result._sig = None
             return result
         return slow(self, other)
 

@@ -615,9 +615,12 @@ def _add(guards: dict, kind: str, namespace, name: str, value: Any, seen: set, d
         guards.setdefault((kind, id(namespace), name), Guard(kind, namespace, name, value))
     elif type(value) is types.FunctionType and _is_user_code(value.__code__):
         _collect(value, None, guards, seen, depth + 1)
-    elif callable(value) and not isinstance(value, (type, types.ModuleType)):
-        # A library function read through a variable (`fn = lax.sin`) is part of the trace:
-        # guard which function the name holds (by identity; never checked per call).
+    elif isinstance(value, (type, np.dtype)) or (
+        callable(value) and not isinstance(value, types.ModuleType)
+    ):
+        # A library function read through a variable (`fn = lax.sin`), or a dtype or class
+        # (`for dt in (jnp.float32, jnp.int32): jit(lambda x: x.astype(dt))`), is part of the
+        # trace: guard which one the name holds (by identity; never checked per call).
         guards.setdefault((kind, id(namespace), name), Guard(kind, namespace, name, value))
 
 

@@ -6,8 +6,11 @@ verifies completely. Each entry is one file, `<key>.kiln`:
     magic (8 bytes) | header length (4 bytes, little-endian) | header (JSON) | payload
 
 The header names the format version, kiln's, llvmlite's and LLVM's versions, the target
-(triple, CPU, features), the entry's key, the sizes of the payload's parts (the object file,
-then the optimized LLVM IR) and the payload's SHA-256. An entry that is truncated, corrupted,
+(triple, CPU, features), the entry's key, the sizes of the payload's two parts and the
+payload's SHA-256. Compiled code stores its object file, then its optimized LLVM IR; a
+program's build records (kiln.runtime.program_cache) store the records alone. Keys are
+derived from content and kiln's source digest (`source_digest`), so that code derived by one
+version of kiln's compiler is never found by another. An entry that is truncated, corrupted,
 written by another version or for another CPU is ignored, counted and logged; the caller
 compiles afresh and the new entry replaces it. Entries are written to a temporary file in the
 same directory and renamed into place, so concurrent processes only ever see whole entries.
@@ -35,7 +38,9 @@ import llvmlite.binding as llvm
 logger = logging.getLogger("kiln")
 
 MAGIC = b"KILNOBJ\x00"
-FORMAT_VERSION = 1
+#: 2: entries are keyed by what kiln derived from a program (the fingerprint of its kernel IR)
+#: and by kiln's source digest.
+FORMAT_VERSION = 2
 _LENGTH = struct.Struct("<I")
 #: Headers are small; anything claiming more is corrupt.
 _MAX_HEADER = 1 << 16
@@ -45,6 +50,59 @@ def _kiln_version() -> str:
     from kiln import __version__  # the package is initialized by the time anything compiles
 
     return __version__
+
+
+_source_files: list | None = None
+_source_digests: dict = {}
+
+
+def _sources() -> list[tuple[str, int, int]]:
+    """(package-relative path, size, modification time in ns) of kiln's source files, read
+    once per process."""
+    global _source_files
+    if _source_files is None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        files = []
+        pending = [root]
+        while pending:
+            directory = pending.pop()
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        pending.append(entry.path)
+                elif entry.name.endswith(".py"):
+                    name = os.path.relpath(entry.path, root).replace(os.sep, "/")
+                    try:
+                        info = entry.stat()
+                        files.append((name, info.st_size, info.st_mtime_ns))
+                    except OSError:
+                        files.append((name, -1, -1))
+        _source_files = sorted(files)
+    return _source_files
+
+
+def source_digest(prefixes: tuple[str, ...] = ("",)) -> str:
+    """A digest of kiln's source files whose paths (relative to the package, with "/")
+    start with one of `prefixes` (default: all of them): their names, sizes and
+    modification times, as they were when first read (what Python's own bytecode cache
+    trusts to tell a changed source file).
+
+    Entries are keyed by what kiln derived from a program (kernel IR, plans), not by the
+    machine code's input alone, so an entry is only valid for the very code that wrote it:
+    callers put this digest in their keys, and a changed compiler under the same version
+    number never finds its predecessor's entries (which stay valid for that one)."""
+    found = _source_digests.get(prefixes)
+    if found is None:
+        digest = hashlib.sha256()
+        for name, size, modified in _sources():
+            if name.startswith(prefixes):
+                digest.update(f"{name}\0{size}\0{modified}\0".encode())
+        found = _source_digests[prefixes] = digest.hexdigest()
+    return found
 
 
 @dataclass

@@ -6,6 +6,9 @@ the machine code is freed when the last NativeProgram using it is. Before linkin
 external symbol the object needs must resolve (libm, libc, kiln's own builtins): a missing one
 raises UnresolvedSymbolError naming it instead of binding it to address 0. Objects can persist
 on disk (kiln.runtime.disk_cache) when KILN_CACHE_DIR is set.
+
+A program is known by the fingerprint of its kernel IR (kiln.runtime.kir_codec): one found
+loaded, or on disk, is linked without being verified or emitted as LLVM IR again.
 """
 
 from __future__ import annotations
@@ -20,17 +23,21 @@ import subprocess
 import sys
 import threading
 import weakref
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
 
-from kiln.codegen.llvm import emit, llvm_pipeline, llvm_worker, objects, support, target
+from kiln.codegen.llvm import blas_calls, emit, llvm_pipeline, llvm_worker, objects, support, target
 from kiln.compiler import kir
 from kiln.config import config
-from kiln.runtime import disk_cache
+from kiln.runtime import disk_cache, kir_codec
 
 logger = logging.getLogger("kiln")
+
+#: The source files (package-relative prefixes) that decide the machine code of a kernel IR
+#: program: its disk cache entries are keyed by their digest.
+CODEGEN_SOURCES = ("codegen/", "compiler/kir", "runtime/engine.py", "runtime/kir_codec.py")
 
 #: The native entry's C signature: void entry(void **buffers).
 ENTRY_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -40,14 +47,18 @@ class UnresolvedSymbolError(RuntimeError):
     """Generated code needs a symbol that nothing in the process provides."""
 
 
-class _Unit(NamedTuple):
-    """A program emitted as LLVM IR, before optimization: its key names its content."""
+class _Unit:
+    """A program on its way to machine code: its key names its content (the fingerprint of
+    its kernel IR, else its emitted LLVM IR), `unoptimized` is its LLVM IR once emitted."""
 
-    program: kir.Program
-    key: str
-    symbol: str
-    unoptimized: str
-    pipeline: str
+    __slots__ = ("program", "key", "symbol", "unoptimized", "pipeline")
+
+    def __init__(self, program, key: str, unoptimized: str | None, pipeline: str):
+        self.program = program
+        self.key = key
+        self.symbol = f"kiln_{program.name}_{key[:20]}"
+        self.unoptimized = unoptimized
+        self.pipeline = pipeline
 
 
 def _group_key(keys: Sequence[str]) -> str:
@@ -86,8 +97,9 @@ class NativeProgram:
     """A compiled Program: call run(addresses) with one address per input then output buffer.
 
     llvm_ir is the optimized module text (None when the disk cache had none),
-    unoptimized_ir what kiln emitted; asm is printed on first access. The machine code lives
-    as long as this object or its `entry` (which refers back to it).
+    unoptimized_ir what kiln emits for the program (emitted on first access when the code
+    came from a cache); asm is printed on first access. The machine code lives as long as
+    this object or its `entry` (which refers back to it).
     """
 
     def __init__(
@@ -95,7 +107,7 @@ class NativeProgram:
         program: kir.Program,
         symbol: str,
         library: _Library,
-        unoptimized_ir: str,
+        unoptimized_ir: str | None,
         llvm_ir: str | None,
         engine: "Engine",
     ):
@@ -107,7 +119,7 @@ class NativeProgram:
             raise UnresolvedSymbolError(
                 f"kiln: the compiled object of {program.name} does not define its entry {symbol}"
             )
-        self.unoptimized_ir = unoptimized_ir
+        self._unoptimized_ir = unoptimized_ir
         self.llvm_ir = llvm_ir
         self.arguments: tuple[kir.Buffer, ...] = program.arguments
         #: The raw ctypes entry: entry(address_of_pointer_array) -- the fastest way in.
@@ -115,6 +127,13 @@ class NativeProgram:
         self.entry.native_program = self  # whoever keeps the entry keeps the code
         self._engine = engine
         self._asm: str | None = None
+
+    @property
+    def unoptimized_ir(self) -> str:
+        """The LLVM IR kiln emits for this program, before optimization."""
+        if self._unoptimized_ir is None:
+            self._unoptimized_ir = self._engine.emit_ir(self.program)
+        return self._unoptimized_ir
 
     @property
     def asm(self) -> str:
@@ -181,11 +200,14 @@ def _load_process_symbols() -> None:
             return
         if sys.platform.startswith("linux"):
             for name in ("m", "c"):
-                path = ctypes.util.find_library(name) or f"lib{name}.so.6"
-                try:
-                    llvm.load_library_permanently(path)
-                except RuntimeError:
-                    pass
+                # glibc's soname first: ctypes.util.find_library runs ldconfig in a
+                # subprocess, which costs milliseconds of every process's first compile.
+                for path in (f"lib{name}.so.6", None):
+                    try:
+                        llvm.load_library_permanently(path or ctypes.util.find_library(name))
+                        break
+                    except (RuntimeError, TypeError, AttributeError):  # (None: not found)
+                        continue
         _libraries_ready = True
 
 
@@ -221,6 +243,8 @@ def unresolved_symbols(object_bytes: bytes) -> list[str]:
     needed = objects.undefined_symbols(object_bytes)
     if any(name in support.BUILTINS for name in needed):
         _load_builtins()
+    if any(name in blas_calls.SYMBOLS for name in needed) and blas_calls.available():
+        blas_calls.register()
     return [name for name in needed if not llvm.address_of_symbol(name)]
 
 
@@ -259,22 +283,25 @@ class _Optimizer:
 
     def optimize(
         self,
-        ir_text: str,
+        module: llvm.ModuleRef,
         target_: target.Target,
         machine: llvm.TargetMachine,
         pipeline: str = "full",
     ) -> tuple[str, bytes]:
-        """(optimized IR, object file) of a module's text through one of
-        llvm_pipeline.PIPELINES; the worker runs the full one only (which computes the same
-        values, faster)."""
+        """(optimized IR, object file) of a module through one of llvm_pipeline.PIPELINES
+        (in place when in this process, else in the worker, which runs the same pipeline with
+        the same code generator level: the machine code does not depend on where it was
+        made)."""
         with self._lock:
             if self.in_process < config.llvm_in_process_compiles:
                 self.in_process += 1
-                return llvm_pipeline.optimize_to_object(ir_text, machine, pipeline)
+                return llvm_pipeline.optimize_module(module, machine, pipeline)
             self.in_worker += 1
-            return self._in_worker(ir_text, target_)
+            return self._in_worker(str(module), target_, pipeline)
 
-    def _in_worker(self, ir_text: str, target_: target.Target) -> tuple[str, bytes]:
+    def _in_worker(
+        self, ir_text: str, target_: target.Target, pipeline: str = "full"
+    ) -> tuple[str, bytes]:
         if self._worker is None or self._worker_jobs >= self.WORKER_JOBS:
             self._stop_worker()
             self._worker = subprocess.Popen(
@@ -288,7 +315,8 @@ class _Optimizer:
         self._worker_jobs += 1
         try:
             llvm_worker.write_frame(
-                worker.stdin, (target_.triple, target_.cpu_name, target_.features, ir_text)
+                worker.stdin,
+                (target_.triple, target_.cpu_name, target_.features, pipeline, ir_text),
             )
             reply = llvm_worker.read_frame(worker.stdout)
         except OSError:
@@ -334,7 +362,10 @@ class Engine:
         # Used for optimizing, emitting objects and printing assembly; never given to a JIT.
         self._machine = target_.create_machine()
         self._quick_machine = llvm_pipeline.create_machine(
-            target_.triple, target_.cpu_name, target_.features, opt=0
+            target_.triple,
+            target_.cpu_name,
+            target_.features,
+            llvm_pipeline.CODEGEN_LEVELS["quick"],
         )
         self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = (
             weakref.WeakValueDictionary()
@@ -356,9 +387,12 @@ class Engine:
         """Compile several programs as one LLVM module with one entry each (one optimizer run,
         one object file, one load); a program compiled before and still loaded is reused, and
         identical programs share one result. pipelines[i] names the optimization pipeline of
-        programs[i] (llvm_pipeline.PIPELINES, default "full"): one module per pipeline."""
+        programs[i] (llvm_pipeline.PIPELINES, default "full"): one module per pipeline.
+
+        Programs are keyed by the fingerprint of their kernel IR, so one found loaded or in
+        the disk cache is neither verified nor emitted again (it was when first compiled)."""
         pipelines = ["full"] * len(programs) if pipelines is None else list(pipelines)
-        units = [self._emit(p, verify, q) for p, q in zip(programs, pipelines)]
+        units = [self._unit(p, verify, q) for p, q in zip(programs, pipelines)]
         with self._lock:
             found = {unit.key: self._programs.get(unit.key) for unit in units}
             missing = list({u.key: u for u in units if found[u.key] is None}.values())
@@ -369,6 +403,8 @@ class Engine:
                 group = _group_key([unit.key for unit in group_units])
                 natives = self._load_cached(group_units, group)
                 if natives is None:
+                    for unit in group_units:
+                        self._emit(unit, verify)
                     natives = self._compile_fresh(group_units, group)
                 for unit, native in zip(group_units, natives):
                     found[unit.key] = self._programs[unit.key] = native
@@ -376,14 +412,31 @@ class Engine:
             self.stats["reused"] += len(units) - len(missing)
             return [found[unit.key] for unit in units]
 
-    def _emit(self, program: kir.Program, verify: bool, pipeline: str = "full") -> "_Unit":
+    def _unit(self, program: kir.Program, verify: bool, pipeline: str = "full") -> "_Unit":
+        """A program's unit, keyed by its kernel IR's fingerprint; a program the codec cannot
+        serialize is verified and emitted now and keyed by its LLVM IR."""
+        tag = self.target.cache_tag + ("" if pipeline == "full" else f" {pipeline}")
+        fingerprint = kir_codec.fingerprint(program)
+        if fingerprint is not None:
+            key = hashlib.sha256(f"kir {fingerprint} {tag}".encode()).hexdigest()
+            return _Unit(program, key, None, pipeline)
         if verify:
             kir.verify_program(program)
-        with target.compiling_for(self.target):
-            unoptimized = str(emit.emit_program(program))
-        tag = self.target.cache_tag + ("" if pipeline == "full" else f" {pipeline}")
+        unoptimized = self.emit_ir(program)
         key = hashlib.sha256((unoptimized + tag).encode()).hexdigest()
-        return _Unit(program, key, f"kiln_{program.name}_{key[:20]}", unoptimized, pipeline)
+        return _Unit(program, key, unoptimized, pipeline)
+
+    def _emit(self, unit: "_Unit", verify: bool) -> None:
+        """Verify (if asked) and emit a unit's program, unless that is done."""
+        if unit.unoptimized is None:
+            if verify:
+                kir.verify_program(unit.program)
+            unit.unoptimized = self.emit_ir(unit.program)
+
+    def emit_ir(self, program: kir.Program) -> str:
+        """The LLVM IR (text) kiln emits for a program on this engine's target."""
+        with target.compiling_for(self.target):
+            return str(emit.emit_program(program))
 
     def _compile_fresh(self, units: list["_Unit"], group: str) -> list[NativeProgram]:
         module = None
@@ -405,17 +458,24 @@ class Engine:
         module.name = group
         pipeline = units[0].pipeline
         machine = self._quick_machine if pipeline == "quick" else self._machine
-        optimized, object_bytes = _optimizer.optimize(str(module), self.target, machine, pipeline)
+        optimized, object_bytes = _optimizer.optimize(module, self.target, machine, pipeline)
         self.stats["modules"] += 1
         natives = self._link(units, object_bytes, optimized)
         if self.disk_cache is not None:
-            self.disk_cache.store(group, object_bytes, optimized)
+            self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
         return natives
+
+    @staticmethod
+    def _disk_key(group: str) -> str:
+        """A group's disk cache key: its key and the digest of the code that turns kernel IR
+        into machine code."""
+        digest = disk_cache.source_digest(CODEGEN_SOURCES)
+        return hashlib.sha256(f"{group} {digest}".encode()).hexdigest()
 
     def _load_cached(self, units: list["_Unit"], group: str) -> list[NativeProgram] | None:
         if self.disk_cache is None:
             return None
-        entry = self.disk_cache.load(group)
+        entry = self.disk_cache.load(self._disk_key(group))
         if entry is None:
             return None
         object_bytes, optimized = entry

@@ -51,6 +51,28 @@ class Executable:
         """The program this executable runs, as text."""
         return self.program.pretty_print()
 
+    def donate(self, positions: Sequence[int]) -> list[int]:
+        """Let outputs reuse the buffers of the user arguments at `positions`; returns those
+        it cannot use (here: all of them; the native backend plans donation)."""
+        return list(positions)
+
+    def memory_stats(self):
+        """Sizes of the program's memory (kiln/runtime/memory_plan.MemoryStats). Without a
+        memory plan, every intermediate value counts as its own temp."""
+        from kiln.runtime import memory_plan
+
+        jaxpr = self.program.jaxpr
+        outs = jaxpr.outvars
+        temps = sum(
+            memory_plan.nbytes_of(v.aval)
+            for eqn in jaxpr.eqns
+            for v in eqn.outvars
+            if not isinstance(v, DropVar) and all(v is not o for o in outs)
+        )
+        arguments = sum(memory_plan.nbytes_of(a) for a in self.in_avals)
+        outputs = sum(memory_plan.nbytes_of(v.aval) for v in memory_plan.distinct_outputs(outs))
+        return memory_plan.make_stats(arguments, outputs, 0, temps)
+
 
 class InterpretedExecutable(Executable):
     """Runs the optimized jaxpr with each primitive's NumPy impl, and nothing else per call.

@@ -7,10 +7,15 @@ native entries, its large kernels cut into chunks for the thread pool). The call
 source generated once per executable, like the interpreter's: per call it only writes buffer
 addresses into a preallocated int64 table (kiln/runtime/native_call.py), allocates the outputs
 with np.empty, calls the entry through ctypes (which releases the GIL) and wraps the results.
+
+Intermediates and segment temps live in scratch planned by liveness (kiln/runtime/memory_plan.py):
+values that are never live together share memory, and the executable keeps the scratch between
+calls (up to memory_plan.ARENA_MAX_BYTES); an output may take a donated argument's buffer.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
@@ -19,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kiln.compiler import fusion, kir, lower
+from kiln.compiler import kir, lower
 from kiln.config import config
 from kiln.core.array import Array
 from kiln.core.jaxpr import ClosedJaxpr, DropVar, Literal, _Names, pp_eqn, pp_jaxpr
@@ -28,11 +33,13 @@ from kiln.runtime.native_call import (
     DATA_OFFSET,
     FAST_ADDRESS,
     array_address,
+    held_address,
     data_address,
+    donated_buffer,
     from_address,
     host_buffer,
 )
-from kiln.runtime import native_loops
+from kiln.runtime import memory_plan, native_loops, program_cache
 from kiln.runtime.native_segment import NativeSegment
 
 __all__ = ["NativeExecutable", "num_threads"]
@@ -98,7 +105,7 @@ class NativeExecutable(Executable):
             host = np.asarray(value._value if isinstance(value, Array) else value)
             if host.ndim == 0 and host.dtype in kir.SUPPORTED_DTYPES:
                 scalars[var] = host.item()
-        self.stages = fusion.partition(jaxpr.eqns, jaxpr.outvars, lower.lowerable)
+        self.stages = program_cache.partition(jaxpr, lower.lowerable)
         has_loops = any(native_loops.is_control_flow(e) for e in jaxpr.eqns)
         if (
             not self.raw
@@ -124,20 +131,154 @@ class NativeExecutable(Executable):
                 stage.native, stage.eqns = False, []
                 self.segments.append(None)
                 continue
-            plan = fusion.plan_segment(
-                stage.eqns, produced, f"{base}_{number}", scalars, self._names
+            plan = program_cache.plan_segment(
+                jaxpr, stage.eqns, produced, f"{base}_{number}", scalars, self._names
             )
-            self.segments.append(NativeSegment(plan, threads))
+            self.segments.append(NativeSegment(plan, threads, pass_temps=not self.raw))
         # Control flow (while, scan, cond) runs through compiled bodies, built here once.
         self.loops = {
             id(eqn): native_loops.build_runner(eqn, f"{base}_{n}")
             for n, eqn in enumerate(jaxpr.eqns)
             if native_loops.is_control_flow(eqn)
         }
-        self.source, namespace = self._python_source(jaxpr, program.consts)
-        code = compile(self.source, f"<kiln native: {name}>", "exec")
+        #: user argument positions whose buffers outputs may take (see `donate`)
+        self.donated: tuple[int, ...] = ()
+        self._generate()
+
+    def _generate(self) -> None:
+        """Plan the call's memory and generate its Python call path."""
+        self.memory, self.donation = self._plan_memory()
+        self.source, namespace = self._python_source(self.program.jaxpr, self.program.consts)
+        code = compile(self.source, f"<kiln native: {self.name}>", "exec")
         exec(code, namespace)
         self.execute = namespace["entry"]
+
+    def donate(self, positions: Sequence[int]) -> list[int]:
+        """Let outputs take the buffers of the user arguments at `positions` (donated: the
+        caller's Arrays are deleted when a call takes their buffer). Returns the positions no
+        output can use."""
+        self.donated = tuple(sorted(set(positions)))
+        self._generate()
+        used = set(self.donation.values())
+        return [p for p in self.donated if p not in used]
+
+    def memory_stats(self) -> memory_plan.MemoryStats:
+        """What `compiled.memory_analysis()` reports (see memory_plan.MemoryStats)."""
+        jaxpr = self.program.jaxpr
+        plan = self.memory
+        arguments = sum(memory_plan.nbytes_of(a) for a in self.in_avals)
+        outputs = alias = 0
+        for var in memory_plan.distinct_outputs(jaxpr.outvars):
+            outputs += memory_plan.nbytes_of(var.aval)
+            if type(var) is not Literal and var in self.donation:
+                alias += memory_plan.nbytes_of(var.aval)
+        internal = 0  # temps the entries allocate themselves (those not passed in)
+        for segment in self.segments:
+            if segment is not None:
+                passed = set(segment.scratch)
+                internal += sum(
+                    b.nbytes
+                    for v in segment.plan.temps
+                    if (b := segment.plan.buffers[v]) not in passed
+                )
+        temps = plan.scratch_bytes + plan.unplanned_bytes + internal
+        return memory_plan.make_stats(arguments, outputs, alias, temps)
+
+    # --- memory ----------------------------------------------------------------------------
+    def _plan_memory(self) -> tuple[memory_plan.MemoryPlan, dict]:
+        """Liveness of the call's values, step by step (each kernel of a native segment, each
+        equation run through an impl or a compiled loop is a step), then the plan: which
+        intermediates share memory (memory_plan.Liveness), and which outputs take a donated
+        argument's buffer ({output var: argument position})."""
+        jaxpr = self.program.jaxpr
+        live = memory_plan.Liveness()
+        user_vars = jaxpr.invars[len(self.hidden_args) :]
+        for position in self.donated:
+            var = user_vars[position]
+            live.define(var, memory_plan.nbytes_of(var.aval), -1, planned=False, temp=False)
+        raw_outs = {v for v in jaxpr.outvars if type(v) is not Literal} if self.raw else set()
+        self._stage_steps: dict[int, tuple[int, int]] = {}
+        step = 0
+        for number, (stage, segment) in enumerate(zip(self.stages, self.segments)):
+            if segment is None:
+                for eqn in stage.eqns:
+                    operands = [a for a in eqn.invars if type(a) is not Literal]
+                    for atom in operands:
+                        live.read(atom, step)
+                    fresh = (
+                        id(eqn) not in self.loops
+                        and eqn.primitive.name in memory_plan.FRESH_RESULT_PRIMITIVES
+                    )
+                    for var in eqn.outvars:
+                        if isinstance(var, DropVar):
+                            continue
+                        live.define(var, memory_plan.nbytes_of(var.aval), step, planned=False)
+                        if not fresh:
+                            for atom in operands:
+                                live.alias(var, atom)
+                    if memory_plan.keeps_operands(eqn):
+                        for atom in operands:
+                            live.escape(atom)
+                    step += 1
+                continue
+            count = max(1, len(segment.program.kernels))
+            self._stage_steps[number] = (step, count)
+            for var in segment.inputs:
+                live.read(var, step + count - 1)
+            for var in segment.outputs:
+                nbytes = memory_plan.nbytes_of(var.aval)
+                live.define(var, nbytes, step, planned=var not in raw_outs)
+            for buffer in segment.scratch:
+                first, last = segment.scratch_kernels[buffer]
+                live.define((number, buffer), buffer.nbytes, step + first, planned=True)
+                live.read((number, buffer), step + last)
+            step += count
+        for var in jaxpr.outvars:
+            if type(var) is not Literal:
+                live.read(var, step)
+                live.escape(var)
+        return live.plan(), self._plan_donation(live, user_vars)
+
+    def _plan_donation(self, live: memory_plan.Liveness, user_vars) -> dict:
+        """Outputs that can be written into a donated argument's buffer: one a native segment
+        produces, of the argument's shape and dtype, where nothing reads the argument (or a
+        view of it) after that segment starts, or only that segment reads it and writes the
+        output in place (NativeSegment.writes_in_place)."""
+        if self.raw or not self.donated:
+            return {}
+        producer = {
+            var: number
+            for number, segment in enumerate(self.segments)
+            if segment is not None
+            for var in segment.outputs
+        }
+        donation: dict = {}
+        for out in self.program.jaxpr.outvars:
+            if type(out) is Literal or out in donation or out not in producer:
+                continue
+            number = producer[out]
+            segment = self.segments[number]
+            first, count = self._stage_steps[number]
+            for position in self.donated:
+                var = user_vars[position]
+                if position in donation.values() or var.aval.shape != out.aval.shape:
+                    continue
+                if var.aval.dtype != out.aval.dtype or 0 in var.aval.shape:
+                    continue
+                last, escapes = live.last_use(var)
+                if escapes:
+                    continue
+                if last < first or (
+                    last < first + count
+                    and live.alone(var)
+                    and var in segment.inputs
+                    and segment.writes_in_place(
+                        segment.plan.buffers[var], segment.plan.buffers[out]
+                    )
+                ):
+                    donation[out] = position
+                    break
+        return donation
 
     def _needed_outside(self, jaxpr) -> dict:
         """For each value, the stages that read it (the jaxpr's outputs count as stage -1)."""
@@ -162,6 +303,7 @@ class NativeExecutable(Executable):
             "asarray": np.asarray,
             "empty": np.empty,
             "array_address": array_address,
+            "held_address": held_address,
             "host_buffer": host_buffer,
             "data_address": data_address,
             "from_address": from_address,
@@ -196,10 +338,36 @@ class NativeExecutable(Executable):
                 addresses[var] = str(data_address(namespace[names[var]]))
 
         body: list[str] = []
+        # Planned intermediates and temps: views of the scratch slots. Those of kept slots
+        # come in as `scratch` (the executable's arena; a private set for a concurrent call),
+        # the others are allocated here, per call.
+        plan = self.memory
+        entries = []
+        for segment_number, segment in enumerate(self.segments):
+            if segment is None:
+                continue
+            for var in segment.outputs:
+                if var in plan.slot_of:
+                    entries.append((var, var.aval.shape, var.aval.dtype))
+            for buffer in segment.scratch:
+                if (segment_number, buffer) in plan.slot_of:  # (all but empty ones)
+                    entries.append(((segment_number, buffer), buffer.shape, buffer.dtype))
+        scratch_local: dict = {}
+        kept_make = memory_plan.scratch_maker(plan, entries, kept=True)
+        per_call_make = memory_plan.scratch_maker(plan, entries, kept=False)
+        kept_keys = [e[0] for e in entries if plan.kept[plan.slot_of[e[0]]]]
+        per_call_keys = [e[0] for e in entries if not plan.kept[plan.slot_of[e[0]]]]
+        for key in kept_keys + per_call_keys:
+            scratch_local[key] = f"k{len(scratch_local)}"
+        if kept_keys:
+            body.append(f"{', '.join(scratch_local[k] for k in kept_keys)}, = scratch")
+        if per_call_keys:
+            maker = bind_global("scratch", per_call_make)
+            body.append(f"{', '.join(scratch_local[k] for k in per_call_keys)}, = {maker}()")
+        donated_into: dict = {}  # output local -> argument local, for outputs that take one
         arg_names = {}
         if user_vars:
             body.append(f"{', '.join(f'a{i}' for i in range(len(user_vars)))}, = args")
-            body.append("keep = []")
             for i, var in enumerate(user_vars):
                 if self.raw:  # dense NumPy arrays already
                     names[var] = f"a{i}"
@@ -224,7 +392,8 @@ class NativeExecutable(Executable):
                 return [f"x = {addresses[var]}"]
             if var in arg_names:
                 arg = arg_names[var]
-                return [f"x = {arg}._address", f"if x is None: x = array_address({arg}, keep)"]
+                # (a copy made for a strided argument lives in a local until the call returns)
+                return [f"x = {arg}._address", f"if x is None: x, k{arg} = held_address({arg})"]
             value = names[var]
             if var not in dense:
                 body.append(f"{value} = host_buffer({value}, {bind_global('d', var.aval.dtype)})")
@@ -260,6 +429,11 @@ class NativeExecutable(Executable):
                 continue
             outs = []
             for var in segment.outputs:
+                if var in scratch_local:
+                    names[var] = scratch_local[var]
+                    dense.add(var)
+                    outs.append(names[var])
+                    continue
                 local = new_local()
                 if var in out_position:
                     body.append(f"{local} = outs[{out_position.pop(var)}]")
@@ -269,10 +443,26 @@ class NativeExecutable(Executable):
                     continue
                 shape = bind_global("s", var.aval.shape)
                 dtype = bind_global("d", var.aval.dtype)
-                body.append(f"{local} = empty({shape}, {dtype})")
+                allocate = f"{local} = empty({shape}, {dtype})"
+                if var in self.donation:
+                    # The donated argument's own buffer, when nothing else can see it.
+                    arg = f"a{self.donation[var]}"
+                    body.append(f"{local} = take({arg}, args)")
+                    body.append(f"if {local} is None: {allocate}")
+                    donated_into[local] = arg
+                else:
+                    body.append(allocate)
                 names[var] = local
                 dense.add(var)
                 outs.append(local)
+            temps = []
+            for buffer in segment.scratch:
+                local = scratch_local.get((number, buffer))
+                if local is None:
+                    local = new_local()
+                    shape, dtype = bind_global("s", buffer.shape), bind_global("d", buffer.dtype)
+                    body.append(f"{local} = empty({shape}, {dtype})")
+                temps.append(local)
             if segment.parallel:
                 ins = []
                 for var in segment.inputs:
@@ -282,7 +472,8 @@ class NativeExecutable(Executable):
                     body.append(f"{local} = x")
                     ins.append(local)
                 runner = bind_global("run", segment.run_parallel)
-                body.append(f"{runner}([{', '.join(ins)}], [{', '.join(outs)}])")
+                extra = f", [{', '.join(temps)}]" if temps else ""
+                body.append(f"{runner}([{', '.join(ins)}], [{', '.join(outs)}]{extra})")
                 continue
             table = bind_global("T", segment.table)
             table_address = bind_global("A", segment.table_address)
@@ -295,12 +486,14 @@ class NativeExecutable(Executable):
                     continue
                 body.extend(address_of(var))
                 body.append(f"{table}[{slot}] = x")
-            for var, local in zip(segment.outputs, outs):
-                slot = segment.slots[segment.plan.buffers[var]]
+            written = [(segment.plan.buffers[v], local) for v, local in zip(segment.outputs, outs)]
+            written += list(zip(segment.scratch, temps))
+            for buffer, local in written:
+                slot = segment.slots[buffer]
                 if fast:
                     body.append(
                         f"{table}[{slot}] = from_address(id({local}) + OFFSET).value"
-                        + (" or 0" if 0 in var.aval.shape else "")
+                        + (" or 0" if 0 in buffer.shape else "")
                     )
                 else:
                     body.append(f"{table}[{slot}] = data_address({local})")
@@ -321,22 +514,25 @@ class NativeExecutable(Executable):
                 results.append(f"wrap({atom(out)}, {weak})")
             else:
                 results.append(f"wrap({names[out]}, {weak})")
+        for local, arg in donated_into.items():
+            body.append(f"if {local} is {arg}._value: {arg}.delete()")
         body.append(f"return [{', '.join(results)}]")
 
-        # Tables are shared by every call; a second thread calling at the same time takes the
-        # slow path with private copies of them (the native code reads its table while the
-        # GIL is released).
+        # Tables and the scratch arena are shared by every call; a second thread calling at
+        # the same time takes the slow path with private copies of them (the native code
+        # reads its table while the GIL is released).
         tables = [n for n in namespace if n.startswith(("T", "A")) and n[1:].isdigit()]
         inner = "\n".join("    " + line for line in body)
         params = ["args", "outs"] if self.raw else ["args"]
+        shared = tables + (["scratch"] if kept_keys else [])
         lines = [
-            f"def run({', '.join(params + tables)}):",
+            f"def run({', '.join(params + shared)}):",
             inner or "    pass",
             "",
             f"def entry({', '.join(params)}):",
         ]
-        call_args = ", ".join(params + tables)
-        if tables:
+        call_args = ", ".join(params + tables + (["arena.views or fill()"] if kept_keys else []))
+        if shared:
             lines += [
                 "    if lock.acquire(False):",
                 "        try:",
@@ -347,18 +543,30 @@ class NativeExecutable(Executable):
             ]
         else:
             lines += [f"    return run({call_args})"]
-        namespace["contended"] = self._contended_runner(namespace, tables)
+        arena = memory_plan.Arena()  # the kept slots' views, allocated by the first call
+        kept_bytes = sum(size for size, kept in zip(plan.sizes, plan.kept) if kept)
+
+        def fill() -> tuple:
+            return memory_plan.fill(arena, kept_make, kept_bytes)
+
+        namespace.update(arena=arena, fill=fill, take=donated_buffer)
+        namespace["contended"] = self._contended_runner(
+            namespace, tables, kept_make if kept_keys else None
+        )
         return "\n".join(lines) + "\n", namespace
 
     @staticmethod
-    def _contended_runner(namespace: dict, tables: list[str]):
+    def _contended_runner(namespace: dict, tables: list[str], make_scratch):
         def contended(*args):
             fresh = []
             for name in tables:
                 if name.startswith("T"):
-                    fresh.append(namespace[name].copy())
+                    table = namespace[name]
+                    fresh.append(type(table).from_buffer_copy(table))
                 else:
-                    fresh.append(data_address(fresh[-1]))
+                    fresh.append(ctypes.addressof(fresh[-1]))
+            if make_scratch is not None:
+                fresh.append(make_scratch())
             return namespace["run"](*args, *fresh)
 
         return contended

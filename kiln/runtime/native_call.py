@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import queue
+import sys
 import threading
 from typing import Any, Sequence
 
@@ -18,7 +19,14 @@ import numpy as np
 
 from kiln.core.array import Array
 
-__all__ = ["array_address", "data_address", "host_buffer", "thread_pool"]
+__all__ = [
+    "array_address",
+    "data_address",
+    "donated_buffer",
+    "held_address",
+    "host_buffer",
+    "thread_pool",
+]
 
 
 # --- buffer addresses ------------------------------------------------------------------------
@@ -74,6 +82,36 @@ def array_address(arr: Array, keep: list) -> int:
     copy = np.array(value, order="C")  # (also turns a NumPy scalar into an array)
     keep.append(copy)
     return data_address(copy)
+
+
+def held_address(arr: Array) -> tuple[int, np.ndarray | None]:
+    """(address, copy): array_address without a list; the caller keeps `copy` (None when the
+    Array's own buffer is used) alive until compiled code is done with the address."""
+    value = arr._value
+    if _usable(value, value.dtype):
+        return arr.buffer_address(), None
+    copy = np.array(value, order="C")
+    return data_address(copy), copy
+
+
+def donated_buffer(arr: Array, args: Sequence) -> np.ndarray | None:
+    """The buffer of a donated argument, for an output to be written into; None when anything
+    else may see it: another reference to the NumPy array (a view of it, a read-only view
+    handed out by np.asarray, another Array wrapping it, a captured constant), the same Array
+    passed twice, or a buffer kiln did not allocate (a view, a read-only or strided one)."""
+    value = arr._value
+    if (
+        type(value) is not np.ndarray
+        or value.base is not None
+        or not value.flags.writeable
+        or not value.flags.c_contiguous
+        or arr._readonly is not None
+        # references: the Array's slot, `value` here, and getrefcount's own argument
+        or sys.getrefcount(value) > 3
+        or sum(a is arr for a in args) != 1
+    ):
+        return None
+    return value
 
 
 def host_buffer(value: Any, dtype: np.dtype) -> np.ndarray:

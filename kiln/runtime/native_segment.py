@@ -9,6 +9,8 @@ generated call, and kiln/runtime/native_call.py holds what that call needs per r
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import mmap
 import sys
 import threading
@@ -17,7 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from kiln.compiler import fusion, kir, kir_rewrite
+from kiln.codegen.llvm.emit import STACK_TEMP_LIMIT as STACK_LIMIT
+from kiln.compiler import fusion, kir, kir_rewrite, kir_schedule
 from kiln.config import config
 from kiln.runtime import engine
 from kiln.runtime.native_call import data_address, thread_pool
@@ -84,8 +87,23 @@ def _compile_pending(needed: "NativeSegment") -> None:
 
 
 def _pipeline(work: int) -> str:
-    """The LLVM pipeline for a kernel (or a whole segment) of this much work."""
+    """The LLVM pipeline for a kernel (or a whole segment) of this much work. A loop body's
+    kernels run once per iteration, so they never get the quick one (a fori_loop of 1000
+    steps on 256 floats ran 3x slower with it)."""
+    if getattr(_local, "loop_body", False):
+        return "lean"
     return "quick" if work < QUICK_MAX_WORK else "lean"
+
+
+@contextlib.contextmanager
+def loop_body():
+    """Within the block, segments being built are loop bodies (see _pipeline)."""
+    previous = getattr(_local, "loop_body", False)
+    _local.loop_body = True
+    try:
+        yield
+    finally:
+        _local.loop_body = previous
 
 
 def _compile_many(programs: list[kir.Program], pipelines: list[str]) -> list:
@@ -152,7 +170,7 @@ class NativeSegment:
     entry per kernel, the large ones split into chunks run on the thread pool, with the temps
     passed in from here."""
 
-    def __init__(self, plan: fusion.SegmentPlan, threads: int):
+    def __init__(self, plan: fusion.SegmentPlan, threads: int, pass_temps: bool = False):
         self.plan = plan
         self.program = plan.program
         self.inputs = plan.inputs
@@ -162,13 +180,43 @@ class NativeSegment:
         self.threads = threads
         self._compiled: list | None = None
         self._error: BaseException | None = None
+        full = [plan.buffers[v] for v in plan.temps]
+        # pass_temps: the caller provides the full-size temps (kiln/runtime/memory_plan.py
+        # places them among the program's other intermediates). Else a one-entry segment's
+        # temps are allocated by its entry, and a parallel segment keeps its own.
+        #: The temps the caller passes in (parallel: every full-size temp; one entry: those
+        #: too large for the stack), and for each the first and last kernel that uses it.
+        self.scratch: list[kir.Buffer] = []
+        if pass_temps:
+            self.scratch = full if self.parallel else [b for b in full if b.nbytes > STACK_LIMIT]
+        self.scratch_kernels = {
+            b: (
+                min(k for k, kernel in enumerate(self.program.kernels) if b in kernel.params),
+                max(k for k, kernel in enumerate(self.program.kernels) if b in kernel.params),
+            )
+            for b in self.scratch
+        }
         if not self.parallel:
-            self._programs = [self.program]
+            program = self.program
+            if self.scratch:
+                # Passed-in temps become arguments of the entry, after its outputs.
+                renamed = {b: kir.Buffer(b.name, b.dtype, b.shape, "output") for b in self.scratch}
+                program = kir.Program(
+                    program.name,
+                    [renamed.get(b, b) for b in program.buffers],
+                    [_with_buffers(kernel, renamed) for kernel in program.kernels],
+                )
+                original = {v: k for k, v in renamed.items()}
+            self._programs = [program]
             self._pipelines = [_pipeline(max(self.work, default=0))]
-            self.table = np.zeros(max(len(self.program.arguments), 1), dtype=np.int64)
-            self.table_address = data_address(self.table)
-            # slot of each input/output buffer in the entry's address table
-            self.slots = {b: n for n, b in enumerate(self.program.arguments)}
+            # A ctypes array: the call path writes a slot in half the time a NumPy one takes.
+            self.table = (ctypes.c_int64 * max(len(program.arguments), 1))()
+            self.table_address = ctypes.addressof(self.table)
+            # slot of each input/output (and passed-in temp) buffer in the entry's table
+            self.slots = {
+                (original.get(b, b) if self.scratch else b): n
+                for n, b in enumerate(program.arguments)
+            }
         else:
             self._plan_parallel()
         _pending().append(weakref.ref(self))
@@ -280,6 +328,10 @@ class NativeSegment:
         if work < PARALLEL_MIN_WORK:
             return None
         shape = group.shape
+        if group.product is not None:  # a BLAS call: its own rule (lowering_linalg)
+            from kiln.compiler import lowering_linalg
+
+            return lowering_linalg.product_split(group.product, self.threads)
         if len(group.parts) > 1 or group.local_buffers:
             dim = 0 if shape and shape[0] > 1 else None  # merged kernels split their rows
         else:
@@ -299,20 +351,26 @@ class NativeSegment:
         edges = sorted(set(edges))
         return (dim, edges) if len(edges) > 2 else None
 
-    def _run_parallel(self, input_addresses: Sequence[int], outputs: Sequence[np.ndarray]) -> None:
-        """Run every kernel in order; each large one on the pool, chunk by chunk."""
+    def _run_parallel(
+        self,
+        input_addresses: Sequence[int],
+        outputs: Sequence[np.ndarray],
+        temps: Sequence[np.ndarray] | None = None,
+    ) -> None:
+        """Run every kernel in order; each large one on the pool, chunk by chunk. `temps`:
+        the caller's buffers for `scratch` (given when the segment was built to take them)."""
         addresses = dict(zip([self.plan.buffers[v] for v in self.inputs], input_addresses))
         for var, array in zip(self.outputs, outputs):
             addresses[self.plan.buffers[var]] = data_address(array)
-        reuse = self._temp_lock.acquire(False)
+        reuse = temps is None and self._temp_lock.acquire(False)
         keep: list = []
         try:
-            temps = self._temp_cache if reuse else None
-            if temps is None:
-                if reuse:
+            if temps is None and reuse:
+                temps = self._temp_cache
+                if temps is None:
                     temps = self._temp_cache = _prefaulted(self.temp_buffers)
-                else:
-                    temps = [np.empty(b.shape, b.dtype) for b in self.temp_buffers]
+            elif temps is None:
+                temps = [np.empty(b.shape, b.dtype) for b in self.temp_buffers]
             for buffer, array in zip(self.temp_buffers, temps):
                 addresses[buffer] = data_address(array)
             for step in self.steps:
@@ -325,6 +383,55 @@ class NativeSegment:
         finally:
             if reuse:
                 self._temp_lock.release()
+
+    def writes_in_place(self, source: kir.Buffer, target: kir.Buffer) -> bool:
+        """Whether output `target` may be given input `source`'s memory (a donated argument).
+
+        Kernels run one after another, so earlier kernels may read `source` freely. The first
+        kernel that uses `target` must store each of its elements exactly once (a loop nest
+        of target.size iterations around its only store to it) and read `source` only in the
+        value it stores, at the index it stores to; no later kernel may read `source`. Then
+        every element of `source` is read before the element of `target` at its place is
+        written, and never after."""
+        if source.shape != target.shape or source.dtype != target.dtype:
+            return False
+        kernels = self.program.kernels
+        first = next((n for n, k in enumerate(kernels) if target in k.params), None)
+        if first is None or any(source in k.params for k in kernels[first + 1 :]):
+            return False
+        pair = (source, target)
+        stores: list = []
+
+        def loads(exprs) -> list:
+            return [n for n in kir.toposort(exprs) if isinstance(n, kir.Load) and n.buffer in pair]
+
+        def visit(body, trips: int) -> bool:
+            for stmt in body:
+                if isinstance(stmt, kir.Loop):
+                    start, stop = stmt.start, stmt.stop
+                    if not (isinstance(start, kir.Const) and isinstance(stop, kir.Const)):
+                        return False
+                    if not visit(stmt.body, trips * max(stop.value - start.value, 0)):
+                        return False
+                elif isinstance(stmt, kir.Store) and stmt.buffer == target:
+                    stores.append((stmt, trips))
+                elif not isinstance(stmt, kir.Store) or loads(kir.stmt_exprs(stmt)):
+                    return False  # a store reading either buffer, a branch, a BLAS call
+            return True
+
+        # The kernel as it is emitted: a column reduction is rescheduled to accumulate in the
+        # output (kir_schedule), which would overwrite `source` before reading it. Reductions
+        # in the stored value are refused outright (a chunk is scheduled on its own).
+        if not visit(kir_schedule.schedule_kernel(kernels[first]).body, 1) or len(stores) != 1:
+            return False
+        store, trips = stores[0]
+        nodes = kir.toposort([store.index, store.value])
+        found = [n for n in nodes if isinstance(n, kir.Load) and n.buffer in pair]
+        return (
+            trips == target.size
+            and not any(isinstance(n, kir.Reduce) for n in nodes)
+            and all(n.buffer == source and n.index == store.index for n in found)
+        )
 
     def describe(self) -> str:
         program = self.program
@@ -386,6 +493,8 @@ def _with_buffers(kernel: kir.Kernel, mapping: dict) -> kir.Kernel:
                 rewrite_expr(stmt.stop),
                 [rewrite_stmt(s) for s in stmt.body],
             )
+        if isinstance(stmt, kir.MatMul):
+            return stmt.rebuilt(rewrite_expr, mapping)
         return kir.If(rewrite_expr(stmt.cond), [rewrite_stmt(s) for s in stmt.body])
 
     return kir.Kernel(kernel.name, [rewrite_stmt(s) for s in kernel.body])

@@ -25,7 +25,7 @@ import optree
 from kiln import api_util
 from kiln.api import ShapeDtypeStruct
 from kiln.config import config as _config
-from kiln.core import dtypes
+from kiln.core import debug_checks, dtypes
 from kiln.core.array import Array
 from kiln.core.avals import ShapedArray, get_aval
 from kiln.core.jaxpr import ClosedJaxpr, Jaxpr
@@ -87,6 +87,7 @@ def _executable_for_jaxpr(jaxpr: ClosedJaxpr, name: str):
 
 
 set_executable_builder(_executable_for_jaxpr)
+debug_checks.register_call_primitive(pjit_p)  # a NaN found eagerly is traced into the jaxpr
 # Large eager elementwise ops run compiled kernels too (compiled on first use).
 eager_kernels.install()
 
@@ -187,8 +188,9 @@ def jit(
       fun: the function; arguments are pytrees of arrays and scalars.
       static_argnums / static_argnames: arguments passed as Python values (hashable); each
         new value compiles again.
-      donate_argnums / donate_argnames: checked and accepted for compatibility; CPU buffers
-        are never reused in place.
+      donate_argnums / donate_argnames: arguments whose buffers an output of the same shape
+        and dtype may take; a call that takes one deletes the argument's Array (later use
+        raises RuntimeError), as in JAX.
       backend: "cpu" (the configured default), "native" or "interpreter".
       on_stale_capture: what calling this jitted object again does when a global, closure
         variable or attribute its trace read has been rebound since: "warn" (once, keeping
@@ -252,6 +254,10 @@ class JitWrapped:
             self._static_argnums,
             self._static_argnames,
         )
+        # (checked above; keyword-only parameters are donated by name)
+        self._donate_argnames = (
+            (donate_argnames,) if isinstance(donate_argnames, str) else tuple(donate_argnames or ())
+        )
         self._backend = backend
         self._on_stale = on_stale_capture
         self._has_static = bool(self._static_argnums or self._static_argnames)
@@ -276,14 +282,19 @@ class JitWrapped:
         # one dict lookup, one call. Arguments that are all arrays/scalars skip flattening.
         if self._has_static or _trace_state.trace is not None or _config.disable_jit:
             return self._call_slow(args, kwargs)
+        if _config.check_special:  # debug_nans / debug_infs: the outputs are checked
+            return self._call_slow(args, kwargs)
         sig = []
         plain = True
         leaves = None if kwargs else args
         if leaves is not None:
             for x in args:
                 if type(x) is Array:
-                    v = x._value
-                    sig.append((v.shape, v.dtype, x.weak_type))
+                    s = x._sig
+                    if s is None:
+                        v = x._value
+                        s = x._sig = (v.shape, v.dtype, x.weak_type)
+                    sig.append(s)
                 else:
                     s = _flat_signature(x)
                     if s is None:  # a container (or an invalid leaf): flatten below
@@ -298,13 +309,17 @@ class JitWrapped:
             plain = True
             for x in leaves:
                 if type(x) is Array:
-                    v = x._value
-                    sig.append((v.shape, v.dtype, x.weak_type))
+                    s = x._sig
+                    if s is None:
+                        v = x._value
+                        s = x._sig = (v.shape, v.dtype, x.weak_type)
+                    sig.append(s)
                 else:
                     plain = False
                     sig.append(_leaf_signature(x))
             tree = _tree_key(treedef, len(args), bool(kwargs))
-        key = (tree, tuple(sig), _config.trace_context(), self._backend or _config.backend, ())
+        key = (tree, tuple(sig), _config.trace_key, self._backend or _config.backend, ())
+        v = None  # (a donated argument's buffer must have no reference left here)
         entry = self._entries.get(key)
         if entry is not None and (
             entry.fast or (entry.execute is not None and not self._must_retrace(entry))
@@ -351,7 +366,11 @@ class JitWrapped:
         else:
             entry.stamp = next(_clock)
             _stats.hits += 1
-        outs = entry.execute(_convert_leaves(leaves, entry.in_avals))
+        flat_args = _convert_leaves(leaves, entry.in_avals)
+        if _config.check_special:  # debug_nans / debug_infs
+            outs = debug_checks.execute_checked(self._name, entry, flat_args)
+        else:
+            outs = entry.execute(flat_args)
         return _tree_unflatten(entry.out_tree, outs)
 
     def _key(self, in_tree, nargs: int, has_kwargs: bool, sig: tuple, static_key) -> tuple:
@@ -494,6 +513,8 @@ class JitWrapped:
         optimized = pipeline.optimize(traced.jaxpr, self._name)
         optimized_at = time.perf_counter()
         executable = pipeline.compile(optimized, self._backend, self._name)
+        if self._donate_argnums or self._donate_argnames:
+            self._donate(executable, traced)
         done = time.perf_counter()
         if _config.log_compiles:
             logger.warning(
@@ -519,6 +540,28 @@ class JitWrapped:
                 stacklevel=_user_stacklevel(),
             )
         return executable
+
+    def _donate(self, executable, traced: cache.Traced) -> None:
+        """Hand the donated arguments' leaves to the executable; warn about those no output
+        can use (as JAX does: their Arrays stay valid)."""
+        positional, _ = self._positional_names()
+        bases = {self._param_name(p, len(positional)) for p in self._donate_argnums}
+        bases |= set(self._donate_argnames)
+        leaves = [
+            n
+            for n, name in enumerate(traced.arg_names)
+            if any(name == base or name.startswith(base + "[") for base in bases)
+        ]
+        unusable = executable.donate(leaves) if leaves else []
+        if unusable:
+            shapes = ", ".join(traced.in_avals[n].str_short() for n in unusable)
+            warnings.warn(
+                f"Some donated buffers were not usable: {shapes}. kiln reuses a donated "
+                "argument's buffer for an output of the same shape and dtype that the compiled "
+                "program can write into it; these arguments stay valid.",
+                UserWarning,
+                stacklevel=_user_stacklevel(),
+            )
 
     # --- arguments: names, validation, statics ---------------------------------------------
     def _positional_names(self) -> tuple[list[str], str | None]:
@@ -574,7 +617,7 @@ class JitWrapped:
             if not isinstance(x, _VALID_LEAF) or (
                 isinstance(x, (np.ndarray, np.generic))
                 and x.dtype.kind not in "biufc"
-                and x.dtype != dtypes.bfloat16
+                and not dtypes.is_floating(x.dtype)
             ):
                 what = (
                     f"of type {type(x)}"
@@ -846,6 +889,12 @@ class Compiled:
             header += f", hidden_args={len(executable.hidden_args)}"
         return f"{header}\n{executable.as_text()}"
 
+    def memory_analysis(self):
+        """The compiled program's memory in bytes, with JAX's field names: argument, output,
+        alias (outputs written into donated arguments), temp (scratch after buffer reuse) and
+        generated code sizes, plus peak_memory_in_bytes (kiln/runtime/memory_plan.py)."""
+        return self._entry.executable.memory_stats()
+
     def __call__(self, *args, **kwargs):
         entry = self._entry
         leaves, in_tree = _flatten_args(args, kwargs)
@@ -862,7 +911,11 @@ class Compiled:
                 f"({', '.join(_short(a) for a in entry.in_avals)}) but called with "
                 f"({', '.join(_signature_str(s) for s in sig)})."
             )
-        outs = entry.execute(_convert_leaves(leaves, entry.in_avals))
+        flat_args = _convert_leaves(leaves, entry.in_avals)
+        if _config.check_special:  # debug_nans / debug_infs
+            outs = debug_checks.execute_checked(self._wrapped._name, entry, flat_args)
+        else:
+            outs = entry.execute(flat_args)
         return _tree_unflatten(entry.out_tree, outs)
 
 
