@@ -1,6 +1,7 @@
-"""Random numbers: 4M uniforms and normals, and 4M raw bits, under jit and eagerly, kiln vs
-JAX (if present). kiln draws the same numbers as JAX bit for bit in the same counter layout;
-both layouts are timed (`jax_threefry_partitionable` off, kiln's default, and on, JAX 0.10's).
+"""Random numbers: 4M uniforms, normals, Bernoulli draws, bounded integers and raw bits, under
+jit and eagerly, kiln vs JAX (if present). kiln draws the same numbers as JAX bit for bit in
+the same counter layout; both layouts are timed (`jax_threefry_partitionable` off, kiln's
+default, and on, JAX 0.10's).
 Run: .venv/bin/python benchmarks/bench_random.py
 """
 
@@ -20,6 +21,8 @@ def _workloads(n: int) -> list[tuple]:
     return [
         (f"uniform, {count} float32", lambda r: lambda k: r.uniform(k, (n,))),
         (f"normal, {count} float32", lambda r: lambda k: r.normal(k, (n,))),
+        (f"bernoulli, {count} p=0.3", lambda r: lambda k: r.bernoulli(k, 0.3, (n,))),
+        (f"randint, {count} int32", lambda r: lambda k: r.randint(k, (n,), 0, 100)),
         (f"bits, {count} uint32", lambda r: lambda k: r.bits(k, (n,))),
     ]
 

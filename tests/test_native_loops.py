@@ -406,6 +406,21 @@ def test_rnn_body_with_products_runs_compiled_body():
         h = np.tanh(h @ W + xs[t] @ U + b)
     text = check(_rnn_loss, W, U, b, xs, h0, expected=h.sum(), rtol=1e-5)
     (line,) = compiled_lines(text)
+    # 4x4 products are inline sums: the whole body is one native call
+    assert "compiled scan" in line and "one native call" in line
+
+
+def test_rnn_body_with_blas_products_hoists_the_row_invariant_one():
+    rng = np.random.default_rng(1)
+    W, U = (rng.standard_normal((64, 64), dtype=np.float32) * 0.1 for _ in range(2))
+    b = np.linspace(-0.1, 0.1, 64, dtype=np.float32)
+    xs = rng.standard_normal((5, 8, 64), dtype=np.float32)
+    h0 = np.zeros((8, 64), np.float32)
+    h = h0.astype(np.float64)
+    for t in range(5):
+        h = np.tanh(h @ W + xs[t] @ U + b)
+    text = check(_rnn_loss, W, U, b, xs, h0, expected=h.sum(), rtol=1e-4)
+    (line,) = compiled_lines(text)
     assert "compiled scan" in line and "row-invariant products hoisted" in line
 
 
@@ -442,25 +457,25 @@ def test_scan_and_while_whose_outputs_come_from_reference_impls():
 
     def f(v, xs):
         def body(c, x):
-            p = c @ jnp.asarray(m)
-            return p + x, (p, x @ jnp.asarray(m))
+            p = jnp.cumsum(c) @ jnp.asarray(m)  # (cumsum runs through its impl)
+            return p + x, (p, jnp.cumsum(x) @ jnp.asarray(m))
 
         carry, ys = lax.scan(body, v, xs)
         w = lax.while_loop(
-            lambda c: jnp.abs(c).sum() < 50.0, lambda c: c @ jnp.asarray(m) * 3.0, carry
+            lambda c: jnp.abs(c).sum() < 50.0, lambda c: jnp.cumsum(c) @ jnp.asarray(m) * 3.0, carry
         )
         return carry, ys, w
 
     v, xs = np.float32([1.0, 2.0]), np.linspace(-1, 1, 10).astype(np.float32).reshape(5, 2)
     c, ps, qs = v.copy(), [], []
     for x in xs:
-        p = c @ m
+        p = np.cumsum(c) @ m
         ps.append(p)
-        qs.append(x @ m)
+        qs.append(np.cumsum(x) @ m)
         c = p + x
     w = c.copy()
     while np.abs(w).sum() < 50.0:
-        w = w @ m * np.float32(3.0)
+        w = np.cumsum(w) @ m * np.float32(3.0)
     text = check(f, v, xs, expected=(c, (np.stack(ps), np.stack(qs)), w), rtol=1e-5)
     assert sum("compiled body" in line for line in compiled_lines(text)) == 2
 
@@ -500,7 +515,8 @@ def test_threads_calling_a_compiled_body_agree():
 
 @pytest.mark.parametrize("reverse", [False, True])
 def test_hoisted_row_products_feed_ys_and_the_carry(reverse):
-    u = np.float32([[1.0, 0.5, 0.0], [0.0, -1.0, 2.0]])
+    # (large enough to be a BLAS call: a tiny product would be an inline sum in the body)
+    u = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32) * 0.1
 
     def f(c, xs):
         def body(c, x):
@@ -509,12 +525,32 @@ def test_hoisted_row_products_feed_ys_and_the_carry(reverse):
 
         return lax.scan(body, c, xs, reverse=reverse)
 
-    c, xs = np.float32([0.1, 0.2, 0.3]), np.linspace(-2, 2, 8).astype(np.float32).reshape(4, 2)
-    ps, cs, e = np.zeros((4, 3), np.float32), np.zeros((4, 3), np.float32), c.copy()
+    c = np.linspace(0.1, 0.3, 8 * 48).astype(np.float32).reshape(8, 48)
+    xs = np.linspace(-2, 2, 4 * 8 * 64).astype(np.float32).reshape(4, 8, 64)
+    ps, cs, e = np.zeros((4, 8, 48), np.float32), np.zeros((4, 8, 48), np.float32), c.copy()
     for i in range(3, -1, -1) if reverse else range(4):
         p = np.sin(xs[i]) @ u
         ps[i], cs[i] = p, e
         e = e * np.float32(0.5) + p
-    text = check(f, c, xs, expected=(e, (ps, cs)))
+    text = check(f, c, xs, expected=(e, (ps, cs)), rtol=1e-4, atol=1e-5)
     (line,) = compiled_lines(text)
     assert "row-invariant products hoisted" in line and "one native call" in line
+
+
+def test_loop_bodies_compile_with_the_vectorizing_pipeline(monkeypatch):
+    from kiln.runtime import native_segment
+
+    chosen = []
+    original = native_segment._pipeline
+    monkeypatch.setattr(
+        native_segment, "_pipeline", lambda work: chosen.append(original(work)) or chosen[-1]
+    )
+    assert original(10) == "quick"  # a small kernel that runs once
+    f = kiln.jit(lambda x: lax.fori_loop(0, 50, lambda i, c: c * 0.5 + 1.0, x) * 2.0)
+    x = np.arange(8, dtype=np.float32)
+    expected = x.copy()
+    for _ in range(50):
+        expected = expected * np.float32(0.5) + np.float32(1.0)
+    np.testing.assert_allclose(np.asarray(f(x)), expected * 2, rtol=1e-6)
+    # the body's 8-element kernel runs 50 times: vectorized; the 8-element epilogue: quick
+    assert "lean" in chosen and "quick" in chosen

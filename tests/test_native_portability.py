@@ -64,7 +64,7 @@ def _every_op_program(dtype) -> Program:
     for scalar_op in O:
         spec = kir.OP_SPECS.get(scalar_op)
         if (
-            scalar_op in (O.CAST, O.SELECT)
+            scalar_op in (O.CAST, O.BITCAST, O.SELECT)
             or spec is None
             or kir.dtype_family(dtype) not in spec.families
             or not scalar_ops.op_supported(scalar_op, dtype)

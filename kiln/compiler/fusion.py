@@ -39,7 +39,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Container, Sequence
 
 from kiln.compiler import kir, kir_rewrite, lower
 from kiln.compiler.kir import Buffer, Const, Kernel, Loop, Program, Reduce, Store, Var
@@ -210,6 +210,8 @@ class KernelPlan:
     kernel: Kernel | None = None
     local_buffers: list = field(default_factory=list)
     kernel_name: str = "fusion"
+    #: a BLAS product's plan (lowering_linalg.Product) when the kernel is that call
+    product: object = None
 
     @property
     def values(self) -> list:
@@ -252,30 +254,64 @@ def plan_segment(
     """Lower a native segment: `eqns` in program order, `outputs` the values it must store
     (produced by eqns; each once). `scalars` maps rank-0 constants to inlined values; `names`
     gives jaxpr-style names for buffers (so printed kernels read like the jaxpr)."""
+    eqns, products = _plan_products(eqns, outputs)
     producers = {v: e for e in eqns for v in e.outvars if not isinstance(v, DropVar)}
-    order = {v: n for n, e in enumerate(eqns) for v in e.outvars}
+    # Program order, and an equation's results in their own order (stored in that order).
+    order = {v: (n, k) for n, e in enumerate(eqns) for k, v in enumerate(e.outvars)}
     outputs = list(dict.fromkeys(outputs))
     names = names or _default_namer()
     scalars = scalars or {}
-    reads = ReadAnalysis(eqns, producers, outputs, scalars)
-    materialized = set(reads.materialized)
+    reads = ReadAnalysis(eqns, producers, outputs, scalars, products)
+    # A product's result and its operands are buffers: BLAS reads and writes memory.
+    called = set(products) | {a for v in products for a in producers[v].invars if a in producers}
+    materialized = set(reads.materialized) | called
+    build = dict(name=name, scalars=scalars, names=names, products=products)
     while True:
-        plan = _build(eqns, producers, order, outputs, materialized, set(), name, scalars, names)
+        plan = _build(eqns, producers, order, outputs, materialized, set(), **build)
         extra = _over_budget(plan, eqns, producers, materialized)
         if not extra:
             break
         materialized |= extra
     # Row-local fusion: a temp read only by one later kernel, and there only along the row
     # that kernel's outermost loop is on, moves into that loop as a one-row buffer.
-    row_local = {v for v in plan.temps if len(v.aval.shape) >= 2 and reads.read_along_rows(v)}
+    row_local = {
+        v
+        for v in plan.temps
+        if len(v.aval.shape) >= 2 and v not in called and reads.read_along_rows(v)
+    }
     while row_local:
         try:
-            return _build(
-                eqns, producers, order, outputs, materialized, row_local, name, scalars, names
-            )
+            return _build(eqns, producers, order, outputs, materialized, row_local, **build)
         except _NotRowLocal as failed:
             row_local.discard(failed.var)
     return plan
+
+
+def _plan_products(eqns, outputs) -> tuple[list, dict]:
+    """The segment's equations with each BLAS product's misplaced operands stored through a
+    transpose first (lowering_linalg.canonical_product), and {product result: its plan}.
+
+    A product read only by a transpose that swaps its row and column dims (the weight
+    gradients of a dense layer) is computed transposed instead, operands swapped: the
+    consumers then read it in memory order."""
+    from kiln.compiler import lowering_linalg
+    from kiln.core.jaxpr import Var as JaxprVar
+
+    eqns = lowering_linalg.fold_transposed_products(eqns, outputs, lower.is_kernel_call)
+    products: dict = {}
+    rewritten: list = []
+    for eqn in eqns:
+        if not lower.is_kernel_call(eqn):
+            rewritten.append(eqn)
+            continue
+        product = lowering_linalg.blas_product(eqn)
+        if any(permutation is not None for _, permutation in product.operands):
+            transposes, eqn = lowering_linalg.canonical_product(product, JaxprVar)
+            rewritten.extend(transposes)
+            product = lowering_linalg.blas_product(eqn)
+        rewritten.append(eqn)
+        products[eqn.outvars[0]] = product
+    return rewritten, products
 
 
 def _default_namer():
@@ -299,18 +335,36 @@ class ReadAnalysis:
     which names the indices its operands are read at). Rules are expanded through a builder
     whose reads hand out placeholder nodes, so nothing is built and nothing recurses.
 
+    An equation with several results is expanded once per distinct index any of its outputs
+    is read at, and each expansion computes its whole body (the shared part of the outputs):
+    so it stays fused only when every read of every output is at one index; otherwise all
+    its read outputs are stored, by one loop nest that computes the body once per element.
+
     materialized: the values to store; reads[v]: the distinct indices v is read at.
     """
 
-    def __init__(self, eqns: Sequence[JaxprEqn], producers: dict, outputs: Sequence, scalars: dict):
+    def __init__(
+        self,
+        eqns: Sequence[JaxprEqn],
+        producers: dict,
+        outputs: Sequence,
+        scalars: dict,
+        calls: Container = (),
+    ):
         self.materialized: set = set()
         self.reads: dict = {}
         recorder = _ReadRecorder(producers, scalars, self.reads)
         sizes = _fused_sizes(eqns, producers, scalars)
         output_set = set(outputs)
         for eqn in reversed(eqns):
+            if len(eqn.outvars) > 1:
+                self._multiple_results(eqn, producers, output_set, recorder)
+                continue
             var = eqn.outvars[0]
             if var not in producers or 0 in var.aval.shape:
+                continue
+            if var in calls:  # stored by a call that reads its operands from memory
+                self.materialized.add(var)
                 continue
             indices = self.reads.setdefault(var, {})
             own = tuple(Var(f"i{d}") for d in range(len(var.aval.shape)))
@@ -323,6 +377,27 @@ class ReadAnalysis:
             else:
                 expand = list(indices)
             for index in expand:
+                recorder.lower(var, index)
+
+    def _multiple_results(self, eqn, producers, output_set, recorder) -> None:
+        """Store or fuse the outputs of an equation with several results together."""
+        outs = [v for v in eqn.outvars if v in producers and 0 not in v.aval.shape]
+        if not outs:
+            return
+        own = tuple(Var(f"i{d}") for d in range(len(outs[0].aval.shape)))
+        read: dict = {}
+        for var in outs:
+            indices = self.reads.setdefault(var, {})
+            if var in output_set:
+                indices.setdefault(own)
+            if indices:
+                read[var] = indices
+        distinct = {index for indices in read.values() for index in indices}
+        if len(distinct) > 1:
+            self.materialized.update(read)
+            distinct = {own}
+        for var in read:
+            for index in distinct:
                 recorder.lower(var, index)
 
     def read_along_rows(self, var) -> bool:
@@ -424,7 +499,7 @@ class _RowLocalBuilder(ExprBuilder):
 
 
 def _build(
-    eqns, producers, order, outputs, materialized, row_local, name, scalars, names
+    eqns, producers, order, outputs, materialized, row_local, name, scalars, names, products
 ) -> SegmentPlan:
     naming = _BufferNames(names)
     inputs = _segment_inputs(eqns, producers, scalars)
@@ -450,7 +525,7 @@ def _build(
         if local
         else ExprBuilder(producers, loaded, scalars)
     )
-    groups = _group(stored, producers, order, materialized, row_local)
+    groups = _group(stored, producers, order, materialized, row_local, products)
     plan = SegmentPlan(None, [], list(outputs), temps, groups, buffers, builder, local)
     for group in groups:
         group.kernel = Kernel(group.kernel_name, kernel_body(plan, group))
@@ -484,6 +559,14 @@ def kernel_body(plan: SegmentPlan, group: KernelPlan, bounds: dict | None = None
     reads a buffer its kernel writes at every use, so left inside the loop a row sum would run
     once per element."""
     builder, buffers, local = plan.builder, plan.buffers, plan.row_local
+    if group.product is not None:
+        from kiln.compiler import lowering_linalg
+
+        (var,) = group.parts[0]
+        lhs, rhs = group.product.eqn.invars
+        return lowering_linalg.product_body(
+            group.product, buffers[var], buffers[lhs], buffers[rhs], bounds
+        )
     if len(group.parts) == 1 and not any(v in local for v in group.parts[0]):
         shape = group.shape
         index = [Var(f"i{d}") for d in range(len(shape))]
@@ -539,16 +622,23 @@ def _reads_any(node, buffers: set) -> bool:
     )
 
 
-def _group(stored, producers, order, materialized, row_local=frozenset()) -> list[KernelPlan]:
+def _group(
+    stored, producers, order, materialized, row_local=frozenset(), products=None
+) -> list[KernelPlan]:
     """Assign stored values to kernels: equal shapes share a nest unless one needs the other's
-    buffer (then it goes in a later kernel); then row-local values pull their one consumer
-    kernel into their own (see plan_segment)."""
+    buffer (then it goes in a later kernel); a BLAS product is a kernel of its own; then
+    row-local values pull their one consumer kernel into their own (see plan_segment)."""
+    products = products or {}
     deps = _buffer_dependencies(stored, producers, materialized)
     groups: list[KernelPlan] = []
     group_of: dict = {}
     of_shape: dict = {}  # shape -> the positions of the groups of that shape, ascending
     for var in sorted(stored, key=order.__getitem__):
         earliest = max((group_of[d] + 1 for d in deps[var] if d in group_of), default=0)
+        if var in products:
+            groups.append(KernelPlan(var.aval.shape, [[var]], product=products[var]))
+            group_of[var] = len(groups) - 1
+            continue
         positions = of_shape.setdefault(var.aval.shape, [])
         first = bisect.bisect_left(positions, earliest)
         if first < len(positions):
@@ -562,7 +652,7 @@ def _group(stored, producers, order, materialized, row_local=frozenset()) -> lis
     for var in sorted(row_local, key=order.__getitem__):
         groups = _merge_row_local(var, groups, deps, row_local)
     for number, group in enumerate(groups):
-        group.kernel_name = f"fusion_{number}"
+        group.kernel_name = f"{'product' if group.product else 'fusion'}_{number}"
     return groups
 
 
@@ -665,8 +755,7 @@ def _over_budget(plan: SegmentPlan, eqns, producers, materialized) -> set:
         return over
     below: set = set()
     for eqn in reversed(eqns):
-        var = eqn.outvars[0]
-        if var in over or var in below:
+        if any(var in over or var in below for var in eqn.outvars):
             below.update(
                 a
                 for a in eqn.invars
@@ -679,13 +768,29 @@ def kernel_work(kernel: Kernel) -> int:
     """A kernel's work: the trip count of its innermost iterations, plus four for each
     transcendental op evaluation (an exp costs about as much as a few loads and stores)."""
     counts = evaluation_counts(kernel)
-    iterations = max(counts.values(), default=1)
+    iterations = max(counts.values(), default=1) + _product_work(kernel.body, 1)
     heavy = sum(
         count
         for node, count in counts.items()
         if isinstance(node, kir.Op) and node.op in kir.OpGroup.TRANSCENDENTAL
     )
     return iterations + 4 * heavy
+
+
+#: A BLAS multiply-add costs about this fraction of a fused loop iteration (it runs near the
+#: core's peak from cache): the weight of a product's work next to the other kernels'.
+MULTIPLY_ADDS_PER_ITERATION = 8
+
+
+def _product_work(body, outer: int) -> int:
+    total = 0
+    for stmt in body:
+        if isinstance(stmt, Loop):
+            total += _product_work(stmt.body, outer * _static_extent(stmt.start, stmt.stop))
+        elif isinstance(stmt, kir.MatMul):
+            extents = [e.value if isinstance(e, Const) else 1 for e in (stmt.m, stmt.n, stmt.k)]
+            total += outer * extents[0] * extents[1] * extents[2] // MULTIPLY_ADDS_PER_ITERATION
+    return total
 
 
 def chunked_kernel(plan: SegmentPlan, group: KernelPlan, bounds: dict) -> Kernel:

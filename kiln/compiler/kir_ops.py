@@ -152,6 +152,7 @@ class ScalarOp(enum.Enum):
     CLZ = "clz"
     SELECT = "select"
     CAST = "cast"
+    BITCAST = "bitcast"
     FMA = "fma"
 
 
@@ -251,6 +252,8 @@ def _build_op_specs() -> dict[ScalarOp, OpSpec]:
     group([O.POPULATION_COUNT, O.CLZ], OpSpec(1, INT_FAMILIES))
     group([O.SELECT], OpSpec(3, ALL_FAMILIES))
     group([O.CAST], OpSpec(1, ALL_FAMILIES, "explicit"))
+    # The same bits read as another dtype of the same width.
+    group([O.BITCAST], OpSpec(1, NUMERIC_FAMILIES, "explicit"))
     group([O.FMA], OpSpec(3, FLOAT_FAMILY))
     return specs
 
@@ -285,6 +288,8 @@ def check_op(op: ScalarOp, arg_dtypes: Sequence[np.dtype], dtype: np.dtype | Non
     if spec.result == "explicit":
         if dtype is None:
             raise TypeError(f"{op.value} needs an explicit result dtype")
+        if op is ScalarOp.BITCAST and np.dtype(dtype).itemsize != operands[0].itemsize:
+            raise TypeError(f"bitcast needs dtypes of one width, not {operands[0]} -> {dtype}")
         return as_dtype(dtype)
     expected = BOOL if spec.result == "bool" else operands[0]
     if dtype is not None and as_dtype(dtype) != expected:

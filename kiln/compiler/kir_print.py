@@ -75,6 +75,7 @@ class _Namer:
         self.scopes: list[dict[Expr, str]] = [{}]
         self.counts = Counter()
         self.reserved = reserved  # loop variable names, which must not be reused
+        self.inline_named: set[Expr] = set()  # named where they first appear (`(t3 := ...)`)
 
     def lookup(self, node: Expr) -> str | None:
         for scope in reversed(self.scopes):
@@ -103,6 +104,9 @@ def _format(node: Expr, namer: _Namer) -> tuple[str, int]:
     name = namer.lookup(node)
     if name is not None:
         return name, _ATOM
+    if node in namer.inline_named:
+        text = _format_op(node, namer)[0]
+        return f"({namer.bind(node)} := {text})", _ATOM
     if isinstance(node, Const):
         text = format_const(node)
         return text, (_UNARY if text.startswith("-") else _ATOM)
@@ -137,17 +141,29 @@ def _format_op(node: Op, namer: _Namer) -> tuple[str, int]:
     args = ", ".join(format_expr(a, namer) for a in node.args)
     if node.op is _O.CAST:
         return f"{kir.short_name(node.dtype)}({args})", _ATOM
+    if node.op is _O.BITCAST:
+        return f"bitcast_{kir.short_name(node.dtype)}({args})", _ATOM
     return f"{node.op.value}({args})", _ATOM
 
 
 def _format_reduce(node: Reduce, namer: _Namer) -> str:
+    # A node the body uses more than once is named where it first appears: printed as a
+    # tree, a body with much sharing (a hash's rounds) would grow exponentially.
+    body = [node.value] + ([node.index] if node.index is not None else [])
+    uses = Counter(c for n in kir.toposort(body) for c in n.children())
+    namer.inline_named |= {n for n, count in uses.items() if count > 1 and isinstance(n, Op)}
+    namer.scopes.append({})
     value = format_expr(node.value, namer)
+    index = None
+    if node.index is not None and not _is_plain_index(node):
+        index = f", index={format_expr(node.index, namer)}"
+    namer.scopes.pop()
     bounds = f"{format_expr(node.start, namer)}..{format_expr(node.stop, namer)}"
     extra = ""
     if node.init is not None and not _is_identity(node):
         extra = f", init={format_expr(node.init, namer)}"
-    if node.index is not None and not _is_plain_index(node):
-        extra = f", index={format_expr(node.index, namer)}"
+    if index is not None:
+        extra = index
     return f"{node.kind.value}({value} for {node.var.name} in {bounds}{extra})"
 
 
@@ -236,6 +252,8 @@ class _StmtPrinter:
                 self.bound.add(stmt.var)
                 self.nested(stmt.body, indent)
                 self.bound.discard(stmt.var)
+            elif isinstance(stmt, kir.MatMul):
+                self.lines.append(f"{indent}{format_matmul(stmt, self.namer)}")
             elif isinstance(stmt, If):
                 self.lines.append(f"{indent}if {format_expr(stmt.cond, self.namer)}:")
                 self.nested(stmt.body, indent)
@@ -301,3 +319,18 @@ def format_program(program: Program) -> str:
     lines += [f"  temp {b}" for b in program.temps]
     lines += [format_kernel(k, "  ") for k in program.kernels]
     return "\n".join(lines)
+
+
+def format_matmul(call, namer) -> str:
+    """`c[off; m x n, ld] = gemm(a[off; ld]ᵀ, b[off; ld])`: one BLAS product."""
+
+    def view(buffer, offset, stride, transposed) -> str:
+        where = format_expr(offset, namer)
+        return f"{buffer.name}[{where}; ld {stride}]" + ("ᵀ" if transposed else "")
+
+    m, n, k = (format_expr(e, namer) for e in (call.m, call.n, call.k))
+    return (
+        f"{view(call.c, call.c_offset, call.ldc, False)} = gemm({m}x{n}x{k}: "
+        f"{view(call.a, call.a_offset, call.lda, call.trans_a)} @ "
+        f"{view(call.b, call.b_offset, call.ldb, call.trans_b)})"
+    )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from kiln.compiler import kir
+
 from kiln.compiler.kir import (
     ARG_REDUCTIONS,
     ArgValue,
@@ -108,6 +110,8 @@ def rewrite_stmt(stmt: Stmt, rewrite_expr: Callable[[Expr], Expr]) -> Stmt:
             rewrite_expr(stmt.stop),
             [rewrite_stmt(s, rewrite_expr) for s in stmt.body],
         )
+    if isinstance(stmt, kir.MatMul):
+        return stmt.rebuilt(rewrite_expr)
     return If(rewrite_expr(stmt.cond), [rewrite_stmt(s, rewrite_expr) for s in stmt.body])
 
 

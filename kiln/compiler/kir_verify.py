@@ -109,6 +109,8 @@ class _KernelChecker:
                 if stmt.cond.dtype != kir.BOOL:
                     self.fail(f"if condition is {kir.short_name(stmt.cond.dtype)}, not bool")
                 self.check_body(stmt.body, env)
+            elif isinstance(stmt, kir.MatMul):
+                self.check_matmul(stmt, env, known)
             else:
                 self.fail(f"unknown statement {type(stmt).__name__}")
 
@@ -141,6 +143,39 @@ class _KernelChecker:
             )
         intervals = self.check_region([store.index, store.value], env, known)
         self.check_range(buffer, intervals[store.index], "store to")
+
+    def check_matmul(self, call, env: dict[Var, Interval], known: dict[Expr, Interval]):
+        """A BLAS product: parameters, one float dtype, a written c, and (where the extents are
+        known statically) every element it touches inside its buffer."""
+        for buffer in (call.c, call.a, call.b):
+            if buffer not in self.params:
+                self.fail(f"a product uses {buffer.name!r}, which is not a parameter")
+        if call.c.role == "input":
+            self.fail(f"a product stores to input buffer {call.c.name!r}")
+        dtype = call.c.dtype
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            self.fail(f"a BLAS product computes float32 or float64, not {kir.short_name(dtype)}")
+        if call.a.dtype != dtype or call.b.dtype != dtype:
+            self.fail("a BLAS product's operands and result must share one dtype")
+        spans = self.check_region(list(call.exprs), env, known)
+        m, n, k = (spans[e] for e in (call.m, call.n, call.k))
+        if min(m[1], n[1], k[1]) < 0:  # (a chunk's extent stop - start is only known >= 0)
+            self.fail("a product's extents must not be negative")
+        a_rows, a_cols = (k, m) if call.trans_a else (m, k)
+        b_rows, b_cols = (n, k) if call.trans_b else (k, n)
+        for buffer, offset, rows, cols, stride in (
+            (call.a, call.a_offset, a_rows, a_cols, call.lda),
+            (call.b, call.b_offset, b_rows, b_cols, call.ldb),
+            (call.c, call.c_offset, m, n, call.ldc),
+        ):
+            if stride < 1:
+                self.fail(f"the row stride of {buffer.name!r} in a product must be positive")
+            if spans[offset][0] < 0:
+                self.fail(f"a product's offset into {buffer.name!r} may be negative")
+            static = all(isinstance(e, kir.Const) for e in call.exprs)
+            if static and rows[1] >= 1 and cols[1] >= 1:  # (chunk bounds are only known >= 0)
+                high = spans[offset][1] + (rows[1] - 1) * stride + cols[1] - 1
+                self.check_range(buffer, (spans[offset][0], high), "a product reaches")
 
     def check_range(self, buffer: Buffer, interval: Interval, verb: str):
         low, high = interval

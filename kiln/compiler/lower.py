@@ -8,6 +8,12 @@ nothing but index arithmetic, and reading a fused producer inlines the producer'
 expression at that index: a chain of such equations becomes one scalar expression inside one
 loop nest (see fusion.py for which values get stored to memory instead).
 
+An equation with several results (threefry2x32's two hashed words) has a rule that returns a
+tuple of expressions, one per output, built at the same index: kernel-IR nodes are
+hash-consed, so the work the outputs share (the whole hash) is one set of nodes, and a loop
+nest storing several of them, or a consumer reading several of them at one index, computes
+it once. Every output of such an equation has the same shape.
+
 The rules live in compiler/lowering_*.py and register themselves with `register_lowering`
 in `lowering_rules`, keyed by primitive; keeping them in the compiler means kiln/primitives
 never imports the compiler. Importing this module registers them all.
@@ -44,10 +50,11 @@ class NotLowerable(NotImplementedError):
     through its reference impl instead."""
 
 
-Rule = Callable[..., Expr]
+Rule = Callable[..., "Expr | tuple[Expr, ...]"]
 
 
-#: prim -> f(ctx, index, *operands) -> Expr, the kernel-IR lowering of one element.
+#: prim -> f(ctx, index, *operands) -> Expr (a tuple of Exprs, one per output, for a primitive
+#: with multiple results), the kernel-IR lowering of one element.
 lowering_rules = rules.RuleTable("lowering")
 
 
@@ -277,22 +284,38 @@ class ExprBuilder:
         return tainted[node]
 
     def lower(self, var, index: tuple) -> Expr:
-        """var's producer's rule at index (operands read through this builder)."""
+        """var's producer's rule at index (operands read through this builder); for an
+        equation with several results, var's own entry of the rule's tuple."""
         eqn = self.producers.get(var)
         if eqn is None:
             raise KirError(f"no producer or buffer for a value of type {var.aval}")
         rule = lowering_rules.get(eqn.primitive)
         if rule is None:
             raise NotLowerable(f"{eqn.primitive} has no lowering rule")
+        if not all(_supported_aval(a.aval) for a in (*eqn.invars, *eqn.outvars)):
+            raise NotLowerable(f"{eqn.primitive} has an operand of a dtype the backend lacks")
         node = rule(
             RuleContext(eqn, self), index, *[Operand(self, a) for a in eqn.invars], **eqn.params
         )
+        if eqn.primitive.multiple_results:
+            node = _result_of(eqn, var, node)
         if node.dtype != var.aval.dtype:
             raise KirError(
                 f"lowering of {eqn.primitive} produced a {kir.short_name(node.dtype)} "
                 f"value for a {var.aval.dtype} result"
             )
         return node
+
+
+def _result_of(eqn: JaxprEqn, var, nodes: tuple) -> Expr:
+    """var's expression among the ones a multiple-result rule returned (one per output)."""
+    if not isinstance(nodes, tuple) or len(nodes) != len(eqn.outvars):
+        count = len(nodes) if isinstance(nodes, tuple) else "not a tuple of"
+        raise KirError(
+            f"lowering of {eqn.primitive} produced {count} values for {len(eqn.outvars)} results"
+        )
+    position = next(n for n, out in enumerate(eqn.outvars) if out is var)
+    return nodes[position]
 
 
 class _Attempt:
@@ -344,6 +367,16 @@ def _unravelled_run(shape, index, start):
 
 _lowerable_cache: dict = {}
 
+#: prim -> f(eqn) -> bool: equations that run natively as calls out of generated code (BLAS
+#: products, compiler/lowering_linalg.py) rather than as element expressions; fusion.py
+#: stores their results and gives each call a kernel of its own.
+kernel_calls: dict = {}
+
+
+def is_kernel_call(eqn: JaxprEqn) -> bool:
+    call = kernel_calls.get(eqn.primitive)
+    return call is not None and call(eqn)
+
 
 def _supported_aval(aval) -> bool:
     return isinstance(aval, ShapedArray) and aval.dtype in kir.SUPPORTED_DTYPES
@@ -352,14 +385,22 @@ def _supported_aval(aval) -> bool:
 def lowerable(eqn: JaxprEqn) -> bool:
     """Whether eqn can run natively: a lowering rule exists, every type is one the backend
     compiles, and lowering it at a symbolic index succeeds using only scalar ops the LLVM
-    backend supports for those dtypes (a trial build, cached per primitive/params/types)."""
+    backend supports for those dtypes (a trial build, cached per primitive/params/types).
+    An equation with several results qualifies when they all have one shape (they are
+    computed in one loop nest)."""
     rule = lowering_rules.get(eqn.primitive)
-    if rule is None or eqn.primitive.multiple_results or len(eqn.outvars) != 1:
+    if rule is None or not eqn.outvars:
+        return False
+    if len({out.aval.shape for out in eqn.outvars}) != 1:
+        return False
+    if len(eqn.outvars) != 1 and not eqn.primitive.multiple_results:
         return False
     if eqn.effects:
         return False
     if not all(_supported_aval(a.aval) for a in list(eqn.invars) + list(eqn.outvars)):
         return False
+    if is_kernel_call(eqn):
+        return True
     return _trial(eqn, _trial_key(eqn))[0]
 
 
@@ -383,8 +424,7 @@ def _trial_key(eqn: JaxprEqn):
                 )
                 for a in eqn.invars
             ),
-            eqn.outvars[0].aval.shape,
-            eqn.outvars[0].aval.dtype,
+            tuple((out.aval.shape, out.aval.dtype) for out in eqn.outvars),
         )
         hash(key)
     except TypeError:
@@ -409,13 +449,15 @@ def _trial_lowering(eqn: JaxprEqn) -> tuple[bool, int]:
     for n, atom in enumerate(eqn.invars):
         if type(atom) is not Literal:
             loaded[atom] = Buffer(f"x{n}", atom.aval.dtype, atom.aval.shape)
-    out = eqn.outvars[0]
-    if isinstance(out, DropVar):
-        out = _Placeholder(out.aval)
-    builder = ExprBuilder({out: eqn}, loaded)
-    index = tuple(Var(f"i{d}") for d in range(len(out.aval.shape)))
+    # Every output is lowered (a multiple-result rule builds all of them anyway); dropped
+    # ones get stand-ins, which the rule's tuple is indexed by.
+    outs = [_Placeholder(v.aval) if isinstance(v, DropVar) else v for v in eqn.outvars]
+    if any(isinstance(v, DropVar) for v in eqn.outvars):
+        eqn = eqn.replace(outvars=outs)
+    builder = ExprBuilder({out: eqn for out in outs}, loaded)
+    index = tuple(Var(f"i{d}") for d in range(len(outs[0].aval.shape)))
     try:
-        nodes = kir.toposort([builder.lower(out, index)])
+        nodes = kir.toposort([builder.lower(out, index) for out in outs])
     except (NotLowerable, KirError, TypeError, ValueError, NotImplementedError):
         return False, 0
     if not all(_op_supported(n) for n in nodes):

@@ -2,14 +2,13 @@
 ops, and the XLA float algorithms the samplers map bits through (kiln.primitives.random_bits).
 
 Every rule mirrors its NumPy impl operation for operation, with the fused multiply-adds as
-explicit FMA ops, so native samples equal the reference ones bit for bit. The kernel IR has no
-bit reinterpretation op, so float <-> bits steps are written as exact arithmetic: a float's
-exponent is found by a binary search over powers of two (every scaling is exact), and
-`bitcast_convert_type` from 32-bit integers to float32 builds the value from its fields.
+explicit FMA ops and the float <-> bits steps as BITCAST ops, so native samples equal the
+reference ones bit for bit.
 
-threefry2x32 has two results, and a lowering rule describes one value, so the hash is offered
-as `threefry2x32_words` (both words of one element), which callers that build their own
-kernels (kiln/runtime/eager_kernels.py) use directly.
+threefry2x32 has two results: its rule returns both words of one element, built from one
+shared set of nodes (see lower.py on rules with several results). `threefry2x32_words` is the
+hash itself, which callers that build their own kernels (kiln/runtime/eager_kernels.py) use
+directly.
 """
 
 from __future__ import annotations
@@ -66,6 +65,13 @@ def threefry2x32_words(k1: Expr, k2: Expr, x1: Expr, x2: Expr) -> tuple[Expr, Ex
     return v0, v1
 
 
+@register_lowering(rb.threefry2x32_p)
+def _threefry2x32_lowering_rule(ctx, index, k1, k2, x1, x2):
+    """Both hashed words of one element; rank-0 keys or counters broadcast."""
+    words = [x.read(index if x.ndim else ()) for x in (k1, k2, x1, x2)]
+    return threefry2x32_words(*words)
+
+
 # --- float32 helpers -------------------------------------------------------------------------
 
 
@@ -108,18 +114,12 @@ def _flush_denormals(x: Expr) -> Expr:
 
 def _frexp_positive(y: Expr) -> tuple[Expr, Expr]:
     """(mantissa in [0.5, 1), exponent as float32) of a positive normal float32 (or inf):
-    y = mantissa * 2**exponent. A binary search over powers of two, each step exact."""
-    mantissa, exponent = y, _f32(0.0)
-    for k in (64, 32, 16, 8, 4, 2, 1):
-        big = kir.op(O.GE, mantissa, _f32(2.0**k))
-        mantissa = _where(big, _mul(mantissa, _f32(2.0**-k)), mantissa)
-        exponent = _where(big, _add(exponent, _f32(k)), exponent)
-    for k in (64, 32, 16, 8, 4, 2, 1):
-        small = kir.op(O.LT, _mul(mantissa, _f32(2.0**k)), _f32(2.0))
-        mantissa = _where(small, _mul(mantissa, _f32(2.0**k)), mantissa)
-        exponent = _where(small, _sub(exponent, _f32(k)), exponent)
-    # mantissa is now in [1, 2); the impl's field arithmetic gives [0.5, 1) and exponent + 1.
-    return _mul(mantissa, _f32(0.5)), _add(exponent, _f32(1.0))
+    y = mantissa * 2**exponent, read off the bits as the impl does."""
+    bits = kir.op(O.BITCAST, y, dtype=_U32)
+    field = kir.cast(kir.op(O.SHIFT_RIGHT_LOGICAL, bits, _u32(23)), _I32)
+    exponent = _add(kir.cast(kir.op(O.SUB, field, Const(127, _I32)), _F32), _f32(1.0))
+    halved = kir.op(O.BITWISE_OR, kir.op(O.BITWISE_AND, bits, _u32(0x807FFFFF)), _u32(0x3F000000))
+    return kir.op(O.BITCAST, halved, dtype=_F32), exponent
 
 
 def _log_f32(y: Expr) -> Expr:
@@ -224,45 +224,53 @@ def _fma_lowering_rule(ctx, index, a, b, c):
 
 # --- bitcast_convert_type --------------------------------------------------------------------
 
+_U16 = np.dtype(np.uint16)
+_F16 = np.dtype(np.float16)
 
-def _bits_to_f32(bits: Expr) -> Expr:
-    """The float32 whose bit pattern is the uint32 `bits`, built from its fields. NaN
-    patterns give the default NaN (the payload is not kept)."""
-    sign = kir.op(O.SHIFT_RIGHT_LOGICAL, bits, _u32(31))
-    field = kir.op(O.BITWISE_AND, kir.op(O.SHIFT_RIGHT_LOGICAL, bits, _u32(23)), _u32(0xFF))
-    fraction = kir.cast(kir.op(O.BITWISE_AND, bits, _u32(0x7FFFFF)), _F32)  # exact: < 2**23
-    # Normal numbers: (1 + f / 2**23) * 2**(e - 127), the power built from the bits of |e - 127|
-    # (at most 2**127, so every factor and product is exact).
-    significand = _add(_f32(1.0), _mul(fraction, _f32(2.0**-23)))
-    unbiased = kir.op(O.SUB, kir.cast(field, _I32), Const(127, _I32))
-    negative = kir.op(O.LT, unbiased, Const(0, _I32))
-    magnitude = kir.op(O.ABS, unbiased)
-    power = _f32(1.0)
-    for k in range(7):
-        bit = kir.op(O.BITWISE_AND, magnitude, Const(1 << k, _I32))
-        power = _where(kir.op(O.NE, bit, Const(0, _I32)), _mul(power, _f32(2.0 ** (1 << k))), power)
-    normal = _where(negative, kir.op(O.DIV, significand, power), _mul(significand, power))
-    subnormal = _mul(fraction, _f32(2.0**-149))
-    special = _where(kir.op(O.EQ, fraction, _f32(0.0)), _INF, _f32(np.nan))
-    value = _where(kir.op(O.EQ, field, _u32(0)), subnormal, normal)
-    value = _where(kir.op(O.EQ, field, _u32(0xFF)), special, value)
-    return _where(kir.op(O.NE, sign, _u32(0)), kir.op(O.NEG, value), value)
+
+def _half_bits_to_f32(bits: Expr) -> Expr:
+    """The float32 value of the float16 whose bit pattern is the low 16 bits of the uint32
+    `bits` (float16 values are all exact in float32)."""
+    sign = kir.op(O.SHIFT_LEFT, kir.op(O.SHIFT_RIGHT_LOGICAL, bits, _u32(15)), _u32(31))
+    field = kir.op(O.BITWISE_AND, kir.op(O.SHIFT_RIGHT_LOGICAL, bits, _u32(10)), _u32(0x1F))
+    fraction = kir.op(O.BITWISE_AND, bits, _u32(0x3FF))
+    # Normal numbers move their exponent from bias 15 to bias 127; inf and nan keep theirs.
+    exponent = _where(kir.op(O.EQ, field, _u32(0x1F)), _u32(0xFF), _add(field, _u32(112)))
+    wide = kir.op(O.SHIFT_LEFT, exponent, _u32(23))
+    wide = kir.op(O.BITWISE_OR, wide, kir.op(O.SHIFT_LEFT, fraction, _u32(13)))
+    normal = kir.op(O.BITCAST, kir.op(O.BITWISE_OR, sign, wide), dtype=_F32)
+    # Zeros and subnormals: fraction * 2**-24, signed.
+    tiny = _mul(kir.cast(fraction, _F32), _f32(2.0**-24))
+    tiny = _where(kir.op(O.NE, sign, _u32(0)), kir.op(O.NEG, tiny), tiny)
+    return _where(kir.op(O.EQ, field, _u32(0)), tiny, normal)
+
+
+def _bits_to_narrow_float(value: Expr, target: np.dtype) -> Expr:
+    """16-bit integers as float16 or bfloat16 (which compute in float32): the float32 with the
+    same value, rounded exactly. A signalling NaN pattern comes back quiet."""
+    bits = kir.cast(kir.cast(value, _U16), _U32)
+    if target == _F16:
+        return kir.cast(_half_bits_to_f32(bits), target)
+    # A bfloat16 is the top half of the float32 with the same value.
+    return kir.cast(kir.op(O.BITCAST, kir.op(O.SHIFT_LEFT, bits, _u32(16)), dtype=_F32), target)
 
 
 @register_lowering(ew.bitcast_convert_type_p)
 def _bitcast_convert_type_lowering_rule(ctx, index, x, *, new_dtype):
+    """The same bits as another dtype of the same width. 32- and 64-bit values are
+    reinterpreted in place; 16-bit integers become float16/bfloat16 through float32 (the
+    other way round, from a 16-bit float, stays with the impl)."""
     value = x.read(index if x.ndim else ())
     source, target = value.dtype, np.dtype(new_dtype)
     if source == target:
         return value
-    if source in (_U32, _I32) and target == _F32:
-        if source == _I32:
-            value = kir.cast(value, _U32)
-        return _bits_to_f32(value)
-    if (
-        kir.dtype_family(source) in ("sint", "uint")
-        and kir.dtype_family(target) in ("sint", "uint")
-        and source.itemsize == target.itemsize
-    ):
+    if source.itemsize != target.itemsize:
+        raise NotLowerable(f"bitcast_convert_type from {source} to {target}")
+    families = {kir.dtype_family(source), kir.dtype_family(target)}
+    if families <= {"sint", "uint"}:
         return kir.cast(value, target)
+    if families <= {"sint", "uint", "float"} and source.itemsize in (4, 8):
+        return kir.op(O.BITCAST, value, dtype=target)
+    if kir.dtype_family(source) in ("sint", "uint") and target in _NARROW:
+        return _bits_to_narrow_float(value, target)
     raise NotLowerable(f"bitcast_convert_type from {source} to {target}")

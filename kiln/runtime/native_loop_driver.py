@@ -183,7 +183,7 @@ class _Single:
         self.produced = set(segment.outputs)
         self.out_slots = [slot_of.get(v) if v in self.produced else None for v in jaxpr.outvars]
         self.entry_address = segment.native.address
-        self.template = segment.table.tolist()  # its fixed inputs' addresses are set
+        self.template = list(segment.table)  # its fixed inputs' addresses are set
         self.keep = segment  # the entry's code and the fixed inputs' buffers
         self.ok = True
 

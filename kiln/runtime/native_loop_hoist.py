@@ -1,7 +1,8 @@
 """Row-invariant products out of scan bodies: an equation of a scan body that reads only the
-loop's constants and its xs row, and that runs through a reference impl (a dot_general, most
-often: `x_t @ U` in an RNN cell), is computed for every row at once before the loop, as one
-batched product over all the rows, and the body reads its row of the result as one more xs.
+loop's constants and its xs row, and that runs through a reference impl or as a BLAS call (a
+dot_general, most often: `x_t @ U` in an RNN cell), is computed for every row at once before
+the loop, as one batched product over all the rows, and the body reads its row of the result
+as one more xs.
 
 One large product instead of `length` small ones: BLAS runs it at full speed and kiln splits
 it across its threads, where each small one ran on one thread. Equations that lower to native
@@ -35,7 +36,9 @@ def hoist_row_invariants(body: ClosedJaxpr, num_consts: int, num_carry: int, len
             continue
         if any(a in per_row for a in atoms):
             per_row.update(eqn.outvars)
-            if not lower.lowerable(eqn) and not eqn.primitive.multiple_results:
+            if eqn.primitive.multiple_results:
+                continue
+            if not lower.lowerable(eqn) or lower.is_kernel_call(eqn):
                 heavy.append(eqn)
     if not heavy:
         return None

@@ -23,7 +23,7 @@ from kiln.core.array import Array
 from kiln.core.jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 from kiln.primitives.control_flow import cond_p, scan_p, while_p
 from kiln.primitives.shape import copy_p
-from kiln.runtime import native_loop_hoist
+from kiln.runtime import native_loop_hoist, native_segment
 from kiln.runtime.native_call import host_buffer
 
 __all__ = ["is_control_flow", "build_runner"]
@@ -79,7 +79,8 @@ class SubProgram:
             optimized = _produce_outputs(optimized, may_pass)
         try:
             program, hidden = pipeline.split_hidden_consts(optimized)
-            self.executable = NativeExecutable(program, hidden, name, raw=True)
+            with native_segment.loop_body():
+                self.executable = NativeExecutable(program, hidden, name, raw=True)
             self.execute = self.executable.execute
         except NotImplementedError as err:
             logger.debug("kiln: %s runs through the reference evaluator (%s)", name, err)

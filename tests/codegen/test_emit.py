@@ -284,7 +284,9 @@ def exact_reference(scalar_op: ScalarOp, a, b, dtype):
 
 
 EXACT_OPS = [
-    op for op in O if op not in kir.OpGroup.TRANSCENDENTAL and op not in (O.SELECT, O.CAST, O.FMA)
+    op
+    for op in O
+    if op not in kir.OpGroup.TRANSCENDENTAL and op not in (O.SELECT, O.CAST, O.BITCAST, O.FMA)
 ]
 
 

@@ -1,6 +1,6 @@
 """dot_general without contracting dimensions (outer products, as per-example gradients make
-them) compiles to one fused multiplication per element; products that sum over an axis stay
-with BLAS."""
+them) compiles to one fused multiplication per element; small contractions are inline sums
+and larger ones BLAS calls (tests/codegen/test_blas_products.py)."""
 
 import ml_dtypes
 import numpy as np
@@ -37,7 +37,10 @@ def test_batched_outer_product_is_native_and_exact(dtype):
     )
 
 
-def test_a_contraction_still_runs_through_blas():
-    a = np.ones((4, 8), np.float32)
-    text = kiln.jit(lambda x: x @ x.T).lower(a).compile().as_text()
-    assert "interpreted (reference impl)" in text and "dot_general" in text
+def test_contractions_are_inline_sums_when_small_and_blas_calls_when_large():
+    small = np.ones((4, 8), np.float32)
+    text = kiln.jit(lambda x: x @ x.T).lower(small).compile().as_text()
+    assert "0 interpreted equations" in text and "sum(" in text and "gemm(" not in text
+    large = np.ones((64, 128), np.float32)
+    text = kiln.jit(lambda x: x @ x.T).lower(large).compile().as_text()
+    assert "0 interpreted equations" in text and "gemm(" in text

@@ -1,7 +1,8 @@
 """Random numbers in native code equal the reference impls bit for bit: the Threefry-2x32 hash
 and the samplers' float maps (uniform's mantissa trick, normal's erf_inv, the XLA log/log1p/erf
 polynomials, fma, bitcast_convert_type) compiled by kiln/compiler/lowering_random.py, under jit
-(native backend vs the interpreter), eagerly through the native eager kernels, and under vmap."""
+(native backend vs the interpreter), eagerly through the native eager kernels, and under vmap;
+and the jitted samplers compile to native code only, large ones split over threads."""
 
 import numpy as np
 import pytest
@@ -12,9 +13,10 @@ import kiln.random as kr
 from kiln import lax
 from kiln.config import config
 from kiln.primitives import random_bits
-from kiln.runtime import eager_kernels
+from kiln.runtime import eager_kernels, native
+from tests._testing import x64_mode
 
-SHAPES = [(), (1,), (7,), (3, 5), (2, 3, 4), (1000,)]
+SHAPES = [(), (0,), (1,), (7,), (3, 5), (2, 3, 4), (3, 0), (1000,)]
 FLOATS = [np.float32, np.float16, kiln.numpy.bfloat16]
 
 
@@ -206,3 +208,93 @@ def test_bitcast_from_every_kind_of_bit_pattern():
 
 def _is_nan(patterns):
     return ((patterns >> 23) & 0xFF == 0xFF) & (patterns & 0x7FFFFF != 0)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (9,), (2, 7)], ids=str)
+def test_float64_samplers(shape, layout):
+    with x64_mode(True):
+        key = kr.PRNGKey(4)
+        _check(lambda k: kr.uniform(k, shape, np.float64), key)
+        _check(lambda k: kr.uniform(k, shape, np.float64, minval=-2.0, maxval=0.5), key)
+        _check(lambda k: kr.normal(k, shape, np.float64), key)
+        _check(lambda k: kr.bits(k, shape, np.uint64), key)
+
+
+def _interpreted_equations(fn, *args) -> list[str]:
+    text = kiln.jit(fn, backend="native").lower(*args).compile().as_text()
+    return [line for line in text.splitlines() if line.startswith("interpreted")]
+
+
+N = 1 << 20
+SAMPLERS = {
+    "normal": lambda k: kr.normal(k, (N,)),
+    "uniform": lambda k: kr.uniform(k, (N,)),
+    "bernoulli": lambda k: kr.bernoulli(k, 0.3, (N,)),
+    "randint": lambda k: kr.randint(k, (N,), -5, 100),
+    "split": lambda k: kr.split(k, 100),
+    "fold_in": lambda k: kr.fold_in(k, 7),
+    "bits": lambda k: kr.bits(k, (N,)),
+    "normal_float16": lambda k: kr.normal(k, (N,), np.float16),
+    "normal_bfloat16": lambda k: kr.normal(k, (N,), kiln.numpy.bfloat16),
+    "uniform_float16": lambda k: kr.uniform(k, (N,), np.float16),
+    "uniform_bfloat16": lambda k: kr.uniform(k, (N,), kiln.numpy.bfloat16),
+}
+
+
+@pytest.mark.parametrize("sampler", list(SAMPLERS))
+def test_jitted_samplers_compile_to_native_code_only(sampler, layout):
+    assert _interpreted_equations(SAMPLERS[sampler], kr.PRNGKey(0)) == []
+
+
+def test_float64_uniform_compiles_to_native_code_only(layout):
+    with x64_mode(True):
+        draw = lambda k: kr.uniform(k, (N,), np.float64)  # noqa: E731
+        assert _interpreted_equations(draw, kr.PRNGKey(0)) == []
+
+
+@pytest.mark.parametrize("sampler", ["normal", "uniform", "bernoulli", "randint"])
+def test_large_draws_run_on_threads(sampler, layout, monkeypatch):
+    monkeypatch.setattr(native, "num_threads", lambda: 2)
+    draw = SAMPLERS[sampler]
+    compiled = kiln.jit(draw, backend="native").lower(kr.PRNGKey(8)).compile()
+    segments = [s for s in compiled._entry.executable.segments if s is not None]
+    assert any(s.parallel for s in segments)
+    assert "2 threads" in compiled.as_text()
+    _assert_same_bits(compiled(kr.PRNGKey(8)), _interpreted(draw)(kr.PRNGKey(8)))
+
+
+def test_bitcast_of_every_16_bit_pattern():
+    patterns = np.arange(1 << 16, dtype=np.uint16)
+    for target in (np.float16, kiln.numpy.bfloat16):
+        for source in (patterns, patterns.view(np.int16)):
+            cast = lambda b: lax.bitcast_convert_type(b, target)  # noqa: E731
+            assert _interpreted_equations(cast, source) == []
+            got = np.asarray(_native(cast)(source))
+            expected = source.view(target)
+            nan = np.isnan(expected.astype(np.float32))
+            # Every non-NaN pattern keeps its bits; NaN patterns stay NaN.
+            np.testing.assert_array_equal(got.view(np.uint16)[~nan], patterns[~nan])
+            assert np.isnan(got[nan].astype(np.float32)).all()
+
+
+def test_bitcast_both_ways_at_32_and_64_bits():
+    rng = np.random.default_rng(1)
+    words = rng.integers(0, 2**32, 4096, dtype=np.uint32)
+    words[:6] = [0, 0x80000000, 0x7F800000, 0xFF800000, 1, 0x807FFFFF]
+    floats = words.view(np.float32)[~np.isnan(words.view(np.float32))]
+    for fn, arg in (
+        (lambda b: lax.bitcast_convert_type(b, np.float32), words),
+        (lambda b: lax.bitcast_convert_type(b, np.int32), floats),
+        (lambda b: lax.bitcast_convert_type(b, np.uint32), floats),
+    ):
+        assert _interpreted_equations(fn, arg) == []
+        _check(fn, arg)
+    with x64_mode(True):
+        wide = rng.integers(0, 2**64, 4096, dtype=np.uint64)
+        doubles = wide.view(np.float64)[~np.isnan(wide.view(np.float64))]
+        for fn, arg in (
+            (lambda b: lax.bitcast_convert_type(b, np.float64), wide),
+            (lambda b: lax.bitcast_convert_type(b, np.uint64), doubles),
+            (lambda b: lax.bitcast_convert_type(b, np.int64), doubles),
+        ):
+            _check(fn, arg)

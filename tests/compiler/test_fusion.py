@@ -21,6 +21,20 @@ def strict_native(monkeypatch):
     monkeypatch.setattr(kiln.config, "native_strict", True)
 
 
+@pytest.fixture
+def products_interpreted(monkeypatch):
+    """dot_general runs through its impl (no inline sums, no BLAS calls): the tests below use
+    it as their example of an equation between native stages."""
+    from kiln.codegen.llvm import blas_calls
+    from kiln.compiler import lowering_linalg
+
+    monkeypatch.setattr(lowering_linalg, "INLINE_MAX_WORK", -1)
+    monkeypatch.setattr(blas_calls, "available", lambda: False)
+    lower._lowerable_cache.clear()
+    yield
+    lower._lowerable_cache.clear()
+
+
 def compile_native(fn, *args):
     """(executable, compiled) of fn jitted natively for args."""
     compiled = kiln.jit(fn, backend="native").lower(*args).compile()
@@ -212,7 +226,7 @@ def test_outputs_of_different_shapes_get_their_own_kernels():
     assert counts(executable)[:2] == (3, 0)
 
 
-def test_mixed_program_runs_impls_between_native_kernels():
+def test_mixed_program_runs_impls_between_native_kernels(products_interpreted):
     x, w, b = f32(4, 6), f32(6, 3, seed=1), f32(3, seed=2)
 
     def mlp(x, w, b):
@@ -235,7 +249,7 @@ def test_mixed_program_runs_impls_between_native_kernels():
     )
 
 
-def test_partition_delays_native_work_to_its_consumer():
+def test_partition_delays_native_work_to_its_consumer(products_interpreted):
     x, w = f32(4, 4), f32(4, 4, seed=1)
     # exp(x) is only needed after the matmul: it moves to the second native stage and fuses
     # with the add there instead of being stored at the boundary.
@@ -362,7 +376,7 @@ def test_pool_runs_every_chunk_once():
     assert sorted(seen) == list(range(10))
 
 
-def test_stage_partition_of_a_handmade_jaxpr():
+def test_stage_partition_of_a_handmade_jaxpr(products_interpreted):
     def f(x, w):
         a = jnp.exp(x)  # native, needed by the matmul: stage 0
         b = a @ w  # interpreted: stage 1

@@ -161,9 +161,13 @@ def test_lowerable_decisions():
     assert lower.lowerable(first_eqn(lambda x: x + 1, x))
     assert lower.lowerable(first_eqn(lambda x: jnp.exp(x), x))
     assert not lower.lowerable(first_eqn(lambda x: x + 1, zeros(3, dtype=np.complex64)))
-    assert not lower.lowerable(first_eqn(lambda x: x @ x, x))
+    assert lower.lowerable(first_eqn(lambda x: x @ x, x))  # a small product: an inline sum
+    big = zeros(64, 64)
+    assert lower.lowerable(first_eqn(lambda x: x @ x, big))  # a BLAS call
+    assert not lower.lowerable(first_eqn(lambda x: x @ x, zeros(3, dtype=np.complex64)))
     assert not lower.lowerable(first_eqn(lambda x: jnp.sort(x), x))
-    assert not lower.lowerable(first_eqn(lambda x: lax.bitcast_convert_type(x, np.int32), x))
+    half = zeros(3, dtype=np.float16)
+    assert not lower.lowerable(first_eqn(lambda x: lax.bitcast_convert_type(x, np.int16), half))
     assert not lower.lowerable(first_eqn(lambda x: jnp.cumsum(x), x))
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from llvmlite import ir
 from llvmlite.ir.values import FunctionAttributes
 
-from kiln.codegen.llvm import scalar_ops, target
+from kiln.codegen.llvm import blas_calls, scalar_ops, target
 from kiln.codegen.llvm import types as T
 from kiln.codegen.llvm.loops import entry_alloca, for_range, if_then
 from kiln.compiler import kir, kir_rewrite
@@ -208,6 +208,8 @@ class _KernelEmitter:
             elif isinstance(stmt, If):
                 with if_then(self.builder, self.value(stmt.cond)), self.scope({}):
                     self.emit_body(stmt.body)
+            elif isinstance(stmt, kir.MatMul):
+                self.emit_matmul(stmt)
             else:
                 raise KirError(f"cannot emit statement {stmt!r}")
 
@@ -229,6 +231,22 @@ class _KernelEmitter:
         self.builder.store(
             value, self.element_pointer(store.buffer, index), align=store.buffer.dtype.itemsize
         )
+
+    def emit_matmul(self, call: kir.MatMul) -> None:
+        m, n, k = (self.value(e) for e in (call.m, call.n, call.k))
+        a, b, c = (
+            self.element_pointer(buffer, self.value(offset))
+            for buffer, offset in (
+                (call.a, call.a_offset),
+                (call.b, call.b_offset),
+                (call.c, call.c_offset),
+            )
+        )
+        shape = tuple(e.value if isinstance(e, kir.Const) else None for e in (call.m, call.n))
+        blas_calls.emit_gemm(
+            self.builder, call.c.dtype, call.trans_a, call.trans_b, m, n, k,
+            a, call.lda, b, call.ldb, c, call.ldc, shape,
+        )  # fmt: skip
 
     def element_pointer(self, buffer: Buffer, index: ir.Value) -> ir.Value:
         return self.builder.gep(

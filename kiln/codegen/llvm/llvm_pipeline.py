@@ -15,6 +15,8 @@ import llvmlite.binding as llvm
 #: (with a code generator at level 0, see create_machine) is for kernels that run for
 #: microseconds: a fifth of the time.
 PIPELINES = {"full": (3, True, True), "lean": (2, True, False), "quick": (1, False, False)}
+#: The code generator level each pipeline's modules are emitted with (create_machine's opt).
+CODEGEN_LEVELS = {"full": 3, "lean": 3, "quick": 0}
 
 
 def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, pipeline: str = "full") -> None:
@@ -55,7 +57,13 @@ def optimize_to_object(
     ir_text: str, machine: llvm.TargetMachine, pipeline: str = "full"
 ) -> tuple[str, bytes]:
     """Parse, verify and optimize a module's text; return (optimized IR, object file)."""
-    module = llvm.parse_assembly(ir_text)
+    return optimize_module(llvm.parse_assembly(ir_text), machine, pipeline)
+
+
+def optimize_module(
+    module: llvm.ModuleRef, machine: llvm.TargetMachine, pipeline: str = "full"
+) -> tuple[str, bytes]:
+    """Verify and optimize a parsed module in place; return (optimized IR, object file)."""
     module.verify()
     optimize(module, machine, pipeline)
     return str(module), emit_object(module, machine)

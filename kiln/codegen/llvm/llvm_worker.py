@@ -7,8 +7,12 @@ leak is bounded. Run by path (`python llvm_worker.py`): it imports llvmlite and 
 llvm_pipeline.py only, never the kiln package.
 
 Protocol on stdin/stdout: frames of a 4-byte little-endian length and a pickle. A request is
-(triple, cpu, features, ir_text); the reply is ("ok", optimized_ir, object_bytes) or
-("error", message).
+(triple, cpu, features, pipeline, ir_text); the reply is ("ok", optimized_ir, object_bytes) or
+("error", message). The worker runs the pipeline asked for, with the code generator level
+the parent uses for it: the same module gives the same machine code in either process (a
+vectorized reduction sums in another order than a scalar one, and contraction into FMAs
+depends on the code generator level, so results would otherwise depend on how many modules
+the process had compiled before).
 """
 
 from __future__ import annotations
@@ -59,12 +63,13 @@ def serve(requests, replies) -> None:
         request = read_frame(requests)
         if request is None:
             return
-        triple, cpu, features, ir_text = request
+        triple, cpu, features, name, ir_text = request
         try:
-            key = (triple, cpu, features)
+            opt = pipeline.CODEGEN_LEVELS[name]
+            key = (triple, cpu, features, opt)
             if key not in machines:
-                machines[key] = pipeline.create_machine(triple, cpu, features)
-            optimized, object_bytes = pipeline.optimize_to_object(ir_text, machines[key])
+                machines[key] = pipeline.create_machine(triple, cpu, features, opt)
+            optimized, object_bytes = pipeline.optimize_to_object(ir_text, machines[key], name)
             write_frame(replies, ("ok", optimized, object_bytes))
         except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it
             write_frame(replies, ("error", f"{type(err).__name__}: {err}"))

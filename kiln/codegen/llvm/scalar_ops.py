@@ -565,6 +565,8 @@ def op_supported(scalar_op: ScalarOp, dtype: np.dtype) -> bool:
         return False
     if scalar_op is O.CAST:
         return True
+    if scalar_op is O.BITCAST:  # 32- and 64-bit values only: they compute in their own type
+        return dtype.itemsize in (4, 8)
     if (scalar_op, dtype_family(dtype)) not in _RULES:
         return False
     if scalar_op in OpGroup.TRANSCENDENTAL:
@@ -586,6 +588,8 @@ def emit_op(
     """
     if scalar_op is O.CAST:
         return emit_cast(builder, args[0], arg_dtypes[0], dtype)
+    if scalar_op is O.BITCAST:
+        return builder.bitcast(args[0], T.compute_type(dtype))
     operand_dtype = arg_dtypes[-1]  # select's condition comes first
     rule = _RULES.get((scalar_op, dtype_family(operand_dtype)))
     if rule is None:

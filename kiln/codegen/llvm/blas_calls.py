@@ -1,0 +1,177 @@
+"""Matrix products in generated code: calls into the OpenBLAS that scipy bundles.
+
+A kir.MatMul statement becomes one call of `kiln_cblas_sgemm` / `kiln_cblas_dgemm`, which
+take cblas's row-major arguments by value (order, transposes, m, n, k, alpha, a, lda, b, ldb,
+beta, c, ldc; 32-bit integers). Those names are registered with LLVM's symbol table, bound to
+scipy's `scipy_cblas_?gemm`, before an object calling them is linked (kiln.runtime.engine),
+so objects from the disk cache link in a new process the same way.
+
+Threads: kiln splits a large product into row (or column) blocks across its own thread pool,
+each block one single-threaded BLAS call, as it does its other kernels. So kiln sets the
+bundled OpenBLAS to one thread when it first links a product. That library is scipy's own
+copy (NumPy's BLAS, which NumPy and kiln's eager products use, is a separate one and is left
+alone); scipy.linalg calls made in the same process afterwards also run on one BLAS thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+
+import numpy as np
+from llvmlite import ir
+
+from kiln.codegen.llvm import types as T
+
+__all__ = ["SYMBOLS", "available", "register", "emit_gemm"]
+
+#: kiln's symbol -> (scipy's symbol, scalar type)
+SYMBOLS = {
+    "kiln_cblas_sgemm": ("scipy_cblas_sgemm", np.dtype(np.float32)),
+    "kiln_cblas_dgemm": ("scipy_cblas_dgemm", np.dtype(np.float64)),
+    "kiln_cblas_sgemv": ("scipy_cblas_sgemv", np.dtype(np.float32)),
+    "kiln_cblas_dgemv": ("scipy_cblas_dgemv", np.dtype(np.float64)),
+}
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_THREAD_SETTERS = ("scipy_openblas_set_num_threads", "openblas_set_num_threads")
+
+_lock = threading.Lock()
+_library = None
+_searched = False
+_registered = False
+
+
+def _find_library():
+    """scipy's bundled OpenBLAS (ctypes handle), or None when scipy uses another BLAS."""
+    global _library, _searched
+    with _lock:
+        if _searched:
+            return _library
+        _searched = True
+        import scipy
+
+        site = os.path.dirname(os.path.dirname(scipy.__file__))
+        for path in sorted(glob.glob(os.path.join(site, "scipy.libs", "*openblas*"))):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            if all(hasattr(lib, theirs) for theirs, _ in SYMBOLS.values()):
+                _library = lib
+                break
+        return _library
+
+
+def available() -> bool:
+    """Whether generated code can call BLAS in this process."""
+    return _find_library() is not None
+
+
+def register() -> None:
+    """Bind kiln's gemm symbols for the linker and pin the library to one thread (once)."""
+    global _registered
+    from llvmlite import binding as llvm
+
+    lib = _find_library()
+    if lib is None:
+        raise RuntimeError("kiln: scipy's bundled OpenBLAS was not found; no BLAS calls")
+    with _lock:
+        if _registered:
+            return
+        for setter in _THREAD_SETTERS:
+            if hasattr(lib, setter):
+                function = getattr(lib, setter)
+                function.argtypes, function.restype = [ctypes.c_int], None
+                function(1)
+                break
+        for ours, (theirs, _) in SYMBOLS.items():
+            llvm.add_symbol(ours, ctypes.cast(getattr(lib, theirs), ctypes.c_void_p).value)
+        _registered = True
+
+
+def _declare(builder: ir.IRBuilder, name: str, arguments: list) -> ir.Function:
+    function = builder.module.globals.get(name)
+    if function is None:
+        function = ir.Function(builder.module, ir.FunctionType(T.VOID, arguments), name=name)
+        function.attributes.add("nounwind")
+    return function
+
+
+def emit_gemm(
+    builder: ir.IRBuilder, dtype, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, shape=None
+):
+    """Emit the call c = op(a) @ op(b) (row-major; m, n, k as i64 values; a, b, c pointers).
+
+    `shape`: the static (m, n) where known (None entries otherwise). A product with one row or
+    one column is a matrix-vector product: gemv reads the matrix once, about three times
+    faster than gemm with n = 1 here."""
+    dtype = np.dtype(dtype)
+    scalar = T.FLOAT if dtype == np.float32 else T.DOUBLE
+    prefix = "kiln_cblas_s" if dtype == np.float32 else "kiln_cblas_d"
+    i32 = T.I32
+
+    def small(value):
+        return builder.trunc(value, i32) if value.type != i32 else value
+
+    def constant(v):
+        return ir.Constant(i32, v)
+
+    static_m, static_n = shape or (None, None)
+    if static_n == 1 or static_m == 1:
+        if static_n == 1:  # c[:, 0] = op(a) @ (column of op(b))
+            matrix, ld, transposed, rows, cols = a, lda, trans_a, m, k
+            vector, increment = b, (1 if trans_b else ldb)
+            out_increment = ldc
+        else:  # c[0, :] = (row of op(a)) @ op(b) = op(b)ᵀ @ row
+            matrix, ld, transposed, rows, cols = b, ldb, not trans_b, n, k
+            vector, increment = a, (lda if trans_a else 1)
+            out_increment = 1
+        # In memory the matrix is rows x cols when not transposed, cols x rows when it is.
+        stored_rows, stored_cols = (cols, rows) if transposed else (rows, cols)
+        gemv = _declare(
+            builder,
+            prefix + "gemv",
+            [i32] * 4 + [scalar, T.PTR, i32, T.PTR, i32, scalar, T.PTR, i32],
+        )
+        builder.call(
+            gemv,
+            [
+                constant(_ROW_MAJOR),
+                constant(_TRANS if transposed else _NO_TRANS),
+                small(stored_rows),
+                small(stored_cols),
+                ir.Constant(scalar, 1.0),
+                matrix,
+                constant(ld),
+                vector,
+                constant(increment),
+                ir.Constant(scalar, 0.0),
+                c,
+                constant(out_increment),
+            ],
+        )
+        return
+    function = _declare(
+        builder, prefix + "gemm", [i32] * 6 + [scalar, T.PTR, i32, T.PTR, i32, scalar, T.PTR, i32]
+    )
+    builder.call(
+        function,
+        [
+            constant(_ROW_MAJOR),
+            constant(_TRANS if trans_a else _NO_TRANS),
+            constant(_TRANS if trans_b else _NO_TRANS),
+            small(m),
+            small(n),
+            small(k),
+            ir.Constant(scalar, 1.0),
+            a,
+            constant(lda),
+            b,
+            constant(ldb),
+            ir.Constant(scalar, 0.0),
+            c,
+            constant(ldc),
+        ],
+    )
