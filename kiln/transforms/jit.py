@@ -6,6 +6,7 @@ At top level a call flattens its arguments, builds the signature key from each l
 a hit runs the executable directly. Under an outer trace (make_jaxpr, an enclosing jit, grad)
 the function is staged as one `pjit` equation calling its traced jaxpr (the primitive lives in
 kiln/primitives/pjit.py; this module installs the compiler its eager impl runs through).
+Argument signatures live in jit_signature.py, Lowered and Compiled in jit_compiled.py.
 """
 
 from __future__ import annotations
@@ -33,6 +34,26 @@ from kiln.core.trace import Tracer, current_trace_state, leaked_tracer_error
 from kiln.primitives.pjit import pjit_p, set_executable_builder
 from kiln.runtime import cache, eager_kernels
 from kiln.transforms import jit_options
+from kiln.transforms.jit_compiled import (  # noqa: F401  (re-exported: moved to jit_compiled.py)
+    Compiled,
+    Lowered,
+)
+from kiln.transforms.jit_signature import (  # noqa: F401  (re-exported: moved to jit_signature.py)
+    _SCALAR_SIGNATURES,
+    _VALID_LEAF,
+    _leaf_signature,
+    _c_flatten,
+    _flatten_args,
+    _tree_key,
+    _flat_signature,
+    _aval_signature,
+    _to_array,
+    _convert_leaves,
+    _short,
+    _format_signature,
+    _signature_str,
+    _canonical,
+)
 from kiln.transforms.staging import DebugInfo, function_name, function_source, trace_to_jaxpr
 
 __all__ = ["jit", "Lowered", "Compiled", "StaleCaptureWarning", "RecompilationWarning"]
@@ -90,84 +111,6 @@ set_executable_builder(_executable_for_jaxpr)
 debug_checks.register_call_primitive(pjit_p)  # a NaN found eagerly is traced into the jaxpr
 # Large eager elementwise ops run compiled kernels too (compiled on first use).
 eager_kernels.install()
-
-
-# --- argument signatures -----------------------------------------------------------------------
-
-_SCALAR_SIGNATURES = {
-    x64: {
-        bool: ((), dtypes.bool_, False),
-        int: ((), dtypes.int64 if x64 else dtypes.int32, True),
-        float: ((), dtypes.float64 if x64 else dtypes.float32, True),
-        complex: ((), dtypes.complex128 if x64 else dtypes.complex64, True),
-    }
-    for x64 in (False, True)
-}
-
-_VALID_LEAF = (Array, Tracer, np.ndarray, np.generic, bool, int, float, complex)
-
-
-def _leaf_signature(x: Any) -> tuple:
-    """(shape, dtype, weak_type) of a top-level argument leaf; anything that is not an array or
-    scalar gets a key no entry can have (the trace then raises the proper error)."""
-    if type(x) is Array:
-        v = x._value
-        return (v.shape, v.dtype, x.weak_type)
-    sig = _flat_signature(x)
-    if sig is None:
-        sig = (x.shape, x.dtype, False) if isinstance(x, np.ndarray) else (type(x),)
-    return sig
-
-
-# optree's C entry point skips a Python-level wrapper (a measurable part of a ~2 µs call).
-_c_flatten = getattr(getattr(optree, "_C", None), "flatten", None)
-
-
-def _flatten_args(args: tuple, kwargs: dict):
-    """Flatten call arguments; without keyword arguments just the tuple (it is faster)."""
-    tree = (args, kwargs) if kwargs else args
-    if _c_flatten is not None:
-        return _c_flatten(tree, None, False, _NAMESPACE)
-    return _tree_flatten(tree, namespace=_NAMESPACE)
-
-
-def _tree_key(treedef, nargs: int, has_kwargs: bool):
-    """The structure part of a cache key: the argument count when the arguments are a flat
-    tuple of leaves (so the hot path need not flatten), else the treedef."""
-    if not has_kwargs and treedef.num_leaves == nargs and treedef.num_nodes == nargs + 1:
-        return nargs
-    return treedef
-
-
-def _flat_signature(x):
-    """The signature of a scalar or NumPy argument, or None for anything that may be a pytree
-    node (those go through flattening)."""
-    sig = _SCALAR_SIGNATURES[_config.enable_x64].get(type(x))
-    if sig is not None:
-        return sig
-    if type(x) is np.ndarray or isinstance(x, np.generic):
-        return (x.shape, x.dtype, False)
-    return None
-
-
-def _aval_signature(aval: ShapedArray) -> tuple:
-    return (aval.shape, aval.dtype, aval.weak_type)
-
-
-def _to_array(x: Any, aval: ShapedArray) -> Array:
-    """A scalar or NumPy argument as a kiln Array of the executable's input type (a copy: the
-    caller may write its NumPy array later)."""
-    if type(x) is int:
-        dtypes.python_int_dtype(x)  # OverflowError naming the value, as on the first call
-    return Array._wrap(np.array(x, dtype=aval.dtype), aval.weak_type)
-
-
-def _convert_leaves(leaves: list, in_avals: Sequence[ShapedArray]) -> list:
-    return [x if type(x) is Array else _to_array(x, aval) for x, aval in zip(leaves, in_avals)]
-
-
-def _short(aval: ShapedArray) -> str:
-    return aval.str_short() + (" weak" if aval.weak_type else "")
 
 
 # --- jit ---------------------------------------------------------------------------------------
@@ -808,12 +751,6 @@ def _hoist_tracer_consts(closed: ClosedJaxpr) -> ClosedJaxpr:
     return ClosedJaxpr(new, [c for _, c in kept])
 
 
-def _format_signature(names: list[str], avals, static_names) -> str:
-    parts = [f"{n}: {_short(a)}" for n, a in zip(names, avals)]
-    parts += [f"{n}={v!r} (static)" for n, v in static_names]
-    return f"({', '.join(parts)})"
-
-
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -827,107 +764,3 @@ def _user_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
-
-
-# --- lowering -----------------------------------------------------------------------------------
-
-
-class Lowered:
-    """A traced function for one signature (jit(f).lower(*args))."""
-
-    def __init__(self, wrapped: JitWrapped, entry: cache.Entry):
-        self._wrapped = wrapped
-        self._entry = entry
-
-    @property
-    def jaxpr(self) -> ClosedJaxpr:
-        """The staged jaxpr."""
-        return self._entry.traced.jaxpr
-
-    @property
-    def in_avals(self) -> tuple:
-        return self._entry.in_avals
-
-    @property
-    def out_avals(self) -> list:
-        return self._entry.traced.jaxpr.out_avals
-
-    def as_text(self) -> str:
-        """The staged jaxpr, as text."""
-        return self._entry.traced.jaxpr.pretty_print()
-
-    def compile(self) -> "Compiled":
-        """Optimize and compile (through the cache: a later call with this signature hits)."""
-        wrapped = self._wrapped
-        entry = self._entry
-        if entry.executable is None:
-            entry = cache.lookup_or_build(
-                entry.fc, entry.key, lambda: entry.traced, wrapped._compile
-            )
-            cache.adopt(wrapped._entries, entry)
-        return Compiled(wrapped, entry)
-
-
-class Compiled:
-    """A compiled function for one signature: call it with the dynamic (non-static) arguments."""
-
-    def __init__(self, wrapped: JitWrapped, entry: cache.Entry):
-        self._wrapped = wrapped
-        self._entry = entry
-
-    def as_text(self) -> str:
-        """A header naming the function and its signature, then the optimized program."""
-        executable = self._entry.executable
-        ins = ", ".join(a.str_short() for a in executable.in_avals)
-        outs = ", ".join(a.str_short() for a in executable.out_avals)
-        outs = outs if len(executable.out_avals) == 1 else f"({outs})"
-        header = (
-            f"kiln module jit_{self._wrapped._name}, entry_signature=({ins}) -> {outs}, "
-            f"backend={executable.backend}"
-        )
-        if executable.hidden_args:
-            header += f", hidden_args={len(executable.hidden_args)}"
-        return f"{header}\n{executable.as_text()}"
-
-    def memory_analysis(self):
-        """The compiled program's memory in bytes, with JAX's field names: argument, output,
-        alias (outputs written into donated arguments), temp (scratch after buffer reuse) and
-        generated code sizes, plus peak_memory_in_bytes (kiln/runtime/memory_plan.py)."""
-        return self._entry.executable.memory_stats()
-
-    def __call__(self, *args, **kwargs):
-        entry = self._entry
-        leaves, in_tree = _flatten_args(args, kwargs)
-        sig = tuple(_leaf_signature(x) for x in leaves)
-        expected_tree, expected_sig = entry.key[0], entry.key[1]
-        same_tree = _tree_key(in_tree, len(args), bool(kwargs)) == expected_tree
-        if (
-            not same_tree
-            or len(sig) != len(expected_sig)
-            or any(_canonical(s)[:2] != _canonical(e)[:2] for s, e in zip(sig, expected_sig))
-        ):
-            raise TypeError(
-                f"Compiled function jit({self._wrapped._name}) was compiled for arguments "
-                f"({', '.join(_short(a) for a in entry.in_avals)}) but called with "
-                f"({', '.join(_signature_str(s) for s in sig)})."
-            )
-        flat_args = _convert_leaves(leaves, entry.in_avals)
-        if _config.check_special:  # debug_nans / debug_infs
-            outs = debug_checks.execute_checked(self._wrapped._name, entry, flat_args)
-        else:
-            outs = entry.execute(flat_args)
-        return _tree_unflatten(entry.out_tree, outs)
-
-
-def _signature_str(sig: tuple) -> str:
-    if len(sig) != 3:
-        return sig[0].__name__
-    shape, dtype, weak = sig
-    return _short(ShapedArray(shape, dtypes.canonicalize(dtype), weak))
-
-
-def _canonical(sig: tuple) -> tuple:
-    if len(sig) != 3:
-        return sig
-    shape, dtype, weak = sig
-    return (shape, dtypes.canonicalize(dtype), weak)
