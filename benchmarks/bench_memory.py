@@ -22,7 +22,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import bench_autodiff as bench  # noqa: E402
-from _harness import jax_available  # noqa: E402
+from _harness import jax_available, result_row  # noqa: E402
 
 import kiln  # noqa: E402
 from kiln.runtime import memory_plan  # noqa: E402
@@ -67,9 +67,12 @@ def jax_row(workload, numpy_inputs) -> dict:
     return {"step": step, "temp": stats.temp_size_in_bytes}
 
 
-def main() -> None:
+def main(quick: bool = False) -> list:
     workloads = [bench.layernorm_softmax(4096, 1024), bench.mlp_sgd((784, 512, 512, 10), 128)]
+    if quick:
+        workloads = [bench.layernorm_softmax(1024, 256), bench.mlp_sgd((784, 128, 10), 64)]
     mib = 1 << 20
+    rows = []
     for workload in workloads:
         numpy_inputs = workload.inputs()
         jax = jax_row(workload, numpy_inputs) if jax_available() else None
@@ -77,6 +80,7 @@ def main() -> None:
         print(f"  {'':12} {'step':>10} {'/JAX':>6} {'temp MiB':>9} {'peak MiB':>9} {'kept MiB':>9}")
         for config in CONFIGS:
             row = kiln_row(workload, config, numpy_inputs)
+            rows.append((workload.name, config, row, jax))
             ratio = f"{row['step'] / jax['step']:6.2f}" if jax else "     -"
             print(
                 f"  {config:12} {row['step'] * 1e3:8.2f}ms {ratio} {row['temp'] / mib:9.2f} "
@@ -84,7 +88,25 @@ def main() -> None:
             )
         if jax:
             print(f"  {'jax':12} {jax['step'] * 1e3:8.2f}ms {1:6.2f} {jax['temp'] / mib:9.2f}")
+    return rows
+
+
+def report_rows(quick: bool = False) -> list[dict]:
+    """The step times in the combined report's format, the memory figures as the note."""
+    mib = 1 << 20
+    return [
+        result_row(
+            f"memory: {name} step, {config}",
+            row["step"],
+            None,
+            jax["step"] if jax else None,
+            note=f"temp {row['temp'] / mib:.2f} MiB, peak {row['peak'] / mib:.2f} MiB, "
+            f"kept {row['kept'] / mib:.2f} MiB"
+            + (f" (JAX temp {jax['temp'] / mib:.2f} MiB)" if jax else ""),
+        )
+        for name, config, row, jax in main(quick)
+    ]
 
 
 if __name__ == "__main__":
-    main()
+    main("--quick" in sys.argv)

@@ -90,33 +90,26 @@ def _find_scipy_openblas():
 
 _SCIPY_OPENBLAS: list = []  # found on first use: (set, get) or None
 _SCIPY_LOCK = threading.Lock()
-_scipy_pins = [0, 1]  # active pins, and the thread count to restore
 
 
 @contextmanager
 def lapack_on_calling_thread():
     """Within the block, the BLAS behind NumPy and SciPy runs on the calling thread: the small
     per-matrix calls of these impls lose far more to waking OpenBLAS's threads than they gain
-    (and those threads would compete with kiln's own kernels; see primitives/blas.py)."""
+    (and those threads would compete with kiln's own kernels; see primitives/blas.py).
+
+    SciPy's copy of OpenBLAS stays on one thread from then on, as it does once compiled code
+    calls BLAS (kiln/codegen/llvm/blas_calls.py): restoring its count here could hand two
+    threads back to a library that kiln's threads call concurrently."""
     with blas.blas_on_calling_thread():
         if not _SCIPY_OPENBLAS:
-            _SCIPY_OPENBLAS.append(_find_scipy_openblas())
-        if _SCIPY_OPENBLAS[0] is None:
-            yield
-            return
-        setter, getter = _SCIPY_OPENBLAS[0]
-        with _SCIPY_LOCK:
-            if _scipy_pins[0] == 0:
-                _scipy_pins[1] = getter()
-                setter(1)
-            _scipy_pins[0] += 1
-        try:
-            yield
-        finally:
             with _SCIPY_LOCK:
-                _scipy_pins[0] -= 1
-                if _scipy_pins[0] == 0:
-                    setter(_scipy_pins[1])
+                if not _SCIPY_OPENBLAS:
+                    found = _find_scipy_openblas()
+                    if found is not None:
+                        found[0](1)
+                    _SCIPY_OPENBLAS.append(found)
+        yield
 
 
 class _LoopLibrary:

@@ -11,6 +11,8 @@ each block one single-threaded BLAS call, as it does its other kernels. So kiln 
 bundled OpenBLAS to one thread when it first links a product. That library is scipy's own
 copy (NumPy's BLAS, which NumPy and kiln's eager products use, is a separate one and is left
 alone); scipy.linalg calls made in the same process afterwards also run on one BLAS thread.
+kiln's batched LAPACK impls (kiln/primitives/lapack_batched.py) pin it the same way and never
+hand threads back, since kiln's threads may call it concurrently.
 """
 
 from __future__ import annotations
