@@ -302,7 +302,8 @@ _COLUMN_ALIGN = 16
 
 
 def product_split(product: Product, threads: int):
-    """(output dim, chunk edges) to run a large product on `threads` threads, or None.
+    """(output dim, chunk count, alignment) to run a large product on `threads` threads, or
+    None.
 
     One chunk per thread: each chunk is one BLAS call that packs its own panels of both
     operands, so more chunks would pack more. A batch of products splits over the batch;
@@ -332,13 +333,7 @@ def product_split(product: Product, threads: int):
     if count < 2:
         return None
     align = _COLUMN_ALIGN if dim == nb + nm + len(product.n_dims) - 1 else 1
-    edges = [0]
-    for c in range(1, count):
-        edge = -(-extent * c // count // align) * align
-        edges.append(min(max(edge, edges[-1]), extent))
-    edges.append(extent)
-    edges = sorted(set(edges))
-    return (dim, edges) if len(edges) > 2 else None
+    return dim, count, align
 
 
 def _register_call() -> None:

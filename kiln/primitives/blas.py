@@ -54,6 +54,41 @@ def _find_openblas():
 
 
 _OPENBLAS = _find_openblas()
+_SCIPY_OPENBLAS: list = []  # [handle or None] once looked for
+
+
+def scipy_openblas():
+    """SciPy's bundled OpenBLAS (a ctypes handle, the library scipy.linalg calls), or None when
+    SciPy uses another BLAS. kiln's compiled products and batched LAPACK impls call it."""
+    if not _SCIPY_OPENBLAS:
+        import scipy
+
+        libs_dir = os.path.join(os.path.dirname(os.path.dirname(scipy.__file__)), "scipy.libs")
+        found = None
+        for path in sorted(glob.glob(os.path.join(libs_dir, "*openblas*"))):
+            try:
+                found = ctypes.CDLL(path)
+                break
+            except OSError:
+                continue
+        _SCIPY_OPENBLAS.append(found)
+    return _SCIPY_OPENBLAS[0]
+
+
+def pin_scipy_openblas() -> None:
+    """Set SciPy's OpenBLAS to one thread, for good: kiln's threads call it concurrently, and
+    its own spinning workers would compete with them for the cores."""
+    lib = scipy_openblas()
+    if lib is None:
+        return
+    for name in ("scipy_openblas_set_num_threads", "openblas_set_num_threads"):
+        setter = getattr(lib, name, None)
+        if setter is not None:
+            setter.argtypes, setter.restype = [ctypes.c_int], None
+            setter(1)
+            return
+
+
 _LOCK = threading.Lock()
 _depth = 0
 _saved = 1
@@ -86,14 +121,13 @@ def blas_on_calling_thread():
 _PARALLEL_MIN_WORK = 1 << 22
 # Products below this many multiply-adds are left to BLAS as they are (it does not thread them).
 _SMALL_WORK = 1 << 15
-_executor: ThreadPoolExecutor | None = None
-_executor_threads = 0
-
-
 _CORES = max(1, os.cpu_count() or 1)  # (os.cpu_count costs microseconds: read it once)
+_POOLS: dict = {}  # name -> (ThreadPoolExecutor, its thread count)
+_POOLS_LOCK = threading.Lock()
 
 
-def _threads() -> int:
+def num_threads() -> int:
+    """The threads kiln's impls may use: KILN_NUM_THREADS (config.num_threads), else every core."""
     from kiln.config import config
 
     if config.num_threads is not None:
@@ -101,12 +135,23 @@ def _threads() -> int:
     return _CORES
 
 
+def worker_pool(name: str, threads: int) -> ThreadPoolExecutor:
+    """A pool of at least `threads` threads for one kind of work (products, convolutions,
+    LAPACK batches): each kind has its own, so work queued from inside a pool thread never
+    waits behind itself."""
+    with _POOLS_LOCK:
+        pool, size = _POOLS.get(name, (None, 0))
+        if pool is None or size < threads:
+            pool = ThreadPoolExecutor(threads, thread_name_prefix=f"kiln-{name}")
+            _POOLS[name] = (pool, threads)
+        return pool
+
+
+_threads = num_threads
+
+
 def _pool(threads: int) -> ThreadPoolExecutor:
-    global _executor, _executor_threads
-    if _executor is None or _executor_threads < threads:
-        _executor = ThreadPoolExecutor(threads, thread_name_prefix="kiln-blas")
-        _executor_threads = threads
-    return _executor
+    return worker_pool("blas", threads)
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

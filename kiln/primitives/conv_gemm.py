@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import numpy as np
 
 from kiln.core import dtypes
 from kiln.primitives import blas
+from kiln.primitives.blas import num_threads
 
 __all__ = ["convolve", "gemm_conv", "reference_conv", "dilate_and_pad", "num_threads"]
 
@@ -41,26 +40,10 @@ _BLOCK_ELEMENTS = 1 << 18
 _PARALLEL_MIN_WORK = 1 << 22
 # A kernel gradient sums at most this many partial products.
 _MAX_PARTIALS = 64
-_CORES = max(1, os.cpu_count() or 1)
-_executor: ThreadPoolExecutor | None = None
-_executor_threads = 0
 
 
-def num_threads() -> int:
-    """The threads a convolution may use: KILN_NUM_THREADS, else every core."""
-    from kiln.config import config
-
-    if config.num_threads is not None:
-        return max(1, config.num_threads)
-    return _CORES
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    global _executor, _executor_threads
-    if _executor is None or _executor_threads < threads:
-        _executor = ThreadPoolExecutor(threads, thread_name_prefix="kiln-conv")
-        _executor_threads = threads
-    return _executor
+def _pool(threads: int):
+    return blas.worker_pool("conv", threads)
 
 
 # --- shapes, padding, dtypes ---------------------------------------------------------------

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import itertools
-import os
 import queue
 import threading
 from contextlib import contextmanager
 
 import numpy as np
-import scipy
 
 from kiln.primitives import blas
 
@@ -69,26 +66,7 @@ def routine_address(name: str) -> int:
     return int(get_pointer(capsule, get_name(capsule)))
 
 
-def _find_scipy_openblas():
-    """(set, get) of the thread count of SciPy's own OpenBLAS, or None."""
-    libs_dir = os.path.join(os.path.dirname(os.path.dirname(scipy.__file__)), "scipy.libs")
-    for path in sorted(glob.glob(os.path.join(libs_dir, "*openblas*"))):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        names = ("scipy_openblas_set_num_threads", "openblas_set_num_threads")
-        setter = next((getattr(lib, n) for n in names if hasattr(lib, n)), None)
-        names = ("scipy_openblas_get_num_threads", "openblas_get_num_threads")
-        getter = next((getattr(lib, n) for n in names if hasattr(lib, n)), None)
-        if setter is not None and getter is not None:
-            setter.argtypes, setter.restype = [ctypes.c_int], None
-            getter.argtypes, getter.restype = [], ctypes.c_int
-            return setter, getter
-    return None
-
-
-_SCIPY_OPENBLAS: list = []  # found on first use: (set, get) or None
+_SCIPY_OPENBLAS: list = []  # [True] once SciPy's OpenBLAS is pinned
 _SCIPY_LOCK = threading.Lock()
 
 
@@ -105,10 +83,8 @@ def lapack_on_calling_thread():
         if not _SCIPY_OPENBLAS:
             with _SCIPY_LOCK:
                 if not _SCIPY_OPENBLAS:
-                    found = _find_scipy_openblas()
-                    if found is not None:
-                        found[0](1)
-                    _SCIPY_OPENBLAS.append(found)
+                    blas.pin_scipy_openblas()
+                    _SCIPY_OPENBLAS.append(True)
         yield
 
 
@@ -251,16 +227,10 @@ class Arg:
 _PARALLEL_MIN_WORK = 1 << 21
 # Pieces per thread a parallel batch is cut into, claimed by whichever thread is free.
 _PIECES_PER_THREAD = 4
-_executor: list = []  # [ThreadPoolExecutor, its thread count] once made
 
 
 def _pool(threads: int):
-    from concurrent.futures import ThreadPoolExecutor
-
-    with _lock:
-        if not _executor or _executor[1] < threads:
-            _executor[:] = [ThreadPoolExecutor(threads, thread_name_prefix="kiln-lapack"), threads]
-        return _executor[0]
+    return blas.worker_pool("lapack", threads)
 
 
 def _run_claimed(jobs: list, helpers: int) -> None:
@@ -297,7 +267,7 @@ def batched_call(routine: str, count: int, args: list[Arg], work: float = 0.0) -
     per item; callers that share a workspace between calls pass no work."""
     if count <= 0:
         return
-    from kiln.primitives.conv_gemm import num_threads
+    from kiln.primitives.blas import num_threads
 
     arity = len(args)
     strides = (ctypes.c_int64 * arity)(*(a.stride for a in args))

@@ -331,18 +331,24 @@ class NativeSegment:
         if group.product is not None:  # a BLAS call: its own rule (lowering_linalg)
             from kiln.compiler import lowering_linalg
 
-            return lowering_linalg.product_split(group.product, self.threads)
-        if len(group.parts) > 1 or group.local_buffers:
-            dim = 0 if shape and shape[0] > 1 else None  # merged kernels split their rows
+            split = lowering_linalg.product_split(group.product, self.threads)
+            if split is None:
+                return None
+            dim, count, align = split
         else:
-            dim = next((d for d, n in enumerate(shape) if n > 1), None)
-        if dim is None:
-            return None
+            if len(group.parts) > 1 or group.local_buffers:
+                dim = 0 if shape and shape[0] > 1 else None  # merged kernels split their rows
+            else:
+                dim = next((d for d, n in enumerate(shape) if n > 1), None)
+            if dim is None:
+                return None
+            count = min(
+                self.threads * CHUNKS_PER_THREAD,
+                shape[dim],
+                max(work // MIN_CHUNK_WORK, self.threads),
+            )
+            align = CHUNK_ALIGN if dim == len(shape) - 1 else 1
         extent = shape[dim]
-        count = min(
-            self.threads * CHUNKS_PER_THREAD, extent, max(work // MIN_CHUNK_WORK, self.threads)
-        )
-        align = CHUNK_ALIGN if dim == len(shape) - 1 else 1
         edges = [0]
         for c in range(1, count):
             edge = -(-extent * c // count // align) * align

@@ -18,14 +18,13 @@ hand threads back, since kiln's threads may call it concurrently.
 from __future__ import annotations
 
 import ctypes
-import glob
-import os
 import threading
 
 import numpy as np
 from llvmlite import ir
 
 from kiln.codegen.llvm import types as T
+from kiln.primitives import blas
 
 __all__ = ["SYMBOLS", "available", "register", "emit_gemm"]
 
@@ -37,7 +36,6 @@ SYMBOLS = {
     "kiln_cblas_dgemv": ("scipy_cblas_dgemv", np.dtype(np.float64)),
 }
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
-_THREAD_SETTERS = ("scipy_openblas_set_num_threads", "openblas_set_num_threads")
 
 _lock = threading.Lock()
 _library = None
@@ -46,23 +44,14 @@ _registered = False
 
 
 def _find_library():
-    """scipy's bundled OpenBLAS (ctypes handle), or None when scipy uses another BLAS."""
+    """scipy's bundled OpenBLAS (ctypes handle) when it has the cblas calls, else None."""
     global _library, _searched
     with _lock:
-        if _searched:
-            return _library
-        _searched = True
-        import scipy
-
-        site = os.path.dirname(os.path.dirname(scipy.__file__))
-        for path in sorted(glob.glob(os.path.join(site, "scipy.libs", "*openblas*"))):
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            if all(hasattr(lib, theirs) for theirs, _ in SYMBOLS.values()):
+        if not _searched:
+            _searched = True
+            lib = blas.scipy_openblas()
+            if lib is not None and all(hasattr(lib, theirs) for theirs, _ in SYMBOLS.values()):
                 _library = lib
-                break
         return _library
 
 
@@ -82,12 +71,7 @@ def register() -> None:
     with _lock:
         if _registered:
             return
-        for setter in _THREAD_SETTERS:
-            if hasattr(lib, setter):
-                function = getattr(lib, setter)
-                function.argtypes, function.restype = [ctypes.c_int], None
-                function(1)
-                break
+        blas.pin_scipy_openblas()
         for ours, (theirs, _) in SYMBOLS.items():
             llvm.add_symbol(ours, ctypes.cast(getattr(lib, theirs), ctypes.c_void_p).value)
         _registered = True
