@@ -278,3 +278,23 @@ for _left, _transpose in ((True, False), (True, True), (False, False), (False, T
             differentiable=False,
         )
     )
+
+
+def np_expm(a):
+    return _per_matrix(lambda m: scipy.linalg.expm(m), wide(a))
+
+
+def np_block_diag(*arrays):
+    return scipy.linalg.block_diag(*[wide(a) for a in arrays])
+
+
+MORE_ROWS += [
+    _row("scipy.linalg.expm", ksl.expm, np_expm, [((4, 4),), ((2, 3, 3),)], dtypes=DTYPES),
+    _row(
+        "scipy.linalg.block_diag",
+        ksl.block_diag,
+        np_block_diag,
+        [((2, 2), (3,), (1, 2)), ((3, 1), (2, 2))],
+        dtypes=DTYPES,
+    ),
+]
