@@ -16,7 +16,14 @@ import sys
 import threading
 from typing import Callable, Sequence
 
-from kiln.compiler.passes import cse, dce, fold_constants, inline_calls, simplify
+from kiln.compiler.passes import (
+    cse,
+    dce,
+    fold_constants,
+    hoist_scan_accumulators,
+    inline_calls,
+    simplify,
+)
 from kiln.config import config
 from kiln.core.jaxpr import ClosedJaxpr, Jaxpr
 from kiln.runtime.executable import Executable, InterpretedExecutable
@@ -31,6 +38,7 @@ PASSES: list[tuple[str, Callable[[ClosedJaxpr], ClosedJaxpr]]] = [
     ("dce", dce),
     ("fold", fold_constants),
     ("simplify", simplify),
+    ("scan_accumulators", hoist_scan_accumulators),
     ("cse", cse),
     ("dce", dce),
 ]

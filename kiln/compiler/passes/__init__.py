@@ -78,5 +78,13 @@ from kiln.compiler.passes.dce import dce  # noqa: E402
 from kiln.compiler.passes.cse import cse  # noqa: E402
 from kiln.compiler.passes.fold import fold_constants  # noqa: E402
 from kiln.compiler.passes.simplify import simplify  # noqa: E402
+from kiln.compiler.passes.scan_accumulators import hoist_scan_accumulators  # noqa: E402
 
-__all__ = ["inline_calls", "dce", "cse", "fold_constants", "simplify"]
+__all__ = [
+    "inline_calls",
+    "dce",
+    "cse",
+    "fold_constants",
+    "simplify",
+    "hoist_scan_accumulators",
+]
