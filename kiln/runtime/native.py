@@ -32,7 +32,6 @@ from kiln.runtime.executable import Executable, impl_call_lines
 from kiln.runtime.native_call import (
     DATA_OFFSET,
     FAST_ADDRESS,
-    array_address,
     held_address,
     data_address,
     donated_buffer,
@@ -302,7 +301,6 @@ class NativeExecutable(Executable):
             "wrap": Array._wrap,
             "asarray": np.asarray,
             "empty": np.empty,
-            "array_address": array_address,
             "held_address": held_address,
             "host_buffer": host_buffer,
             "data_address": data_address,

@@ -20,7 +20,6 @@ import numpy as np
 from kiln.core.array import Array
 
 __all__ = [
-    "array_address",
     "data_address",
     "donated_buffer",
     "held_address",
@@ -73,20 +72,11 @@ def _usable(array: np.ndarray, dtype: np.dtype) -> bool:
     )
 
 
-def array_address(arr: Array, keep: list) -> int:
-    """A kiln Array's buffer address for compiled code, cached on the Array; a buffer compiled
-    code cannot read as is (a strided view) is copied, and the copy kept alive in `keep`."""
-    value = arr._value
-    if _usable(value, value.dtype):
-        return arr.buffer_address()
-    copy = np.array(value, order="C")  # (also turns a NumPy scalar into an array)
-    keep.append(copy)
-    return data_address(copy)
-
-
 def held_address(arr: Array) -> tuple[int, np.ndarray | None]:
-    """(address, copy): array_address without a list; the caller keeps `copy` (None when the
-    Array's own buffer is used) alive until compiled code is done with the address."""
+    """(address, copy): a kiln Array's buffer address for compiled code, cached on the Array.
+    A buffer compiled code cannot read as is (a strided view, a NumPy scalar) is copied; the
+    caller keeps `copy` (None when the Array's own buffer is used) alive until compiled code
+    is done with the address."""
     value = arr._value
     if _usable(value, value.dtype):
         return arr.buffer_address(), None
