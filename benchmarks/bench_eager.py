@@ -1,6 +1,7 @@
 """Eager ops, kiln vs NumPy (vs JAX if present): the dispatch cost of `x * y` on 4-element
 float32 arrays, and ops on 1M floats, which run compiled kernels (kiln/runtime/eager_kernels.py)
-above a size threshold. JAX's eager selu is its jitted jax.nn.selu; kiln's is seven eager ops."""
+above a size threshold. selu is jitted in both (kiln.nn compiles its activations as JAX does),
+so its row compares one fused kernel with another; the impls column is the same program."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from kiln.core.errors import ConcretizationTypeError
 from kiln.core.trace import Tracer
 from kiln.numpy.reductions import reduction_axes
 from kiln.numpy.util import check_arraylike, promote_dtypes_inexact, to_kiln
+from kiln.transforms.jit import jit
 
 __all__ = [
     "relu",
@@ -58,6 +59,21 @@ tanh = jnp.tanh  # the same function as kiln.numpy.tanh, as in JAX
 # SELU's constants (Klambauer et al., 2017), to the precision JAX uses.
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _jitted(name: str, static_argnames=()):
+    """Compile the decorated implementation as one program named `name`, as JAX jits its
+    activations: an eager call on a large array runs one fused kernel instead of one pass per
+    operation, and a trace records a `pjit[name=...]` equation. The public function checks its
+    arguments first, so a mistake raises the same error outside any trace."""
+
+    def wrap(impl):
+        impl.__name__ = impl.__qualname__ = name
+        compiled = jit(impl, static_argnames=static_argnames or None)
+        compiled._warn_recompiles = False
+        return compiled
+
+    return wrap
 
 
 def _inexact(name: str, x):
@@ -112,30 +128,46 @@ def relu6(x):
     return _relu6(x)
 
 
-def leaky_relu(x, negative_slope=0.01):
-    """x where x >= 0, else negative_slope * x."""
-    x = _inexact("leaky_relu", x)
+@_jitted("leaky_relu")
+def _leaky_relu(x, negative_slope):
     return jnp.where(x >= 0, x, negative_slope * x)
 
 
-def elu(x, alpha=1.0):
-    """x where x > 0, else alpha * (exp(x) - 1)."""
-    x = _inexact("elu", x)
+def leaky_relu(x, negative_slope=0.01):
+    """x where x >= 0, else negative_slope * x."""
+    return _leaky_relu(_inexact("leaky_relu", x), negative_slope)
+
+
+@_jitted("elu")
+def _elu(x, alpha):
     positive = x > 0
     # The inner where keeps expm1 away from large positive x (no overflow, finite gradients).
     return jnp.where(positive, x, alpha * lax.expm1(jnp.where(positive, 0.0, x)))
 
 
+def elu(x, alpha=1.0):
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+    return _elu(_inexact("elu", x), alpha)
+
+
+@_jitted("celu")
+def _celu(x, alpha):
+    return jnp.maximum(x, 0.0) + alpha * lax.expm1(jnp.minimum(x, 0.0) / alpha)
+
+
 def celu(x, alpha=1.0):
     """Continuously differentiable ELU: max(x, 0) + alpha * expm1(min(x, 0) / alpha)."""
-    x = _inexact("celu", x)
-    return jnp.maximum(x, 0.0) + alpha * lax.expm1(jnp.minimum(x, 0.0) / alpha)
+    return _celu(_inexact("celu", x), alpha)
+
+
+@_jitted("selu")
+def _selu(x):
+    return _SELU_SCALE * _elu(x, _SELU_ALPHA)
 
 
 def selu(x):
     """Scaled ELU with the self-normalizing constants alpha=1.67326..., scale=1.05070..."""
-    x = _inexact("selu", x)
-    return _SELU_SCALE * elu(x, _SELU_ALPHA)
+    return _selu(_inexact("selu", x))
 
 
 def gelu(x, approximate: bool = True):
@@ -160,10 +192,14 @@ def sigmoid(x):
     return lax.logistic(_float_only("sigmoid", x))
 
 
+@_jitted("silu")
+def _silu(x):
+    return x * lax.logistic(x)
+
+
 def silu(x):
     """x * sigmoid(x) (also known as swish)."""
-    x = _float_only("silu", x)
-    return x * lax.logistic(x)
+    return _silu(_float_only("silu", x))
 
 
 swish = silu
@@ -191,30 +227,44 @@ def _softplus_jvp(primals, tangents):
     return out, x_dot * lax.exp(_finite_or_zero_at_inf(x) - _finite_or_zero_at_inf(out))
 
 
+_softplus_jit = _jitted("softplus")(lambda x: _softplus(x))
+
+
 def softplus(x):
     """log(1 + exp(x)), computed without overflow as max(x, 0) + log1p(exp(-|x|)); its
     derivative is exp(x - softplus(x)), which is 1 at +inf."""
-    x = _inexact("softplus", x)
-    return _softplus(x)
+    return _softplus_jit(_inexact("softplus", x))
+
+
+@_jitted("squareplus")
+def _squareplus(x, b):
+    x, b = promote_dtypes_inexact(x, b)
+    return (x + jnp.sqrt(jnp.square(x) + b)) / 2
 
 
 def squareplus(x, b=4):
     """(x + sqrt(x^2 + b)) / 2: a smooth, algebraic relative of softplus."""
     check_arraylike("squareplus", x, b)
-    x, b = promote_dtypes_inexact(x, b)
-    return (x + jnp.sqrt(jnp.square(x) + b)) / 2
+    return _squareplus(x, b)
+
+
+@_jitted("mish")
+def _mish(x):
+    return x * lax.tanh(_softplus_jit(x))
 
 
 def mish(x):
     """x * tanh(softplus(x))."""
-    x = _inexact("mish", x)
-    return x * lax.tanh(softplus(x))
+    return _mish(_inexact("mish", x))
+
+
+_identity = _jitted("identity")(lambda x: x)
 
 
 def identity(x):
     """The argument unchanged (an activation that does nothing, for configurable layers)."""
     check_arraylike("identity", x)
-    return to_kiln(x)
+    return _identity(x)
 
 
 @custom_jvp
@@ -234,35 +284,55 @@ def log1mexp(x):
     return _log1mexp(x)
 
 
+@_jitted("log_sigmoid")
+def _log_sigmoid(x):
+    return -_softplus_jit(-x)
+
+
 def log_sigmoid(x):
     """log(sigmoid(x)) = -softplus(-x), stable for large |x|."""
-    x = _inexact("log_sigmoid", x)
-    return -softplus(-x)
+    return _log_sigmoid(_inexact("log_sigmoid", x))
+
+
+@_jitted("soft_sign")
+def _soft_sign(x):
+    return x / (lax.abs(x) + 1)
 
 
 def soft_sign(x):
     """x / (|x| + 1)."""
-    x = _inexact("soft_sign", x)
-    return x / (lax.abs(x) + 1)
+    return _soft_sign(_inexact("soft_sign", x))
+
+
+@_jitted("hard_tanh")
+def _hard_tanh(x):
+    return jnp.where(x > 1, 1, jnp.where(x < -1, -1, x))
 
 
 def hard_tanh(x):
     """x clipped to [-1, 1]."""
     check_arraylike("hard_tanh", x)
-    x = to_kiln(x)
-    return jnp.where(x > 1, 1, jnp.where(x < -1, -1, x))
+    return _hard_tanh(x)
+
+
+@_jitted("hard_sigmoid")
+def _hard_sigmoid(x):
+    return _relu6(x + 3.0) / 6.0
 
 
 def hard_sigmoid(x):
     """relu6(x + 3) / 6: a piecewise-linear sigmoid."""
-    x = _inexact("hard_sigmoid", x)
-    return relu6(x + 3.0) / 6.0
+    return _hard_sigmoid(_inexact("hard_sigmoid", x))
+
+
+@_jitted("hard_silu")
+def _hard_silu(x):
+    return x * _hard_sigmoid(x)
 
 
 def hard_silu(x):
     """x * hard_sigmoid(x) (also known as hard_swish)."""
-    x = _inexact("hard_silu", x)
-    return x * hard_sigmoid(x)
+    return _hard_silu(_inexact("hard_silu", x))
 
 
 hard_swish = hard_silu

@@ -320,3 +320,60 @@ def test_bad_axis():
     for fn in (nn.softmax, nn.log_softmax, nn.logsumexp, nn.glu):
         with pytest.raises(ValueError, match="axis 2 is out of bounds"):
             fn(x, axis=2)
+
+
+JITTED_ACTIVATIONS = [
+    "elu",
+    "celu",
+    "selu",
+    "silu",
+    "softplus",
+    "squareplus",
+    "mish",
+    "identity",
+    "log_sigmoid",
+    "soft_sign",
+    "hard_tanh",
+    "hard_sigmoid",
+    "hard_silu",
+    "leaky_relu",
+]
+
+
+@pytest.mark.parametrize("name", JITTED_ACTIVATIONS)
+def test_activation_is_one_named_program(name):
+    # As in JAX, the activation traces to one pjit equation named after it, so an eager call
+    # on a large array runs one fused kernel.
+    closed = kiln.make_jaxpr(getattr(nn, name))(jnp.ones((2, 3)))
+    (eqn,) = closed.jaxpr.eqns
+    assert eqn.primitive.name == "pjit"
+    assert eqn.params["name"] == name
+
+
+def test_selu_jaxpr_nests_elu_as_jax_does():
+    text = str(kiln.make_jaxpr(nn.selu)(jnp.ones(3)))
+    assert "name=selu" in text and "name=elu" in text
+    assert text.index("name=elu") < text.index("name=selu")  # elu's equation inside selu's
+
+
+def test_jitted_activation_on_many_shapes_does_not_warn():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in range(1, 14):
+            x = np.linspace(-3, 3, n, dtype=np.float32)
+            ref = 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(x))
+            np.testing.assert_allclose(
+                np.asarray(nn.selu(jnp.asarray(x))), ref, rtol=2e-6, atol=1e-7
+            )
+
+
+def test_jitted_activation_keeps_weak_type_and_checks_before_tracing():
+    out = nn.elu(2.0, alpha=0.5)
+    assert out.dtype == F32 and out.weak_type
+    assert float(nn.leaky_relu(-2.0, negative_slope=0.25)) == -0.5
+    with pytest.raises(TypeError, match="silu does not accept dtype int32"):
+        nn.silu(jnp.arange(3))
+    with pytest.raises(TypeError, match="elu"):
+        nn.elu([1.0, 2.0])

@@ -181,6 +181,9 @@ class JitWrapped:
 
             pipeline.resolve_backend(backend)  # unknown names fail here, not at first call
         self._fun = fun
+        # kiln's own jitted library functions (kiln.nn's activations) see every shape their
+        # callers use; only a user's function warns about recompiling.
+        self._warn_recompiles = True
         self._name = function_name(fun)
         self._source = function_source(fun)
         if static_argnums is None and static_argnames is None:
@@ -471,7 +474,11 @@ class JitWrapped:
                 (done - optimized_at) * 1e3,
             )
         fc = self._fc
-        if fc.compiles + 1 >= RECOMPILE_WARNING_THRESHOLD and not fc.warned_recompiles:
+        if (
+            fc.compiles + 1 >= RECOMPILE_WARNING_THRESHOLD
+            and not fc.warned_recompiles
+            and self._warn_recompiles
+        ):
             fc.warned_recompiles = True
             warnings.warn(
                 f"kiln.jit has compiled `{self._name}` (defined at {self._source}) "
