@@ -451,3 +451,67 @@ def test_modules_and_functions_are_not_guarded():
     f(1.0)
     entry = next(iter(f._fc.entries.values()))
     assert entry.guards == () and entry.fast
+
+
+# --- the last-signature shortcut of the call path --------------------------------------------
+
+
+def test_repeat_calls_take_the_shortcut_and_stay_correct():
+    f = kiln.jit(lambda a, b: a * 2 + b)
+    x, y = jnp.arange(3.0), jnp.ones(3)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x, y)), [1.0, 3.0, 5.0])
+    assert f._entries.last is not None
+    # Other arrays of the same signature share the interned signature object.
+    z = jnp.asarray(np.full(3, 4.0, np.float32))
+    np.testing.assert_array_equal(np.asarray(f(z, y)), [9.0, 9.0, 9.0])
+    assert f._cache_size() == 1
+    # A different shape, dtype or weak type misses the shortcut and compiles its own entry.
+    np.testing.assert_array_equal(np.asarray(f(jnp.arange(2.0), jnp.ones(2))), [1.0, 3.0])
+    out = f(jnp.arange(3), jnp.ones(3, jnp.int32))
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(out), [1, 3, 5])
+    strong = f(jnp.full((), 2.0, jnp.float32), 1.0)
+    assert strong.weak_type is False and float(strong) == 5.0
+    weak = f(jnp.asarray(2.0), 1.0)  # a weakly typed scalar array: its own signature
+    assert weak.weak_type is True and float(weak) == 5.0
+    assert f._cache_size() == 5
+
+
+def test_shortcut_is_dropped_with_the_entry():
+    f = kiln.jit(lambda a: a + 1)
+    x = jnp.arange(3.0)
+    f(x), f(x)
+    assert f._entries.last is not None
+    f.clear_cache()
+    assert f._entries.last is None
+    np.testing.assert_array_equal(np.asarray(f(x)), [1.0, 2.0, 3.0])
+
+
+def test_shortcut_respects_config_changes():
+    f = kiln.jit(lambda a: a.astype(jnp.float64))
+    x = jnp.arange(3.0)
+    assert f(x).dtype == np.float32 and f(x).dtype == np.float32  # x64 off: float32
+    kiln.config.update("jax_enable_x64", True)
+    try:
+        assert f(x).dtype == np.float64
+    finally:
+        kiln.config.update("jax_enable_x64", False)
+    assert f(x).dtype == np.float32
+
+
+def test_shortcut_sees_donated_arguments_deleted():
+    f = kiln.jit(lambda a: a + 1, donate_argnums=0)
+    x = jnp.arange(4.0)
+    f(jnp.arange(4.0)), f(jnp.arange(4.0))
+    f(x)
+    with pytest.raises(RuntimeError, match="deleted"):
+        f(x)
+
+
+def test_signatures_are_interned():
+    a, b = jnp.zeros((2, 3)), jnp.ones((2, 3))
+    f = kiln.jit(lambda u: u)
+    f(a), f(b)
+    assert a._sig is b._sig
+    assert cache.intern_signature(((2, 3), np.dtype(np.float32), False)) is a._sig

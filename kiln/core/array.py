@@ -95,6 +95,20 @@ class Array:
         out._sig = None
         return out
 
+    @staticmethod
+    def _wrap_signed(value: np.ndarray, weak_type: bool, signature: tuple) -> "Array":
+        """_wrap for a buffer whose (shape, dtype, weak_type) signature the caller knows (an
+        interned tuple, see runtime.cache.intern_signature): a jitted call's outputs carry it,
+        so passing them to the next call needs no signature work."""
+        out = object.__new__(Array)
+        out._value = value
+        out.weak_type = weak_type
+        out._aval = None
+        out._address = None
+        out._readonly = None
+        out._sig = signature
+        return out
+
     @property
     def aval(self) -> ShapedArray:
         aval = self._aval

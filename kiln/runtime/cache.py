@@ -141,14 +141,47 @@ class AdoptedTable(dict):
     entry key: those it traced and those it adopted. Its hot path is one lookup here.
     Tables compare by identity, so that entries can keep a weak set of them."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("__weakref__", "last")
     __hash__ = object.__hash__
+
+    def __init__(self):
+        super().__init__()
+        #: The last plain call's (argument signatures, trace key, backend, entry): a call with
+        #: the same signature objects (interned, see intern_signature) skips the lookup.
+        #: Dropped whenever an entry leaves the table.
+        self.last = None
 
     def __eq__(self, other) -> bool:
         return self is other
 
     def __ne__(self, other) -> bool:
         return self is not other
+
+    def __delitem__(self, key) -> None:
+        self.last = None
+        super().__delitem__(key)
+
+    def clear(self) -> None:
+        self.last = None
+        super().clear()
+
+    def pop(self, *args):
+        self.last = None
+        return super().pop(*args)
+
+
+_SIGNATURES: dict = {}
+
+
+def intern_signature(signature: tuple) -> tuple:
+    """The one (shape, dtype, weak_type) tuple for its value, so that a cached signature can
+    be compared by identity."""
+    found = _SIGNATURES.get(signature)
+    if found is None:
+        if len(_SIGNATURES) > 4096:  # (bounded: shapes of a long session come and go)
+            _SIGNATURES.clear()
+        found = _SIGNATURES[signature] = signature
+    return found
 
 
 class _Pending:

@@ -32,6 +32,7 @@ from kiln.runtime.executable import Executable, impl_call_lines
 from kiln.runtime.native_call import (
     DATA_OFFSET,
     FAST_ADDRESS,
+    SmallOutputs,
     held_address,
     data_address,
     donated_buffer,
@@ -39,6 +40,7 @@ from kiln.runtime.native_call import (
     host_buffer,
 )
 from kiln.runtime import memory_plan, native_loops, program_cache
+from kiln.runtime.cache import intern_signature
 from kiln.runtime.native_segment import NativeSegment
 
 __all__ = ["NativeExecutable", "num_threads"]
@@ -299,6 +301,7 @@ class NativeExecutable(Executable):
     def _python_source(self, jaxpr, consts) -> tuple[str, dict]:
         namespace: dict[str, Any] = {
             "wrap": Array._wrap,
+            "wrap_signed": Array._wrap_signed,
             "asarray": np.asarray,
             "empty": np.empty,
             "held_address": held_address,
@@ -401,6 +404,7 @@ class NativeExecutable(Executable):
             return [f"x = data_address({value})"]
 
         local_count = [0]
+        known_address: dict[str, str] = {}  # output locals taken from a SmallOutputs pool
 
         def new_local() -> str:
             local_count[0] += 1
@@ -442,7 +446,17 @@ class NativeExecutable(Executable):
                 shape = bind_global("s", var.aval.shape)
                 dtype = bind_global("d", var.aval.dtype)
                 allocate = f"{local} = empty({shape}, {dtype})"
-                if var in self.donation:
+                if (
+                    fast
+                    and var not in self.donation
+                    and SmallOutputs.fits(var.aval.shape, var.aval.dtype)
+                ):
+                    pool = SmallOutputs(var.aval.shape, var.aval.dtype)
+                    ready, refill = bind_global("P", pool.ready), bind_global("R", pool.refill)
+                    address = known_address[local] = f"p{local[1:]}"
+                    body.append(f"try: {local}, {address} = {ready}.pop()")
+                    body.append(f"except IndexError: {local}, {address} = {refill}()")
+                elif var in self.donation:
                     # The donated argument's own buffer, when nothing else can see it.
                     arg = f"a{self.donation[var]}"
                     body.append(f"{local} = take({arg}, args)")
@@ -488,7 +502,9 @@ class NativeExecutable(Executable):
             written += list(zip(segment.scratch, temps))
             for buffer, local in written:
                 slot = segment.slots[buffer]
-                if fast:
+                if local in known_address:
+                    body.append(f"{table}[{slot}] = {known_address[local]}")
+                elif fast:
                     body.append(
                         f"{table}[{slot}] = from_address(id({local}) + OFFSET).value"
                         + (" or 0" if 0 in buffer.shape else "")
@@ -511,7 +527,10 @@ class NativeExecutable(Executable):
             if type(out) is Literal:
                 results.append(f"wrap({atom(out)}, {weak})")
             else:
-                results.append(f"wrap({names[out]}, {weak})")
+                signature = intern_signature(
+                    (tuple(out.aval.shape), np.dtype(out.aval.dtype), bool(weak))
+                )
+                results.append(f"wrap_signed({names[out]}, {weak}, {bind_global('g', signature)})")
         for local, arg in donated_into.items():
             body.append(f"if {local} is {arg}._value: {arg}.delete()")
         body.append(f"return [{', '.join(results)}]")
@@ -530,7 +549,16 @@ class NativeExecutable(Executable):
             f"def entry({', '.join(params)}):",
         ]
         call_args = ", ".join(params + tables + (["arena.views or fill()"] if kept_keys else []))
-        if shared:
+        if shared and body:
+            # run's body inlined (the tables are the globals of the same names): one Python
+            # frame less on the uncontended path.
+            lines += ["    if lock.acquire(False):", "        try:"]
+            if kept_keys:
+                lines.append("            scratch = arena.views or fill()")
+            lines += ["            " + line for line in body]
+            lines += ["        finally:", "            lock.release()"]
+            lines += [f"    return contended({', '.join(params)})"]
+        elif shared:
             lines += [
                 "    if lock.acquire(False):",
                 "        try:",

@@ -1,0 +1,74 @@
+"""The generated call path of native executables: small outputs taken from pooled blocks
+(distinct buffers across many calls, 0-d outputs, threads) and their signatures."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln.runtime import cache
+from kiln.runtime.native_call import SmallOutputs, data_address
+
+
+def test_many_small_outputs_keep_their_own_values():
+    f = kiln.jit(lambda x, k: (x * k, jnp.sum(x) * k))
+    x = jnp.arange(4.0)
+    kept = [f(x, jnp.float32(k)) for k in range(3 * SmallOutputs.BATCH + 5)]
+    for k, (vec, total) in enumerate(kept):
+        np.testing.assert_array_equal(np.asarray(vec), np.arange(4.0, dtype=np.float32) * k)
+        assert total.shape == () and float(total) == 6.0 * k
+    addresses = {data_address(vec._value) for vec, _ in kept}
+    assert len(addresses) == len(kept)  # no two live outputs share memory
+
+
+def test_pooled_outputs_carry_their_signature():
+    f = kiln.jit(lambda x: x + 1)
+    out = f(jnp.ones(3))
+    assert out._sig is cache.intern_signature(((3,), np.dtype(np.float32), False))
+    weak = kiln.jit(lambda: 2.0)()
+    assert weak.weak_type
+
+
+def test_pool_refill_rows_and_addresses():
+    pool = SmallOutputs((2, 3), np.float32)
+    first, address = pool.refill()
+    assert first.shape == (2, 3) and first.dtype == np.float32 and first.flags.c_contiguous
+    assert data_address(first) == address
+    assert len(pool.ready) == SmallOutputs.BATCH - 1
+    for row, addr in pool.ready:
+        assert data_address(row) == addr
+    scalar_pool = SmallOutputs((), np.int32)
+    value, address = scalar_pool.refill()
+    assert isinstance(value, np.ndarray) and value.shape == () and data_address(value) == address
+    assert not SmallOutputs.fits((1024,), np.float32) and not SmallOutputs.fits((0,), np.float32)
+
+
+def test_threads_calling_at_once_get_distinct_outputs():
+    f = kiln.jit(lambda x, k: x * k)
+    x = jnp.ones(8)
+    results: dict = {}
+
+    def worker(t):
+        results[t] = [(k, f(x, jnp.float32(100 * t + k))) for k in range(200)]
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for t, outs in results.items():
+        for k, out in outs:
+            np.testing.assert_array_equal(np.asarray(out), np.full(8, 100 * t + k, np.float32))
+
+
+@pytest.mark.parametrize("size", [SmallOutputs.MAX_BYTES // 4, SmallOutputs.MAX_BYTES // 4 + 1])
+def test_donating_a_pooled_or_allocated_output_stays_correct(size):
+    step = kiln.jit(lambda x: x * 2 + 1, donate_argnums=0)
+    x = kiln.jit(lambda: jnp.zeros(size))()
+    for _ in range(5):
+        x = step(x)
+    np.testing.assert_array_equal(np.asarray(x), np.full(size, 31.0, np.float32))
