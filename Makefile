@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 
-.PHONY: demo tour test lint format fuzz bench clean
+.PHONY: demo tour test lint format fuzz bench bytecode clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,10 +16,16 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e '.[test,demo]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The package's bytecode, written as an installed package's is (the editable install writes
+# none, and a process that cannot write __pycache__ would compile every module it imports, the
+# lazily imported compiler included, again on each start): only changed files are recompiled.
+bytecode: $(STAMP)
+	$(PY) -m compileall -q kiln > /dev/null
+
+demo: $(STAMP) bytecode
 	$(PY) -m kiln.examples.digits_mlp
 
-tour: $(STAMP)
+tour: $(STAMP) bytecode
 	$(PY) -m kiln.examples.tour
 
 LINTED := kiln tests benchmarks
@@ -32,7 +38,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format $(LINTED)
 	$(VENV)/bin/ruff check --fix $(LINTED)
 
-test: $(STAMP) lint
+test: $(STAMP) lint bytecode
 	$(PY) -m pytest -n 2 tests
 
 # The differential fuzz tests of `make test`, with many more random programs each.
@@ -40,7 +46,7 @@ FUZZ_EXAMPLES ?= 1000
 fuzz: $(STAMP)
 	KILN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -n 2 tests/test_fuzz_programs.py
 
-bench: $(STAMP)
+bench: $(STAMP) bytecode
 	$(PY) benchmarks/run_all.py
 
 clean:

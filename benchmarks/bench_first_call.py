@@ -30,6 +30,7 @@ The machine is shared and noisy: compare figures from one run.
 from __future__ import annotations
 
 import argparse
+import compileall
 import importlib.util
 import json
 import os
@@ -264,6 +265,11 @@ def main(
     repeat = repeat or (1 if quick else 3)
     jax_py = jax_python()
     before_root = pathlib.Path(before).resolve() if before else None
+    for root in filter(None, (ROOT, before_root)):
+        # Both systems start from bytecode, as an installed package does (JAX's was written
+        # when pip installed it): without it every module the first call imports lazily
+        # would be compiled from source inside the timed call.
+        compileall.compile_dir(str(root / "kiln"), quiet=1)
     print(f"first call of a fresh jit (trace + compile + run), median of {repeat} processes")
     if jax_py is None:
         print("(JAX not available: set KILN_BENCH_JAX_PYTHON)")
