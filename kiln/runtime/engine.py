@@ -51,7 +51,7 @@ class _Unit:
     """A program on its way to machine code: its key names its content (the fingerprint of
     its kernel IR, else its emitted LLVM IR), `unoptimized` is its LLVM IR once emitted."""
 
-    __slots__ = ("program", "key", "symbol", "unoptimized", "pipeline")
+    __slots__ = ("program", "key", "symbol", "unoptimized", "pipeline", "side", "side_ir")
 
     def __init__(self, program, key: str, unoptimized: str | None, pipeline: str):
         self.program = program
@@ -59,6 +59,10 @@ class _Unit:
         self.symbol = f"kiln_{program.name}_{key[:20]}"
         self.unoptimized = unoptimized
         self.pipeline = pipeline
+        #: {kernel position: external name} of the kernels compiled in the side module (see
+        #: Engine._assign_sides), and that module's LLVM IR once emitted
+        self.side: dict[int, str] = {}
+        self.side_ir: str | None = None
 
 
 def _group_key(keys: Sequence[str]) -> str:
@@ -299,6 +303,34 @@ class _Optimizer:
             self.in_worker += 1
             return self._in_worker(str(module), target_, pipeline)
 
+    def optimize_pair(
+        self,
+        main: llvm.ModuleRef,
+        side: llvm.ModuleRef,
+        target_: target.Target,
+        machines: tuple[llvm.TargetMachine, llvm.TargetMachine],
+        pipeline: str = "full",
+    ) -> tuple[tuple[str, bytes], tuple[str, bytes]]:
+        """optimize() of two modules, each in a context of its own: at the same time on this
+        thread and a helper thread while in-process compiles remain, else one after the other
+        in the worker."""
+        with self._lock:
+            if self.in_process + 2 <= config.llvm_in_process_compiles:
+                self.in_process += 2
+                helper = _side_thread().submit(
+                    llvm_pipeline.compile_module_private, side, machines[1], pipeline
+                )
+                try:
+                    first = llvm_pipeline.compile_module_private(main, machines[0], pipeline)
+                finally:
+                    second = helper.result()
+                return first, second
+            self.in_worker += 2
+            return (
+                self._in_worker(str(main), target_, pipeline),
+                self._in_worker(str(side), target_, pipeline),
+            )
+
     def _in_worker(
         self, ir_text: str, target_: target.Target, pipeline: str = "full"
     ) -> tuple[str, bytes]:
@@ -347,6 +379,23 @@ class _Optimizer:
 _optimizer = _Optimizer()
 atexit.register(_optimizer.close)
 
+#: A split group has at least this many kernels (fewer compile faster than a thread helps).
+SPLIT_KERNELS = 8
+_side_pool = None
+_side_pool_lock = threading.Lock()
+
+
+def _side_thread():
+    """The thread that compiles side modules (one: the engine lock allows one split group at
+    a time)."""
+    global _side_pool
+    with _side_pool_lock:
+        if _side_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _side_pool = ThreadPoolExecutor(1, thread_name_prefix="kiln-llvm")
+        return _side_pool
+
 
 # --- the engine --------------------------------------------------------------------------------
 
@@ -367,6 +416,7 @@ class Engine:
             target_.features,
             llvm_pipeline.CODEGEN_LEVELS["quick"],
         )
+        self._side_machines: dict[str, llvm.TargetMachine] = {}
         self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = (
             weakref.WeakValueDictionary()
         )
@@ -401,6 +451,8 @@ class Engine:
                 if not group_units:
                     continue
                 group = _group_key([unit.key for unit in group_units])
+                if self._assign_sides(group_units):
+                    group += " split"  # (another object than the same programs unsplit)
                 natives = self._load_cached(group_units, group)
                 if natives is None:
                     for unit in group_units:
@@ -426,26 +478,57 @@ class Engine:
         key = hashlib.sha256((unoptimized + tag).encode()).hexdigest()
         return _Unit(program, key, unoptimized, pipeline)
 
+    @staticmethod
+    def _assign_sides(units: list["_Unit"]) -> bool:
+        """Whether the units' kernels are split between two modules that two threads compile
+        at once: when there are SPLIT_KERNELS kernels or more and kiln may use two threads.
+        Every other kernel (counted across the units, in order) goes to the side module, under
+        an external name made from its unit's symbol; units emitted already (keyed by their
+        LLVM IR) keep theirs. The choice depends only on the programs and the thread count,
+        so a process finds in the disk cache what another made."""
+        from kiln.runtime.native import num_threads
+
+        kernels = sum(len(u.program.kernels) for u in units if u.unoptimized is None)
+        if kernels < SPLIT_KERNELS or num_threads() < 2:
+            return False
+        count = 0
+        for unit in units:
+            if unit.unoptimized is not None:
+                continue
+            for position in range(len(unit.program.kernels)):
+                if count % 2:
+                    unit.side[position] = f"{unit.symbol}.k{position}"
+                count += 1
+        return True
+
     def _emit(self, unit: "_Unit", verify: bool) -> None:
-        """Verify (if asked) and emit a unit's program, unless that is done."""
+        """Verify (if asked) and emit a unit's program (and its side kernels), unless done."""
         if unit.unoptimized is None:
             if verify:
                 kir.verify_program(unit.program)
-            unit.unoptimized = self.emit_ir(unit.program)
+            if not unit.side:
+                unit.unoptimized = self.emit_ir(unit.program)
+                return
+            with target.compiling_for(self.target):
+                unit.unoptimized = str(emit.emit_program(unit.program, elsewhere=unit.side))
+                unit.side_ir = str(emit.emit_kernels(unit.program, unit.side))
 
     def emit_ir(self, program: kir.Program) -> str:
         """The LLVM IR (text) kiln emits for a program on this engine's target."""
         with target.compiling_for(self.target):
             return str(emit.emit_program(program))
 
-    def _compile_fresh(self, units: list["_Unit"], group: str) -> list[NativeProgram]:
+    @staticmethod
+    def _linked(texts: list[tuple[str, str | None, set]], name: str, context=None):
+        """One module from module texts: each text's entry (if any) renamed to the given
+        symbol, its other definitions made internal except the names in its exported set."""
         module = None
-        for unit in units:
-            part = llvm.parse_assembly(unit.unoptimized)
+        for text, symbol, exported in texts:
+            part = llvm.parse_assembly(text, context=context)
             for function in part.functions:
-                if function.name == emit.ENTRY_NAME:
-                    function.name = unit.symbol
-                elif not function.is_declaration:
+                if symbol is not None and function.name == emit.ENTRY_NAME:
+                    function.name = symbol
+                elif not function.is_declaration and function.name not in exported:
                     function.linkage = "internal"  # helpers never clash across modules
             for variable in part.global_variables:
                 # (llvm.* globals such as llvm.compiler.used have fixed linkage)
@@ -455,15 +538,48 @@ class Engine:
                 module = part
             else:
                 module.link_in(part)  # (the linker renames clashing internal names)
-        module.name = group
+        module.name = name
+        return module
+
+    def _compile_fresh(self, units: list["_Unit"], group: str) -> list[NativeProgram]:
         pipeline = units[0].pipeline
         machine = self._quick_machine if pipeline == "quick" else self._machine
-        optimized, object_bytes = _optimizer.optimize(module, self.target, machine, pipeline)
-        self.stats["modules"] += 1
-        natives = self._link(units, object_bytes, optimized)
+        sides = [(u.side_ir, None, set(u.side.values())) for u in units if u.side_ir]
+        if not sides:
+            module = self._linked([(u.unoptimized, u.symbol, set()) for u in units], group)
+            optimized, object_bytes = _optimizer.optimize(module, self.target, machine, pipeline)
+            self.stats["modules"] += 1
+            natives = self._link(units, object_bytes, optimized)
+            if self.disk_cache is not None:
+                self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
+            return natives
+        # Two modules in private contexts, optimized by this thread and a helper at once.
+        main = self._linked(
+            [(u.unoptimized, u.symbol, set()) for u in units], group, llvm.create_context()
+        )
+        side = self._linked(sides, group + " side", llvm.create_context())
+        (optimized, object_bytes), (side_ir, side_bytes) = _optimizer.optimize_pair(
+            main, side, self.target, (machine, self._side_machine(pipeline)), pipeline
+        )
+        self.stats["modules"] += 2
+        natives = self._link(units, object_bytes, optimized, side_bytes)
         if self.disk_cache is not None:
+            self.disk_cache.store(self._disk_key(group + " side"), side_bytes, side_ir)
             self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
         return natives
+
+    def _side_machine(self, pipeline: str) -> llvm.TargetMachine:
+        """The machine the side module of a split group is compiled with (never the one this
+        thread uses at the same time)."""
+        machine = self._side_machines.get(pipeline)
+        if machine is None:
+            machine = self._side_machines[pipeline] = llvm_pipeline.create_machine(
+                self.target.triple,
+                self.target.cpu_name,
+                self.target.features,
+                llvm_pipeline.CODEGEN_LEVELS[pipeline],
+            )
+        return machine
 
     @staticmethod
     def _disk_key(group: str) -> str:
@@ -475,12 +591,14 @@ class Engine:
     def _load_cached(self, units: list["_Unit"], group: str) -> list[NativeProgram] | None:
         if self.disk_cache is None:
             return None
+        split = any(unit.side for unit in units)
+        side_entry = self.disk_cache.load(self._disk_key(group + " side")) if split else None
         entry = self.disk_cache.load(self._disk_key(group))
-        if entry is None:
+        if entry is None or (split and side_entry is None):
             return None
         object_bytes, optimized = entry
         try:
-            return self._link(units, object_bytes, optimized)
+            return self._link(units, object_bytes, optimized, side_entry and side_entry[0])
         except (UnresolvedSymbolError, objects.ObjectFormatError) as err:
             logger.warning(
                 "kiln: the disk cache entry for %s did not load (%s); recompiling",
@@ -489,9 +607,25 @@ class Engine:
             )
             return None
 
-    def _link(self, units: list["_Unit"], object_bytes, optimized) -> list[NativeProgram]:
+    def _link(
+        self, units: list["_Unit"], object_bytes, optimized, side_bytes: bytes | None = None
+    ) -> list[NativeProgram]:
         what = units[0].program.name + (f" and {len(units) - 1} more" if len(units) > 1 else "")
+        side_library = None
+        if side_bytes is not None:
+            # The side kernels first: the main object calls them by name.
+            side_library = load_object(side_bytes, self.target, what + " (side kernels)")
+            with _SYMBOLS_LOCK:
+                for unit in units:
+                    for name in unit.side.values():
+                        address = side_library.address(name)
+                        if not address:
+                            raise UnresolvedSymbolError(
+                                f"kiln: the side object of {what} does not define {name}"
+                            )
+                        llvm.add_symbol(name, address)
         library = load_object(object_bytes, self.target, what)
+        library.side = side_library  # (the main code calls into it: same lifetime)
         return [
             NativeProgram(unit.program, unit.symbol, library, unit.unoptimized, optimized, self)
             for unit in units

@@ -76,18 +76,42 @@ def _new_function(module: ir.Module, name: str, arg_count: int, internal: bool) 
     return function
 
 
-def emit_program(program: Program, entry_name: str = ENTRY_NAME) -> ir.Module:
-    """Emit a verified program as an LLVM module for the current target (column reductions are
-    strip-mined first, see kir_schedule)."""
+def _new_module(name: str) -> ir.Module:
     current = target.current_target()
-    module = ir.Module(name=program.name)
+    module = ir.Module(name=name)
     module.triple = current.triple
     module.data_layout = current.data_layout
-    functions = [
-        _KernelEmitter(module, schedule_kernel(kernel), f"{program.name}.{kernel.name}").emit()
-        for kernel in program.kernels
-    ]
+    return module
+
+
+def emit_program(
+    program: Program, entry_name: str = ENTRY_NAME, elsewhere: dict[int, str] | None = None
+) -> ir.Module:
+    """Emit a verified program as an LLVM module for the current target (column reductions are
+    strip-mined first, see kir_schedule). `elsewhere` maps kernel positions to the external
+    names under which emit_kernels defines them in another module: those are declared here,
+    and the entry calls them by that name."""
+    elsewhere = elsewhere or {}
+    module = _new_module(program.name)
+    functions = []
+    for position, kernel in enumerate(program.kernels):
+        if position in elsewhere:
+            kernel_type = ir.FunctionType(T.VOID, [T.PTR] * len(kernel.params))
+            functions.append(ir.Function(module, kernel_type, name=elsewhere[position]))
+            continue
+        name = f"{program.name}.{kernel.name}"
+        functions.append(_KernelEmitter(module, schedule_kernel(kernel), name).emit())
     _emit_entry(module, program, functions, entry_name)
+    return module
+
+
+def emit_kernels(program: Program, names: dict[int, str]) -> ir.Module:
+    """A module that defines only the kernels at the given positions, each an external
+    function of the given name (the other half of emit_program's `elsewhere`)."""
+    module = _new_module(f"{program.name}.kernels")
+    for position, name in sorted(names.items()):
+        kernel = program.kernels[position]
+        _KernelEmitter(module, schedule_kernel(kernel), name, internal=False).emit()
     return module
 
 
@@ -130,9 +154,9 @@ class _KernelEmitter:
     hash-consed, so this is CSE), except values that read a buffer this kernel writes: those
     are recomputed at each use, as a store in between may have changed them."""
 
-    def __init__(self, module: ir.Module, kernel: Kernel, name: str):
+    def __init__(self, module: ir.Module, kernel: Kernel, name: str, internal: bool = True):
         self.kernel = kernel
-        self.function = _new_function(module, name, len(kernel.params), internal=True)
+        self.function = _new_function(module, name, len(kernel.params), internal=internal)
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.pointers: dict[Buffer, ir.Value] = {}
         for argument, buffer in zip(self.function.args, kernel.params):

@@ -6,7 +6,10 @@ path without importing the kiln package.
 
 from __future__ import annotations
 
+from ctypes import string_at
+
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 
 
 #: The pipelines by name: (speed level, vectorize, unroll and interleave). "full" is the O3
@@ -19,11 +22,25 @@ PIPELINES = {"full": (3, True, True), "lean": (2, True, False), "quick": (1, Fal
 CODEGEN_LEVELS = {"full": 3, "lean": 3, "quick": 0}
 
 
-def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, pipeline: str = "full") -> None:
+def _unlocked(name: str):
+    """llvmlite's C function `name` called without its process-wide lock (ctypes still
+    releases the GIL), or the locked wrapper when this llvmlite does not expose the raw one."""
+    wrapper = getattr(ffi.lib, name)
+    return getattr(wrapper, "_cfn", wrapper)
+
+
+def optimize(
+    module: llvm.ModuleRef,
+    machine: llvm.TargetMachine,
+    pipeline: str = "full",
+    concurrent: bool = False,
+) -> None:
     """Run one of PIPELINES on a module in place (default: the O3 pipeline with loop and SLP
     vectorization, unrolling and interleaving).
 
-    Callers serialize calls that share a machine.
+    Callers serialize calls that share a machine. `concurrent`: run the pipeline without
+    llvmlite's lock, so that other threads' LLVM calls proceed meanwhile; only for a module in
+    a private context with a machine no other thread uses (see compile_private).
     """
     speed, vectorize, unroll = PIPELINES[pipeline]
     tuning = llvm.create_pipeline_tuning_options(speed_level=speed)
@@ -32,12 +49,15 @@ def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, pipeline: str 
     tuning.loop_unrolling = unroll
     tuning.loop_interleaving = unroll
     pass_builder = llvm.create_pass_builder(machine, tuning)
-    pass_builder.getModulePassManager().run(module, pass_builder)
     # vmath's vector variants (alwaysinline) stay out of line until the loop vectorizer calls
-    # them; inlining them now puts their rarely taken branch in the loop instead of a call.
+    # them; inlining them afterwards puts their rarely taken branch in the loop, not a call.
     late = llvm.create_new_module_pass_manager()
     late.add_always_inliner_pass()
-    late.run(module, pass_builder)
+    for manager in (pass_builder.getModulePassManager(), late):
+        if concurrent:
+            _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, pass_builder)
+        else:
+            manager.run(module, pass_builder)
 
 
 def create_machine(triple: str, cpu: str, features: str, opt: int = 3) -> llvm.TargetMachine:
@@ -51,6 +71,43 @@ def create_machine(triple: str, cpu: str, features: str, opt: int = 3) -> llvm.T
 def emit_object(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> bytes:
     """The object file of an optimized module (instruction selection, register allocation)."""
     return machine.emit_object(module)
+
+
+def emit_object_unlocked(module: llvm.ModuleRef, machine: llvm.TargetMachine) -> bytes:
+    """emit_object without llvmlite's lock (same conditions as optimize(concurrent=True))."""
+    with ffi.OutputString() as error:
+        buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(machine, module, 1, error)
+        if not buffer:
+            raise RuntimeError(str(error))
+    try:
+        return string_at(
+            ffi.lib.LLVMPY_GetBufferStart(buffer), ffi.lib.LLVMPY_GetBufferSize(buffer)
+        )
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+
+
+def compile_private(
+    ir_text: str, machine: llvm.TargetMachine, pipeline: str = "full"
+) -> tuple[str, bytes]:
+    """optimize_to_object in a fresh LLVM context, with the two long steps (the pass pipeline
+    and code generation) run without llvmlite's process-wide lock: threads that each call this
+    with their own machine compile at the same time. The machine code is the same as
+    optimize_to_object's for the same module, pipeline and machine settings."""
+    context = llvm.create_context()
+    module = llvm.parse_assembly(ir_text, context=context)
+    result = compile_module_private(module, machine, pipeline)
+    del module  # (before its context)
+    return result
+
+
+def compile_module_private(
+    module: llvm.ModuleRef, machine: llvm.TargetMachine, pipeline: str = "full"
+) -> tuple[str, bytes]:
+    """compile_private of a module parsed into a context of its own."""
+    module.verify()
+    optimize(module, machine, pipeline, concurrent=True)
+    return str(module), emit_object_unlocked(module, machine)
 
 
 def optimize_to_object(

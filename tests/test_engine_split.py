@@ -1,0 +1,149 @@
+"""Split compilation (kiln.runtime.engine): a group of programs with many kernels is compiled
+as two LLVM modules, the entries with half the kernels and a side module with the other half,
+optimized by two threads at once. The machine code is the same as unsplit, warm starts load
+both objects, a side object that is missing is never half-used, and the worker process path
+compiles both modules too."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import kiln
+import kiln.numpy as jnp
+from kiln.config import config
+from kiln.runtime import engine
+
+
+def many_kernels(x, w):
+    # Reductions along alternating axes, each broadcast back: one kernel per step or so.
+    for step in range(6):
+        axis = step % 2
+        x = jnp.tanh(x - jnp.mean(x, axis=axis, keepdims=True)) * w
+        w = w + jnp.max(x, axis=0)
+    return x, jnp.sum(x * x, axis=1)
+
+
+def _numpy_many_kernels(x, w):
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    for step in range(6):
+        x = np.tanh(x - x.mean(axis=step % 2, keepdims=True)) * w
+        w = w + x.max(axis=0)
+    return x, (x * x).sum(axis=1)
+
+
+def _inputs():
+    rng = np.random.default_rng(7)
+    return rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal(48).astype(
+        np.float32
+    )
+
+
+def _compile_and_run(monkeypatch, threads: int):
+    monkeypatch.setattr(config, "num_threads", threads)
+    kiln.clear_caches()
+    before = engine.compile_stats()["modules"]
+    split_groups = []
+    original = engine.Engine._compile_fresh
+
+    def spy(self, units, group):
+        split_groups.append(any(u.side for u in units))
+        return original(self, units, group)
+
+    monkeypatch.setattr(engine.Engine, "_compile_fresh", spy)
+    out = kiln.jit(many_kernels)(*_inputs())
+    return [np.asarray(o) for o in out], engine.compile_stats()["modules"] - before, split_groups
+
+
+def test_split_group_gives_the_same_bits_as_unsplit(monkeypatch):
+    split_out, split_modules, split_groups = _compile_and_run(monkeypatch, 2)
+    whole_out, whole_modules, whole_groups = _compile_and_run(monkeypatch, 1)
+    assert any(split_groups) and not any(whole_groups)
+    assert split_modules == whole_modules + sum(split_groups)
+    for a, b in zip(split_out, whole_out):
+        np.testing.assert_array_equal(a, b)
+    for got, want in zip(split_out, _numpy_many_kernels(*_inputs())):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+
+
+def test_split_group_through_the_worker_process(monkeypatch):
+    monkeypatch.setattr(config, "llvm_in_process_compiles", 0)
+    out, modules, groups = _compile_and_run(monkeypatch, 2)
+    assert any(groups)
+    for got, want in zip(out, _numpy_many_kernels(*_inputs())):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+
+
+def test_a_missing_side_object_means_recompiling(monkeypatch, tmp_path):
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
+    first, _, groups = _compile_and_run(monkeypatch, 2)
+    assert any(groups)
+    # Drop every side object from the disk cache: the main objects alone must not load.
+    real_load = engine.disk_cache.DiskCache.load
+    side_keys = set()
+    real_key = engine.Engine._disk_key
+
+    def disk_key(group):
+        key = real_key(group)
+        if group.endswith(" side"):
+            side_keys.add(key)
+        return key
+
+    monkeypatch.setattr(engine.Engine, "_disk_key", staticmethod(disk_key))
+    monkeypatch.setattr(
+        engine.disk_cache.DiskCache,
+        "load",
+        lambda self, key: None if key in side_keys else real_load(self, key),
+    )
+    again, modules, groups = _compile_and_run(monkeypatch, 2)
+    assert any(groups) and modules >= 2  # compiled again, not half-loaded
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    sys.path.insert(0, %r)
+    import kiln
+    from kiln.runtime import engine
+    from tests.test_engine_split import _inputs, many_kernels
+    kiln.config.update("jax_compilation_cache_dir", sys.argv[1])
+    kiln.config.num_threads = 2
+    out = kiln.jit(many_kernels)(*_inputs())
+    for n, value in enumerate(out):
+        np.save(f"{sys.argv[2]}_{n}.npy", np.asarray(value))
+    print(json.dumps(engine.compile_stats()))
+    """
+    % os.getcwd()
+)
+
+
+def _run(cache, out) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "KILN_CACHE_DIR"}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(cache), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_new_process_loads_both_objects(tmp_path):
+    cold = _run(tmp_path / "cache", tmp_path / "cold")
+    assert cold["modules"] >= 2
+    warm = _run(tmp_path / "cache", tmp_path / "warm")
+    assert warm["modules"] == 0
+    for n in range(2):
+        np.testing.assert_array_equal(
+            np.load(tmp_path / f"warm_{n}.npy"), np.load(tmp_path / f"cold_{n}.npy")
+        )
