@@ -136,3 +136,44 @@ def test_linalg_norm(ord_, axis):
         expected = np.linalg.norm(x, ord=ord_, axis=axis)
         actual = jnp.linalg.norm(jnp.asarray(x), ord=ord_, axis=axis)
     assert_close(actual, np.asarray(expected, np.float32), tol=1e-5)
+
+
+MATMUL_SHAPES = [
+    ((2, 3, 4), (4, 5)),
+    ((4, 5), (2, 5, 3)),
+    ((4,), (2, 4, 5)),
+    ((2, 3, 4), (4,)),
+    ((2, 1, 3, 4), (5, 4, 6)),
+    ((1, 3, 4), (2, 4, 5)),
+    ((2, 3, 4), (1, 4, 5)),
+    ((1, 1, 3, 4), (1, 4, 5)),
+    ((7, 1, 3, 4), (1, 6, 4, 2)),
+    ((3, 2, 3, 4), (3, 2, 4, 5)),
+]
+
+
+@pytest.mark.parametrize("a_shape,b_shape", MATMUL_SHAPES)
+def test_matmul_broadcasting_matches_numpy_without_copying(a_shape, b_shape):
+    rng = np.random.default_rng(0)
+    a, b = rand(a_shape, np.float32, rng), rand(b_shape, np.float32, rng)
+    expected = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    got = jnp.matmul(jnp.asarray(a), jnp.asarray(b))
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=2e-5, atol=2e-5)
+    # As in JAX: one dot_general; an operand's own leading dims are free dims of the
+    # product, never broadcast (copied) across the other's.
+    closed = kiln.make_jaxpr(jnp.matmul)(a, b)
+    names = [e.primitive.name for e in closed.jaxpr.eqns]
+    assert names.count("dot_general") == 1 and "broadcast_in_dim" not in names
+
+
+def test_matmul_jaxpr_spelling_of_a_batch_against_a_matrix():
+    text = str(kiln.make_jaxpr(jnp.matmul)(jnp.ones((2, 3, 4)), jnp.ones((4, 5))))
+    assert "dot_general[dimension_numbers=(([2], [0]), ([], []))] a b" in text
+    text = str(kiln.make_jaxpr(jnp.matmul)(jnp.ones((2, 1, 3, 4)), jnp.ones((5, 4, 6))))
+    assert "squeeze[dimensions=(1,)]" in text and "transpose[permutation=(0, 2, 1, 3)]" in text
+
+
+def test_matmul_incompatible_batch_dims():
+    with pytest.raises(ValueError, match="Incompatible shapes for matmul arguments"):
+        jnp.matmul(jnp.ones((2, 3, 4)), jnp.ones((3, 4, 5)))

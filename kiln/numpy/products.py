@@ -38,57 +38,57 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
             f"matmul: operands must not be scalars, got shapes {a.shape} and "
             f"{b.shape}; use * for scalar multiplication."
         )
-    if a.ndim == 1 and b.ndim == 1:
-        return lax.dot_general(
-            a, b, (((0,), (0,)), ((), ())), preferred_element_type=preferred_element_type
-        )
-    if b.ndim == 1:
-        return lax.dot_general(
-            a, b, (((a.ndim - 1,), (0,)), ((), ())), preferred_element_type=preferred_element_type
-        )
-    if a.ndim == 1:
-        return (
-            lax.dot_general(
-                a,
-                b,
-                (((0,), (b.ndim - 2,)), ((), ())),
-                preferred_element_type=preferred_element_type,
+    # One dot_general, as JAX writes it: a leading dim both operands have (and agree on) is
+    # a batch dim; one that only one operand has, or where the other has size 1 (squeezed
+    # away), is a free dim of that operand, so nothing is broadcast or copied; a transpose
+    # then puts the result's dims in NumPy's order.
+    a_mat, b_mat = a.ndim > 1, b.ndim > 1
+    a_lead = a.shape[:-2] if a_mat else ()
+    b_lead = b.shape[:-2] if b_mat else ()
+    width = max(len(a_lead), len(b_lead))
+    a_lead = (None,) * (width - len(a_lead)) + tuple(a_lead)
+    b_lead = (None,) * (width - len(b_lead)) + tuple(b_lead)
+    a_squeeze, b_squeeze, a_batch, b_batch = [], [], [], []
+    # Output positions of the dot's result dims: batch dims, then a's free dims, then b's.
+    at_batch, at_a, at_b = [], [], []
+    for i, (da, db) in enumerate(zip(a_lead, b_lead)):
+        if da is None:
+            at_b.append(i)
+        elif db is None:
+            at_a.append(i)
+        elif da == 1:
+            at_b.append(i)
+            a_squeeze.append(len(at_batch) + len(at_a) + len(a_squeeze))
+        elif db == 1:
+            at_a.append(i)
+            b_squeeze.append(len(at_batch) + len(at_b) + len(b_squeeze))
+        elif da == db:
+            a_batch.append(len(at_batch) + len(at_a))
+            b_batch.append(len(at_batch) + len(at_b))
+            at_batch.append(i)
+        else:
+            raise ValueError(
+                f"Incompatible shapes for matmul arguments: {a.shape} and {b.shape}; their "
+                "leading (batch) dimensions must be equal or 1."
             )
-            if b.ndim == 2
-            else _batched_vecmat(a, b, preferred_element_type)
-        )
-    if a.ndim == 2 and b.ndim == 2:
-        return lax.dot_general(
-            a, b, (((1,), (0,)), ((), ())), preferred_element_type=preferred_element_type
-        )
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a = _broadcast_batch(a, batch)
-    b = _broadcast_batch(b, batch)
-    dims = tuple(range(len(batch)))
-    return lax.dot_general(
+    if a_mat:
+        at_a.append(width)
+    if b_mat:
+        at_b.append(width + a_mat)
+    if a_squeeze:
+        a = lax.squeeze(a, tuple(a_squeeze))
+    if b_squeeze:
+        b = lax.squeeze(b, tuple(b_squeeze))
+    out = lax.dot_general(
         a,
         b,
-        (((a.ndim - 1,), (b.ndim - 2,)), (dims, dims)),
+        (((a.ndim - 1,), (b.ndim - 1 - b_mat,)), (tuple(a_batch), tuple(b_batch))),
         preferred_element_type=preferred_element_type,
     )
-
-
-def _batched_vecmat(a, b, preferred_element_type):
-    out = matmul(
-        lax.broadcast_in_dim(a, (1, a.shape[0]), (1,)),
-        b,
-        preferred_element_type=preferred_element_type,
-    )
-    return lax.reshape(out, out.shape[:-2] + out.shape[-1:])
-
-
-def _broadcast_batch(x, batch: tuple):
-    target = tuple(batch) + x.shape[-2:]
-    if x.shape == target:
-        return x
-    from kiln.numpy.manipulation import broadcast_to
-
-    return broadcast_to(x, target)
+    permutation = tuple(int(p) for p in np.argsort(at_batch + at_a + at_b))
+    if permutation != tuple(range(len(permutation))):
+        out = lax.transpose(out, permutation)
+    return out
 
 
 def dot(a, b, *, precision=None, preferred_element_type=None):
