@@ -169,6 +169,27 @@ def exp_kernel(em: Emitter, x, lo=None, shift: int = 0, factor=None):
     return em.scale(mantissa, k)
 
 
+def exp_bounded_kernel(em: Emitter, x):
+    """exp(x) for x that the caller keeps within [0, 64]: exp_kernel without its clamps.
+
+    On that range nothing overflows or underflows, which allows the shifter trick: adding
+    1.5 * 2**mantissa_bits (plus the exponent bias) rounds x * log2(e) to an integer n held in
+    the low bits, so n comes back by one subtraction and 2**n by one shift, with no
+    float-to-integer conversions. NaN lanes give garbage: callers mask them.
+    """
+    shifter = 1.5 * 2.0**em.mant_bits + em.exp_bias
+    shifted = em.fma(x, em.c(float(base.LOG2_E)), em.c(shifter))
+    n = em.sub(shifted, em.c(shifter))
+    ln2_hi, ln2_lo = _ln2_for_exp(em)
+    r = em.fma(em.neg(n), em.c(ln2_hi), x)
+    r = em.fma(em.neg(n), em.c(ln2_lo), r)
+    q = em.fma(em.mul(r, r), em.poly(r, em.table(_EXP_P)), r)
+    # The low bits of `shifted` hold n + bias; shifted into the exponent field they are 2**n
+    # (the bits above fall off the top).
+    power = em.as_float(em.b.shl(em.as_int(shifted), em.ic(em.mant_bits)))
+    return em.fma(q, power, power)
+
+
 def exp2_kernel(em: Emitter, x, lo=None, coefficients=None):
     """2**(x + lo) with overflow to inf and gradual underflow; NaN gives garbage."""
     low, high = _EXP2_RANGE[em.dtype]

@@ -1,0 +1,185 @@
+"""Register-blocked matrix products with a small right-hand matrix, emitted as LLVM IR.
+
+With few rows (a batch of hidden states times a weight matrix, say 32 x 256 x 256) BLAS does
+not amortize its work: each call packs the whole right-hand matrix into panels before
+multiplying, and that copy costs about as much as the arithmetic. Here the right-hand matrix
+(at most 1 MiB, so it stays in the second-level cache) is read in place instead: a block of
+rows of the result by two vectors of columns stays in registers while the loop walks the
+contracted dimension, broadcasting one element of each lhs row into a multiply-add with the
+loaded rhs vectors. The same loop also beats the packing BLAS on many rows (the chunks of a
+split product) while the rhs is that small. blas_calls.emit_gemm calls `emit` for the
+shapes `fits` accepts.
+
+The code is plain LLVM vectors and llvm.fmuladd, so it compiles for every target; the vector
+width and the block's rows follow the target (_layout) so the accumulators fit its registers.
+Each result element is one in-order fused multiply-add chain over the contracted dimension.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from kiln.codegen.llvm import types as T
+from kiln.codegen.llvm.loops import entry_alloca, for_range
+
+#: Longest contraction: each result element is one in-order chain of fused multiply-adds,
+#: whose rounding error grows with its length (the limit of inline sums, lowering_linalg's
+#: INLINE_MAX_DEPTH; BLAS adds longer ones in blocks).
+MAX_DEPTH = 512
+#: Largest rhs (bytes): it is read once per block of rows, and must stay in the second-level
+#: cache meanwhile.
+MAX_RHS_BYTES = 1 << 20
+#: Largest rhs row stride (bytes): the contracted loop steps through rhs rows, and once each
+#: row starts a new page the hardware prefetchers stop following it (half the speed).
+MAX_RHS_STRIDE = 4096
+
+
+class _StringAttributes(ir.FunctionAttributes):
+    """Function attributes plus "key"="value" ones (the target's), which llvmlite lacks."""
+
+    def __init__(self, strings: dict[str, str]):
+        super().__init__()
+        self.strings = dict(strings)
+
+    def _to_list(self, ret_type):
+        return super()._to_list(ret_type) + [f'"{k}"="{v}"' for k, v in self.strings.items()]
+
+
+def _layout(dtype: np.dtype) -> tuple[int, int]:
+    """(vector lanes, rows per block) for the target: 2 * rows accumulators plus the two rhs
+    vectors and a broadcast must fit its vector registers (32 with AVX-512, else 16)."""
+    from kiln.codegen.llvm.target import current_target
+
+    if current_target().has_avx512:
+        return 64 // dtype.itemsize, 8
+    return 32 // dtype.itemsize, 6
+
+
+def fits(dtype, trans_a: bool, trans_b: bool, m, n, k, ldb=None) -> bool:
+    """Whether a row-major product c = a @ b runs here: a and b not transposed, n and k static
+    (ints), m static or known only at run time (None; a chunk of a split product); ldb, b's
+    row stride, defaults to n."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or trans_a or trans_b:
+        return False
+    if not all(isinstance(extent, int) and extent > 1 for extent in (n, k)):
+        return False
+    if m is not None and not (isinstance(m, int) and m > 1):
+        return False
+    ldb = n if ldb is None else ldb
+    return (
+        k <= MAX_DEPTH
+        and k * n * dtype.itemsize <= MAX_RHS_BYTES
+        and ldb * dtype.itemsize < MAX_RHS_STRIDE
+        and n % _layout(dtype)[0] == 0
+    )
+
+
+def emit(builder: ir.IRBuilder, dtype, m, n: int, k: int, a, lda, b, ldb, c, ldc) -> None:
+    """Call (defining it once per module) the kernel computing c = a @ b for these extents.
+
+    m: an int, or an i64 value for a row count known at run time; a, b, c: pointers to the
+    first elements; lda, ldb, ldc: row strides in elements."""
+    dtype = np.dtype(dtype)
+    lanes, rows = _layout(dtype)
+    static = isinstance(m, int)
+    shape = f"{m if static else 'm'}x{n}x{k}"
+    name = f"kiln_small_gemm_f{dtype.itemsize * 8}x{lanes}_{shape}_{lda}_{ldb}_{ldc}"
+    module = builder.module
+    function = module.globals.get(name)
+    if function is None:
+        function = _define(
+            module, name, dtype, lanes, rows, m if static else None, n, k, lda, ldb, ldc
+        )
+    if not static and m.type != T.I64:
+        m = builder.sext(m, T.I64)
+    builder.call(function, [a, b, c] + ([] if static else [m]))
+
+
+def _define(module, name, dtype, lanes, rows, m, n, k, lda, ldb, ldc) -> ir.Function:
+    """The kernel function (a, b, c[, m]): m is an argument when it is None here."""
+    from kiln.codegen.llvm.target import function_attributes
+
+    scalar = T.FLOAT if dtype == np.float32 else T.DOUBLE
+    vector = ir.VectorType(scalar, lanes)
+    arguments = [T.PTR] * 3 + ([] if m is not None else [T.I64])
+    function = ir.Function(module, ir.FunctionType(T.VOID, arguments), name=name)
+    function.linkage = "internal"
+    function.attributes = _StringAttributes(function_attributes())
+    function.attributes.add("nounwind")
+    for argument in function.args[:3]:
+        argument.add_attribute("noalias")
+    a, b, c = function.args[:3]
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    fmuladd_name = f"llvm.fmuladd.v{lanes}f{dtype.itemsize * 8}"
+    fmuladd = module.globals.get(fmuladd_name) or ir.Function(
+        module, ir.FunctionType(vector, [vector] * 3), fmuladd_name
+    )
+    # Two vectors of columns per block when the width allows, else one.
+    per_block = 2 if n % (2 * lanes) == 0 else 1
+    width = per_block * lanes
+    align = dtype.itemsize
+
+    def index(value: int) -> ir.Constant:
+        return ir.Constant(T.I64, value)
+
+    def block(row0, count: int, col0) -> None:
+        """c[row0 : row0 + count, col0 : col0 + width] = a[those rows] @ b[:, those columns]."""
+        slots = [
+            [entry_alloca(builder, vector, f"acc{r}_{v}") for v in range(per_block)]
+            for r in range(count)
+        ]
+        zero = ir.Constant(vector, [ir.Constant(scalar, 0.0)] * lanes)
+        for row in slots:
+            for slot in row:
+                builder.store(zero, slot)
+        a_rows = [builder.mul(builder.add(row0, index(r)), index(lda)) for r in range(count)]
+        with for_range(builder, index(0), index(k), "kk") as kk:
+            b_row = builder.add(builder.mul(kk, index(ldb)), col0)
+            columns = [
+                builder.load(
+                    builder.gep(b, [builder.add(b_row, index(v * lanes))], source_etype=scalar),
+                    typ=vector,
+                    align=align,
+                )
+                for v in range(per_block)
+            ]
+            for r in range(count):
+                pointer = builder.gep(a, [builder.add(a_rows[r], kk)], source_etype=scalar)
+                element = builder.load(pointer, typ=scalar, align=align)
+                splat = builder.insert_element(ir.Constant(vector, ir.Undefined), element, index(0))
+                splat = builder.shuffle_vector(
+                    splat,
+                    ir.Constant(vector, ir.Undefined),
+                    ir.Constant(ir.VectorType(T.I32, lanes), [0] * lanes),
+                )
+                for v in range(per_block):
+                    total = builder.load(slots[r][v], typ=vector)
+                    builder.store(builder.call(fmuladd, [splat, columns[v], total]), slots[r][v])
+        for r in range(count):
+            c_row = builder.add(builder.mul(builder.add(row0, index(r)), index(ldc)), col0)
+            for v in range(per_block):
+                pointer = builder.gep(
+                    c, [builder.add(c_row, index(v * lanes))], source_etype=scalar
+                )
+                builder.store(builder.load(slots[r][v], typ=vector), pointer, align=align)
+
+    if m is None:  # whole blocks, then the remaining rows one at a time
+        count = function.args[3]
+        full_rows = builder.sub(count, builder.srem(count, index(rows)))
+        with for_range(builder, index(0), index(n), "j0", step=width) as col0:
+            with for_range(builder, index(0), full_rows, "i0", step=rows) as row0:
+                block(row0, rows, col0)
+            with for_range(builder, full_rows, count, "i1") as row0:
+                block(row0, 1, col0)
+    else:
+        full_rows = m - m % rows
+        with for_range(builder, index(0), index(n), "j0", step=width) as col0:
+            if full_rows:
+                with for_range(builder, index(0), index(full_rows), "i0", step=rows) as row0:
+                    block(row0, rows, col0)
+            if m % rows:
+                block(index(full_rows), m % rows, col0)
+    builder.ret_void()
+    return function
