@@ -357,7 +357,8 @@ def test_memory_analysis_of_a_chain_counts_two_temps_after_reuse(threads):
     expected = np.asarray(x, np.float64)
     for _ in range(5):
         expected = expected @ w
-    np.testing.assert_allclose(np.asarray(compiled(x, w)), expected, rtol=1e-4)
+    # (entries near zero after cancellation carry float32's absolute error of the sums)
+    np.testing.assert_allclose(np.asarray(compiled(x, w)), expected, rtol=1e-4, atol=1e-5)
 
 
 def sort_chain(x):
