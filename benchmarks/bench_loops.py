@@ -5,10 +5,11 @@ Run: .venv/bin/python benchmarks/bench_loops.py (JAX columns need an interpreter
 both, e.g. PYTHONPATH=.:.venv/lib/python3.11/site-packages <jax venv>/bin/python ...)
 Figures only; nothing here asserts on time. The workloads:
   1. fori_loop of 1000 steps on 2 floats (per-iteration overhead dominates);
-  2. the same on 256 floats;
-  3. a scan RNN, T=100, B=32, H=256, h = tanh(h @ W + x_t @ U + b), forward (the final
+  2. the same with the trip count an argument (a while loop: condition and body each step);
+  3. the same as 1 on 256 floats;
+  4. a scan RNN, T=100, B=32, H=256, h = tanh(h @ W + x_t @ U + b), forward (the final
      hidden state's sum);
-  4. the same, forward and backward: value_and_grad w.r.t. W, U and b (a backward scan).
+  5. the same, forward and backward: value_and_grad w.r.t. W, U and b (a backward scan).
 Every kiln row runs before the JAX rows, so the two systems' threads never compete.
 """
 
@@ -31,6 +32,16 @@ from _harness import best_time, jax_available, print_table, result_row  # noqa: 
 
 def _fori(lax, size: int, steps: int) -> Callable:
     def f(x):
+        def body(i, c):
+            return c * 0.999 + 0.001 * c * c
+
+        return lax.fori_loop(0, steps, body, x)
+
+    return f
+
+
+def _fori_traced(lax) -> Callable:
+    def f(x, steps):
         def body(i, c):
             return c * 0.999 + 0.001 * c * c
 
@@ -74,6 +85,14 @@ def workloads(quick: bool = False) -> list[tuple[str, Callable[[Any], tuple]]]:
 
         return build
 
+    def fori_traced(size):
+        def build(system):
+            _, lax, _ = system
+            x = np.linspace(0.1, 0.9, size).astype(np.float32)
+            return _fori_traced(lax), (x, np.int32(steps))
+
+        return build
+
     def rnn(backward):
         def build(system):
             jnp, lax, value_and_grad = system
@@ -86,6 +105,7 @@ def workloads(quick: bool = False) -> list[tuple[str, Callable[[Any], tuple]]]:
 
     return [
         (f"fori_loop {steps} steps, 2 floats", fori(2)),
+        (f"fori_loop to a traced {steps}, 2 floats", fori_traced(2)),
         (f"fori_loop {steps} steps, 256 floats", fori(256)),
         (f"scan RNN T={t} B={b} H={h} forward", rnn(False)),
         (f"scan RNN T={t} B={b} H={h} fwd+bwd", rnn(True)),

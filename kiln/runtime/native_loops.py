@@ -8,7 +8,8 @@ preallocated buffer sets (the body reads one and stores into the other, so nothi
 copied), scan's xs are passed as views of their rows and its ys are stored in place into the
 stacked outputs, and loop-invariant inputs are converted once per loop. Where a body and its
 condition are each a single native segment, the whole loop runs in one native call instead
-(kiln/runtime/native_loop_driver.py).
+(kiln/runtime/native_loop_driver.py), and a small scan body is compiled together with its loop
+as one kernel (kiln/runtime/native_loop_kernel.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kiln.primitives.control_flow import cond_p, scan_p, while_p
 from kiln.primitives.shape import copy_p
 from kiln.runtime import native_loop_hoist, native_segment
 from kiln.runtime.native_call import host_buffer
+from kiln.runtime.native_loop_driver import dense_operands
 
 __all__ = ["is_control_flow", "build_runner"]
 
@@ -156,6 +158,7 @@ class WhileRunner:
             lambda position, atom, invars: atom is invars[carry_start + position],
         )
         self.in_avals = self.cond.in_avals[: self.cond_nconsts] + self.body.in_avals
+        self.in_dtypes = [a.dtype for a in self.in_avals]
         from kiln.runtime import native_loop_driver
 
         self.native = native_loop_driver.native_while(self)
@@ -165,12 +168,12 @@ class WhileRunner:
         return f"{how}; cond: {self.cond.describe()}, body: {self.body.describe()}"
 
     def __call__(self, *args) -> list[np.ndarray]:
-        args = _dense(args, self.in_avals)
+        if self.native is not None:
+            return self.native.run(*args)
+        args = dense_operands(args, self.in_dtypes)
         cond_consts = args[: self.cond_nconsts]
         body_consts = args[self.cond_nconsts : self.cond_nconsts + self.body_nconsts]
         carry = args[self.cond_nconsts + self.body_nconsts :]
-        if self.native is not None:
-            return self.native.run(cond_consts, body_consts, carry)
         cond, body = self.cond.execute, self.body.execute
         predicate = self.cond.new_outputs()
         sets = (self.body.new_outputs(), self.body.new_outputs())
@@ -216,25 +219,31 @@ class ScanRunner:
             a.update(shape=(self.length,) + a.shape) for a in self.x_avals
         ]
         self.y_avals = self.body.out_avals[self.num_carry :]
+        self.operand_dtypes = [a.dtype for a in self.operand_avals]
         from kiln.runtime import native_loop_driver
 
         self.native = native_loop_driver.native_scan(self)
 
     def describe(self) -> str:
         how = "one native call" if self.native is not None else "compiled body"
+        if self.native is not None and self.native.kernel is not None:
+            how += " (the loop and its body in one kernel)"
         if self.prologue is not None:
             how += f", row-invariant products hoisted ({self.prologue.describe()})"
         return f"{how}; body: {self.body.describe()}"
 
     def __call__(self, *args) -> list[np.ndarray]:
-        args = _dense(args, self.operand_avals)
+        if self.native is not None and self.prologue is None:
+            return self.native.run(*args)
+        args = dense_operands(args, self.operand_dtypes)
         split = self.num_consts + self.num_carry
-        consts, carry, xs = args[: self.num_consts], args[self.num_consts : split], args[split:]
         if self.prologue is not None:
-            xs = xs + self.prologue.execute(consts + xs, self.prologue.new_outputs())
-        ys = [np.empty((self.length,) + a.shape, a.dtype) for a in self.y_avals]
+            consts, xs = args[: self.num_consts], args[split:]
+            args = args + self.prologue.execute(consts + xs, self.prologue.new_outputs())
         if self.native is not None:
-            return self.native.run(consts, carry, xs, ys)
+            return self.native.run(*args)
+        consts, carry, xs = args[: self.num_consts], args[self.num_consts : split], args[split:]
+        ys = [np.empty((self.length,) + a.shape, a.dtype) for a in self.y_avals]
         body = self.body.execute
         num_carry = self.num_carry
         sets = (self.body.new_outputs()[:num_carry], self.body.new_outputs()[:num_carry])

@@ -51,6 +51,12 @@ VECTOR_BLOCK = 1024
 SERIAL_BLOCK = 32
 
 _INDEX_INSTRUCTIONS = {ScalarOp.ADD: "add", ScalarOp.SUB: "sub", ScalarOp.MUL: "mul"}
+#: A kernel whose name ends with this rounds every floating-point operation on its own: its
+#: instructions carry no fast-math flags (no multiply-add contraction, no reassociation), so
+#: that it computes what NumPy computes one operation at a time, whatever code surrounds each
+#: operation. (kiln/runtime/native_loop_kernel.py names so a loop compiled as one kernel.)
+ROUNDED_SUFFIX = "_rounded"
+_FAST_MATH_FLAGS = frozenset({"fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"})
 
 
 class _FunctionAttributes(FunctionAttributes):
@@ -184,6 +190,12 @@ class _KernelEmitter:
             for pointer in filter(None, self.scratch_to_free):
                 self.builder.call(free, [pointer])
         self.builder.ret_void()
+        if self.kernel.name.endswith(ROUNDED_SUFFIX):
+            for block in self.function.blocks:
+                for instruction in block.instructions:
+                    flags = getattr(instruction, "flags", None)
+                    if flags:
+                        flags[:] = [f for f in flags if f not in _FAST_MATH_FLAGS]
         return self.function
 
     def allocate_scratch(self, buffer: Buffer) -> ir.Value | None:
