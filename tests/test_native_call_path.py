@@ -72,3 +72,13 @@ def test_donating_a_pooled_or_allocated_output_stays_correct(size):
     for _ in range(5):
         x = step(x)
     np.testing.assert_array_equal(np.asarray(x), np.full(size, 31.0, np.float32))
+
+
+def test_small_outputs_next_to_reference_impl_equations():
+    # Equations run through reference impls bind their parameters as globals of the call
+    # path; the small outputs' address locals must not shadow them.
+    a = np.array([[2.5 - 0.3j, -0.1 + 0.2j], [0.3 + 0.6j, 2.6 + 0.5j]], np.complex64)
+    sign, logdet = kiln.jit(jnp.linalg.slogdet)(jnp.asarray(a))
+    want_sign, want_logdet = np.linalg.slogdet(a.astype(np.complex128))
+    np.testing.assert_allclose(complex(sign), want_sign, rtol=1e-5)
+    np.testing.assert_allclose(float(logdet), want_logdet, rtol=1e-5)

@@ -453,7 +453,7 @@ class NativeExecutable(Executable):
                 ):
                     pool = SmallOutputs(var.aval.shape, var.aval.dtype)
                     ready, refill = bind_global("P", pool.ready), bind_global("R", pool.refill)
-                    address = known_address[local] = f"p{local[1:]}"
+                    address = known_address[local] = f"_p{local[1:]}"
                     body.append(f"try: {local}, {address} = {ready}.pop()")
                     body.append(f"except IndexError: {local}, {address} = {refill}()")
                 elif var in self.donation:
