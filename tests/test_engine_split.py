@@ -1,8 +1,8 @@
 """Split compilation (kiln.runtime.engine): a group of programs with many kernels is compiled
 as two LLVM modules, the entries with half the kernels and a side module with the other half,
-optimized by two threads at once. The machine code is the same as unsplit, warm starts load
-both objects, a side object that is missing is never half-used, and the worker process path
-compiles both modules too."""
+and the modules of every group that misses the cache are optimized by two threads at once.
+The machine code is the same as unsplit, warm starts load both objects, a side object that is
+missing is never half-used, and the worker process path compiles both modules too."""
 
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ def _compile_and_run(monkeypatch, threads: int):
     split_groups = []
     original = engine.Engine._compile_fresh
 
-    def spy(self, units, group):
-        split_groups.append(any(u.side for u in units))
-        return original(self, units, group)
+    def spy(self, pending):
+        split_groups.extend(any(u.side for u in units) for units, _ in pending)
+        return original(self, pending)
 
     monkeypatch.setattr(engine.Engine, "_compile_fresh", spy)
     out = kiln.jit(many_kernels)(*_inputs())

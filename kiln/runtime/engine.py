@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import hashlib
+import itertools
 import logging
 import subprocess
 import sys
@@ -303,33 +304,41 @@ class _Optimizer:
             self.in_worker += 1
             return self._in_worker(str(module), target_, pipeline)
 
-    def optimize_pair(
-        self,
-        main: llvm.ModuleRef,
-        side: llvm.ModuleRef,
-        target_: target.Target,
-        machines: tuple[llvm.TargetMachine, llvm.TargetMachine],
-        pipeline: str = "full",
-    ) -> tuple[tuple[str, bytes], tuple[str, bytes]]:
-        """optimize() of two modules, each in a context of its own: at the same time on this
-        thread and a helper thread while in-process compiles remain, else one after the other
-        in the worker."""
+    def optimize_many(
+        self, tasks: list[tuple[llvm.ModuleRef, str]], target_: target.Target
+    ) -> list[tuple[str, bytes]]:
+        """optimize() of several modules (module, pipeline), each in a context of its own: by
+        this thread and a helper thread at once, each module with a machine of its own, while
+        in-process compiles remain; else one after the other in the worker."""
         with self._lock:
-            if self.in_process + 2 <= config.llvm_in_process_compiles:
-                self.in_process += 2
-                helper = _side_thread().submit(
-                    llvm_pipeline.compile_module_private, side, machines[1], pipeline
-                )
-                try:
-                    first = llvm_pipeline.compile_module_private(main, machines[0], pipeline)
-                finally:
-                    second = helper.result()
-                return first, second
-            self.in_worker += 2
-            return (
-                self._in_worker(str(main), target_, pipeline),
-                self._in_worker(str(side), target_, pipeline),
-            )
+            if self.in_process + len(tasks) > config.llvm_in_process_compiles:
+                self.in_worker += len(tasks)
+                return [self._in_worker(str(m), target_, p) for m, p in tasks]
+            self.in_process += len(tasks)
+            results: list = [None] * len(tasks)
+            claimed = itertools.count()  # (next() on a count is atomic)
+
+            def work() -> None:
+                for position in claimed:
+                    if position >= len(tasks):
+                        return
+                    module, pipeline = tasks[position]
+                    machine = llvm_pipeline.create_machine(
+                        target_.triple,
+                        target_.cpu_name,
+                        target_.features,
+                        llvm_pipeline.CODEGEN_LEVELS[pipeline],
+                    )
+                    results[position] = llvm_pipeline.compile_module_private(
+                        module, machine, pipeline
+                    )
+
+            helper = _side_thread().submit(work)
+            try:
+                work()
+            finally:
+                helper.result()
+            return results
 
     def _in_worker(
         self, ir_text: str, target_: target.Target, pipeline: str = "full"
@@ -379,15 +388,16 @@ class _Optimizer:
 _optimizer = _Optimizer()
 atexit.register(_optimizer.close)
 
-#: A split group has at least this many kernels (fewer compile faster than a thread helps).
+#: A group is split when it has at least this many kernels (below, one module compiles
+#: about as fast as two halves on two threads).
 SPLIT_KERNELS = 8
 _side_pool = None
 _side_pool_lock = threading.Lock()
 
 
 def _side_thread():
-    """The thread that compiles side modules (one: the engine lock allows one split group at
-    a time)."""
+    """The helper thread that compiles modules next to the compiling thread (one: the engine
+    lock lets one compile_many run at a time)."""
     global _side_pool
     with _side_pool_lock:
         if _side_pool is None:
@@ -416,7 +426,6 @@ class Engine:
             target_.features,
             llvm_pipeline.CODEGEN_LEVELS["quick"],
         )
-        self._side_machines: dict[str, llvm.TargetMachine] = {}
         self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = (
             weakref.WeakValueDictionary()
         )
@@ -446,6 +455,7 @@ class Engine:
         with self._lock:
             found = {unit.key: self._programs.get(unit.key) for unit in units}
             missing = list({u.key: u for u in units if found[u.key] is None}.values())
+            pending = []  # groups to compile: (units, group key)
             for pipeline in llvm_pipeline.PIPELINES:
                 group_units = [unit for unit in missing if unit.pipeline == pipeline]
                 if not group_units:
@@ -457,9 +467,14 @@ class Engine:
                 if natives is None:
                     for unit in group_units:
                         self._emit(unit, verify)
-                    natives = self._compile_fresh(group_units, group)
+                    pending.append((group_units, group))
+                    continue
                 for unit, native in zip(group_units, natives):
                     found[unit.key] = self._programs[unit.key] = native
+            if pending:
+                for (group_units, _), natives in zip(pending, self._compile_fresh(pending)):
+                    for unit, native in zip(group_units, natives):
+                        found[unit.key] = self._programs[unit.key] = native
             self.stats["programs"] += len(units)
             self.stats["reused"] += len(units) - len(missing)
             return [found[unit.key] for unit in units]
@@ -541,45 +556,43 @@ class Engine:
         module.name = name
         return module
 
-    def _compile_fresh(self, units: list["_Unit"], group: str) -> list[NativeProgram]:
-        pipeline = units[0].pipeline
-        machine = self._quick_machine if pipeline == "quick" else self._machine
-        sides = [(u.side_ir, None, set(u.side.values())) for u in units if u.side_ir]
-        if not sides:
+    def _compile_fresh(self, pending: list[tuple[list["_Unit"], str]]) -> list[list]:
+        """Compile the groups' modules (one per group, two for a split group) and load them.
+        One module is optimized here as it always was; several are each parsed into a
+        context of their own and optimized by this thread and a helper at once."""
+        if len(pending) == 1 and not any(u.side_ir for u in pending[0][0]):
+            units, group = pending[0]
+            pipeline = units[0].pipeline
+            machine = self._quick_machine if pipeline == "quick" else self._machine
             module = self._linked([(u.unoptimized, u.symbol, set()) for u in units], group)
             optimized, object_bytes = _optimizer.optimize(module, self.target, machine, pipeline)
             self.stats["modules"] += 1
             natives = self._link(units, object_bytes, optimized)
             if self.disk_cache is not None:
                 self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
-            return natives
-        # Two modules in private contexts, optimized by this thread and a helper at once.
-        main = self._linked(
-            [(u.unoptimized, u.symbol, set()) for u in units], group, llvm.create_context()
-        )
-        side = self._linked(sides, group + " side", llvm.create_context())
-        (optimized, object_bytes), (side_ir, side_bytes) = _optimizer.optimize_pair(
-            main, side, self.target, (machine, self._side_machine(pipeline)), pipeline
-        )
-        self.stats["modules"] += 2
-        natives = self._link(units, object_bytes, optimized, side_bytes)
-        if self.disk_cache is not None:
-            self.disk_cache.store(self._disk_key(group + " side"), side_bytes, side_ir)
-            self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
-        return natives
-
-    def _side_machine(self, pipeline: str) -> llvm.TargetMachine:
-        """The machine the side module of a split group is compiled with (never the one this
-        thread uses at the same time)."""
-        machine = self._side_machines.get(pipeline)
-        if machine is None:
-            machine = self._side_machines[pipeline] = llvm_pipeline.create_machine(
-                self.target.triple,
-                self.target.cpu_name,
-                self.target.features,
-                llvm_pipeline.CODEGEN_LEVELS[pipeline],
-            )
-        return machine
+            return [natives]
+        tasks = []  # (module, pipeline, disk key group)
+        for units, group in pending:
+            pipeline = units[0].pipeline
+            main = [(u.unoptimized, u.symbol, set()) for u in units]
+            tasks.append((self._linked(main, group, llvm.create_context()), pipeline, group))
+            sides = [(u.side_ir, None, set(u.side.values())) for u in units if u.side_ir]
+            if sides:
+                side = self._linked(sides, group + " side", llvm.create_context())
+                tasks.append((side, pipeline, group + " side"))
+        compiled = _optimizer.optimize_many([t[:2] for t in tasks], self.target)
+        results = dict(zip([t[2] for t in tasks], compiled))
+        self.stats["modules"] += len(tasks)
+        loaded = []
+        for units, group in pending:
+            optimized, object_bytes = results[group]
+            side = results.get(group + " side")
+            loaded.append(self._link(units, object_bytes, optimized, side and side[1]))
+            if self.disk_cache is not None:
+                if side is not None:
+                    self.disk_cache.store(self._disk_key(group + " side"), side[1], side[0])
+                self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
+        return loaded
 
     @staticmethod
     def _disk_key(group: str) -> str:
