@@ -306,3 +306,23 @@ def x64_mode(enabled: bool):
             kiln.config.update("jax_enable_x64", previous)
 
     return switched()
+
+
+def run_script_json(script: str, *argv: str) -> dict:
+    """Run a Python script in a fresh process (without KILN_CACHE_DIR from this one) and
+    return the JSON object its last line of output prints."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "KILN_CACHE_DIR"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -6,10 +6,7 @@ missing is never half-used, and the worker process path compiles both modules to
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -18,6 +15,7 @@ import kiln
 import kiln.numpy as jnp
 from kiln.config import config
 from kiln.runtime import engine
+from tests._testing import run_script_json
 
 
 def many_kernels(x, w):
@@ -126,16 +124,7 @@ _SCRIPT = textwrap.dedent(
 
 
 def _run(cache, out) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "KILN_CACHE_DIR"}
-    done = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(cache), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_script_json(_SCRIPT, str(cache), str(out))
 
 
 def test_a_new_process_loads_both_objects(tmp_path):

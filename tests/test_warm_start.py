@@ -6,11 +6,8 @@ do not verify, and records naming foreign classes are never used."""
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -21,6 +18,7 @@ import kiln.numpy as jnp
 from kiln import lax
 from kiln.compiler import fusion, pipeline
 from kiln.runtime import disk_cache, engine, program_cache
+from tests._testing import run_script_json
 
 
 def _layernorm_softmax_loss(x, g, t):
@@ -73,16 +71,7 @@ _SCRIPT = textwrap.dedent(
 
 
 def _run(cache, out) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "KILN_CACHE_DIR"}
-    done = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(cache), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_script_json(_SCRIPT, str(cache), str(out))
 
 
 def test_a_second_process_replays_the_build_and_computes_the_same_bits(tmp_path):

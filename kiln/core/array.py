@@ -82,24 +82,15 @@ class Array:
         self._sig = None
 
     @staticmethod
-    def _wrap(value: np.ndarray, weak_type: bool = False) -> "Array":
+    def _wrap(
+        value: np.ndarray, weak_type: bool = False, signature: tuple | None = None
+    ) -> "Array":
         """Wrap a NumPy buffer that kiln owns (no copy). kiln never writes it again; the
         read-only flag is set on the views handed out by `__array__` rather than here, because
-        setting it costs as much as a small multiply."""
-        out = object.__new__(Array)
-        out._value = value
-        out.weak_type = weak_type
-        out._aval = None
-        out._address = None
-        out._readonly = None
-        out._sig = None
-        return out
-
-    @staticmethod
-    def _wrap_signed(value: np.ndarray, weak_type: bool, signature: tuple) -> "Array":
-        """_wrap for a buffer whose (shape, dtype, weak_type) signature the caller knows (an
-        interned tuple, see runtime.cache.intern_signature): a jitted call's outputs carry it,
-        so passing them to the next call needs no signature work."""
+        setting it costs as much as a small multiply. `signature`: the buffer's (shape, dtype,
+        weak_type) as an interned tuple (runtime.cache.intern_signature), when the caller
+        knows it: a jitted call's outputs carry it, so passing them to the next call needs no
+        signature work."""
         out = object.__new__(Array)
         out._value = value
         out.weak_type = weak_type

@@ -301,7 +301,6 @@ class NativeExecutable(Executable):
     def _python_source(self, jaxpr, consts) -> tuple[str, dict]:
         namespace: dict[str, Any] = {
             "wrap": Array._wrap,
-            "wrap_signed": Array._wrap_signed,
             "asarray": np.asarray,
             "empty": np.empty,
             "held_address": held_address,
@@ -530,7 +529,7 @@ class NativeExecutable(Executable):
                 signature = intern_signature(
                     (tuple(out.aval.shape), np.dtype(out.aval.dtype), bool(weak))
                 )
-                results.append(f"wrap_signed({names[out]}, {weak}, {bind_global('g', signature)})")
+                results.append(f"wrap({names[out]}, {weak}, {bind_global('g', signature)})")
         for local, arg in donated_into.items():
             body.append(f"if {local} is {arg}._value: {arg}.delete()")
         body.append(f"return [{', '.join(results)}]")
