@@ -136,3 +136,26 @@ def test_a_new_process_loads_both_objects(tmp_path):
         np.testing.assert_array_equal(
             np.load(tmp_path / f"warm_{n}.npy"), np.load(tmp_path / f"cold_{n}.npy")
         )
+
+
+def test_a_forked_child_compiles_split_groups_too(monkeypatch):
+    # The helper thread of the parent does not exist in a forked child: the child must make
+    # its own instead of waiting on the parent's forever.
+    import multiprocessing
+
+    _compile_and_run(monkeypatch, 2)  # the parent's helper thread exists now
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        result = pool.apply_async(_child_many_kernels)
+        got = result.get(timeout=120)
+    for a, b in zip(got, _numpy_many_kernels(*_inputs())):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
+
+
+def _child_many_kernels():
+    config.num_threads = 2
+    kiln.clear_caches()
+    x, w = _inputs()
+    # A new function: nothing of it is loaded in this process yet.
+    out = kiln.jit(lambda a, b: many_kernels(a * 1.0, b))(x, w)
+    return [np.asarray(o) for o in out]

@@ -20,6 +20,7 @@ import ctypes.util
 import hashlib
 import itertools
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -391,20 +392,21 @@ atexit.register(_optimizer.close)
 #: A group is split when it has at least this many kernels (below, one module compiles
 #: about as fast as two halves on two threads).
 SPLIT_KERNELS = 8
-_side_pool = None
+_side_pool = None  # (executor, the process id that made it)
 _side_pool_lock = threading.Lock()
 
 
 def _side_thread():
     """The helper thread that compiles modules next to the compiling thread (one: the engine
-    lock lets one compile_many run at a time)."""
+    lock lets one compile_many run at a time). A forked child makes its own: the parent's
+    thread does not exist there."""
     global _side_pool
     with _side_pool_lock:
-        if _side_pool is None:
+        if _side_pool is None or _side_pool[1] != os.getpid():
             from concurrent.futures import ThreadPoolExecutor
 
-            _side_pool = ThreadPoolExecutor(1, thread_name_prefix="kiln-llvm")
-        return _side_pool
+            _side_pool = (ThreadPoolExecutor(1, thread_name_prefix="kiln-llvm"), os.getpid())
+        return _side_pool[0]
 
 
 # --- the engine --------------------------------------------------------------------------------
