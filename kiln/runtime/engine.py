@@ -9,6 +9,10 @@ on disk (kiln.runtime.disk_cache) when KILN_CACHE_DIR is set.
 
 A program is known by the fingerprint of its kernel IR (kiln.runtime.kir_codec): one found
 loaded, or on disk, is linked without being verified or emitted as LLVM IR again.
+
+The modules one compile needs (one per optimization pipeline; a group of many kernels split
+into an entry module and a side module of kernels) are optimized by the calling thread and a
+helper thread at once, each in an LLVM context and with a target machine of its own.
 """
 
 from __future__ import annotations
