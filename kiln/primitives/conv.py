@@ -173,32 +173,8 @@ conv_general_dilated_p = Primitive("conv_general_dilated")
 
 
 @conv_general_dilated_p.def_impl
-def _conv_general_dilated_impl(
-    lhs,
-    rhs,
-    *,
-    window_strides,
-    padding,
-    lhs_dilation,
-    rhs_dilation,
-    dimension_numbers,
-    feature_group_count,
-    batch_group_count,
-    precision=None,
-    preferred_element_type=None,
-):
-    return convolve(
-        lhs,
-        rhs,
-        window_strides=window_strides,
-        padding=padding,
-        lhs_dilation=lhs_dilation,
-        rhs_dilation=rhs_dilation,
-        dimension_numbers=dimension_numbers,
-        feature_group_count=feature_group_count,
-        batch_group_count=batch_group_count,
-        preferred_element_type=preferred_element_type,
-    )
+def _conv_general_dilated_impl(lhs, rhs, *, precision=None, **params):
+    return convolve(lhs, rhs, **params)  # (precision: NumPy computes at full precision)
 
 
 @conv_general_dilated_p.def_abstract_eval
