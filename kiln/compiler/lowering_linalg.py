@@ -290,11 +290,24 @@ def product_body(product: Product, c, a, b, bounds: dict | None = None) -> list:
         trans_a=ta, trans_b=tb, lda=max(lda, 1), ldb=max(ldb, 1), ldc=max(n, 1),
         a_offset=a_offset, b_offset=b_offset, c_offset=c_offset,
     )  # fmt: skip
+    _expect_library(product)
     stmts = [call]
     for d in range(nb - 1, -1, -1):
         lo, hi = bounds.get(d, (0, product.batch[d]))
         stmts = [kir.Loop(batch_vars[d], lo, hi, stmts)]
     return stmts
+
+
+def _expect_library(product: Product) -> None:
+    """Tell kiln's kernel library when this product will run as its small_gemm (the check
+    blas_calls.emit_gemm makes), so that it compiles meanwhile."""
+    from kiln.codegen.llvm import gemm_library, small_gemm
+
+    (ta, _), (tb, _) = product.operands
+    dtype = product.eqn.outvars[0].aval.dtype
+    ldb = product.k if tb else product.n
+    if small_gemm.fits(dtype, ta, tb, product.m, product.n, product.k, ldb):
+        gemm_library.expect("small_gemm", dtype)
 
 
 #: Column chunks of a split product start on multiples of this many columns (cache lines).

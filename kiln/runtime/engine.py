@@ -11,33 +11,31 @@ A program is known by the fingerprint of its kernel IR (kiln.runtime.kir_codec):
 loaded, or on disk, is linked without being verified or emitted as LLVM IR again.
 
 The modules one compile needs (one per optimization pipeline; a group of many kernels split
-into an entry module and a side module of kernels) are optimized by the calling thread and a
-helper thread at once, each in an LLVM context and with a target machine of its own.
+into an entry module and side modules of a few kernels each) are optimized by the calling
+thread and a helper thread at once, each in an LLVM context and with a target machine of its
+own; the helper starts on each side module as soon as it is emitted (llvm_threads.Stream).
+Products call kiln's kernel library (kernel_library), compiled once per process and target.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import ctypes
 import ctypes.util
 import hashlib
-import itertools
 import logging
-import os
-import subprocess
 import sys
 import threading
 import weakref
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
 
-from kiln.codegen.llvm import blas_calls, emit, llvm_pipeline, llvm_worker, objects, support, target
+from kiln.codegen.llvm import blas_calls, emit, llvm_pipeline, objects, support, target
 from kiln.compiler import kir
 from kiln.config import config
-from kiln.runtime import disk_cache, kir_codec
+from kiln.runtime import disk_cache, kernel_library, kir_codec, llvm_threads
 
 logger = logging.getLogger("kiln")
 
@@ -57,7 +55,7 @@ class _Unit:
     """A program on its way to machine code: its key names its content (the fingerprint of
     its kernel IR, else its emitted LLVM IR), `unoptimized` is its LLVM IR once emitted."""
 
-    __slots__ = ("program", "key", "symbol", "unoptimized", "pipeline", "side", "side_ir")
+    __slots__ = ("program", "key", "symbol", "unoptimized", "pipeline", "side", "parts")
 
     def __init__(self, program, key: str, unoptimized: str | None, pipeline: str):
         self.program = program
@@ -65,10 +63,11 @@ class _Unit:
         self.symbol = f"kiln_{program.name}_{key[:20]}"
         self.unoptimized = unoptimized
         self.pipeline = pipeline
-        #: {kernel position: external name} of the kernels compiled in the side module (see
-        #: Engine._assign_sides), and that module's LLVM IR once emitted
+        #: {kernel position: external name} of the kernels compiled in side modules, and
+        #: (side module number, kernel positions) for each module it has kernels in (see
+        #: Engine._assign_sides)
         self.side: dict[int, str] = {}
-        self.side_ir: str | None = None
+        self.parts: list[tuple[int, list[int]]] = []
 
 
 def _group_key(keys: Sequence[str]) -> str:
@@ -255,6 +254,7 @@ def unresolved_symbols(object_bytes: bytes) -> list[str]:
         _load_builtins()
     if any(name in blas_calls.SYMBOLS for name in needed) and blas_calls.available():
         blas_calls.register()
+    kernel_library.ensure(needed)
     return [name for name in needed if not llvm.address_of_symbol(name)]
 
 
@@ -274,143 +274,15 @@ def load_object(object_bytes: bytes, target_: target.Target, what: str = "an obj
 
 # --- where modules are optimized ---------------------------------------------------------------
 
-
-class _Optimizer:
-    """Runs LLVM's pipeline on a module's text and emits its object file: in this process for
-    the first config.llvm_in_process_compiles modules (no start-up cost for the usual
-    program), then in a worker process that is replaced every WORKER_JOBS modules, because
-    each run of the pipeline leaks a little memory that only the end of a process returns."""
-
-    WORKER_JOBS = 512
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.in_process = 0
-        self.in_worker = 0
-        self.workers_started = 0
-        self._worker: subprocess.Popen | None = None
-        self._worker_jobs = 0
-
-    def optimize(
-        self,
-        module: llvm.ModuleRef,
-        target_: target.Target,
-        machine: llvm.TargetMachine,
-        pipeline: str = "full",
-    ) -> tuple[str, bytes]:
-        """(optimized IR, object file) of a module through one of llvm_pipeline.PIPELINES
-        (in place when in this process, else in the worker, which runs the same pipeline with
-        the same code generator level: the machine code does not depend on where it was
-        made)."""
-        with self._lock:
-            if self.in_process < config.llvm_in_process_compiles:
-                self.in_process += 1
-                return llvm_pipeline.optimize_module(module, machine, pipeline)
-            self.in_worker += 1
-            return self._in_worker(str(module), target_, pipeline)
-
-    def optimize_many(
-        self, tasks: list[tuple[llvm.ModuleRef, str]], target_: target.Target
-    ) -> list[tuple[str, bytes]]:
-        """optimize() of several modules (module, pipeline), each in a context of its own: by
-        this thread and a helper thread at once, each module with a machine of its own, while
-        in-process compiles remain; else one after the other in the worker."""
-        with self._lock:
-            if self.in_process + len(tasks) > config.llvm_in_process_compiles:
-                self.in_worker += len(tasks)
-                return [self._in_worker(str(m), target_, p) for m, p in tasks]
-            self.in_process += len(tasks)
-            results: list = [None] * len(tasks)
-            claimed = itertools.count()  # (next() on a count is atomic)
-
-            def work() -> None:
-                for position in claimed:
-                    if position >= len(tasks):
-                        return
-                    module, pipeline = tasks[position]
-                    machine = llvm_pipeline.create_machine(
-                        target_.triple,
-                        target_.cpu_name,
-                        target_.features,
-                        llvm_pipeline.CODEGEN_LEVELS[pipeline],
-                    )
-                    results[position] = llvm_pipeline.compile_module_private(
-                        module, machine, pipeline
-                    )
-
-            helper = _side_thread().submit(work)
-            try:
-                work()
-            finally:
-                helper.result()
-            return results
-
-    def _in_worker(
-        self, ir_text: str, target_: target.Target, pipeline: str = "full"
-    ) -> tuple[str, bytes]:
-        if self._worker is None or self._worker_jobs >= self.WORKER_JOBS:
-            self._stop_worker()
-            self._worker = subprocess.Popen(
-                [sys.executable, llvm_worker.__file__],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-            )
-            self._worker_jobs = 0
-            self.workers_started += 1
-        worker = self._worker
-        self._worker_jobs += 1
-        try:
-            llvm_worker.write_frame(
-                worker.stdin,
-                (target_.triple, target_.cpu_name, target_.features, pipeline, ir_text),
-            )
-            reply = llvm_worker.read_frame(worker.stdout)
-        except OSError:
-            reply = None
-        if reply is None:
-            self._stop_worker()
-            raise RuntimeError("kiln: the LLVM worker process exited while optimizing a module")
-        if reply[0] != "ok":
-            raise RuntimeError(f"kiln: LLVM could not compile a module: {reply[1]}")
-        return reply[1], reply[2]
-
-    def _stop_worker(self) -> None:
-        worker, self._worker = self._worker, None
-        if worker is None:
-            return
-        with contextlib.suppress(OSError):
-            worker.stdin.close()
-        try:
-            worker.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-
-    def close(self) -> None:
-        with self._lock:
-            self._stop_worker()
-
-
-_optimizer = _Optimizer()
+_optimizer = llvm_threads.Optimizer()
 atexit.register(_optimizer.close)
+_side_thread = llvm_threads.side_thread
 
-#: A group is split when it has at least this many kernels (below, one module compiles
-#: about as fast as two halves on two threads).
+#: A group is split when it has at least this many kernels (below, one module compiles about
+#: as fast as parts on two threads); its kernels then go to side modules of PART_KERNELS
+#: kernels each, compiled as they are emitted, and the entries to a module of their own.
 SPLIT_KERNELS = 8
-_side_pool = None  # (executor, the process id that made it)
-_side_pool_lock = threading.Lock()
-
-
-def _side_thread():
-    """The helper thread that compiles modules next to the compiling thread (one: the engine
-    lock lets one compile_many run at a time). A forked child makes its own: the parent's
-    thread does not exist there."""
-    global _side_pool
-    with _side_pool_lock:
-        if _side_pool is None or _side_pool[1] != os.getpid():
-            from concurrent.futures import ThreadPoolExecutor
-
-            _side_pool = (ThreadPoolExecutor(1, thread_name_prefix="kiln-llvm"), os.getpid())
-        return _side_pool[0]
+PART_KERNELS = 4
 
 
 # --- the engine --------------------------------------------------------------------------------
@@ -468,17 +340,15 @@ class Engine:
                     continue
                 group = _group_key([unit.key for unit in group_units])
                 if self._assign_sides(group_units):
-                    group += " split"  # (another object than the same programs unsplit)
+                    group += " split"  # (other objects than the same programs unsplit)
                 natives = self._load_cached(group_units, group)
                 if natives is None:
-                    for unit in group_units:
-                        self._emit(unit, verify)
                     pending.append((group_units, group))
                     continue
                 for unit, native in zip(group_units, natives):
                     found[unit.key] = self._programs[unit.key] = native
             if pending:
-                for (group_units, _), natives in zip(pending, self._compile_fresh(pending)):
+                for (group_units, _), natives in zip(pending, self._compile_fresh(pending, verify)):
                     for unit, native in zip(group_units, natives):
                         found[unit.key] = self._programs[unit.key] = native
             self.stats["programs"] += len(units)
@@ -501,12 +371,12 @@ class Engine:
 
     @staticmethod
     def _assign_sides(units: list["_Unit"]) -> bool:
-        """Whether the units' kernels are split between two modules that two threads compile
-        at once: when there are SPLIT_KERNELS kernels or more and kiln may use two threads.
-        Every other kernel (counted across the units, in order) goes to the side module, under
-        an external name made from its unit's symbol; units emitted already (keyed by their
-        LLVM IR) keep theirs. The choice depends only on the programs and the thread count,
-        so a process finds in the disk cache what another made."""
+        """Whether the units' kernels are split: when there are SPLIT_KERNELS kernels or more
+        and kiln may use two threads. Each unit's kernels then go, PART_KERNELS at a time in
+        order, to side modules under external names made from its unit's symbol, and its
+        entry to the group's main module; units emitted already (keyed by their LLVM IR) stay
+        whole there. The choice depends only on the programs and the thread count, so a
+        process finds in the disk cache what another made."""
         from kiln.runtime.native import num_threads
 
         kernels = sum(len(u.program.kernels) for u in units if u.unoptimized is None)
@@ -517,22 +387,37 @@ class Engine:
             if unit.unoptimized is not None:
                 continue
             for position in range(len(unit.program.kernels)):
-                if count % 2:
-                    unit.side[position] = f"{unit.symbol}.k{position}"
+                unit.side[position] = f"{unit.symbol}.k{position}"
+                part = count // PART_KERNELS
+                if not unit.parts or unit.parts[-1][0] != part:
+                    unit.parts.append((part, []))
+                unit.parts[-1][1].append(position)
                 count += 1
         return True
 
-    def _emit(self, unit: "_Unit", verify: bool) -> None:
-        """Verify (if asked) and emit a unit's program (and its side kernels), unless done."""
-        if unit.unoptimized is None:
-            if verify:
-                kir.verify_program(unit.program)
-            if not unit.side:
-                unit.unoptimized = self.emit_ir(unit.program)
-                return
-            with target.compiling_for(self.target):
-                unit.unoptimized = str(emit.emit_program(unit.program, elsewhere=unit.side))
-                unit.side_ir = str(emit.emit_kernels(unit.program, unit.side))
+    @staticmethod
+    def _part_names(units: list["_Unit"], group: str) -> list[str]:
+        """The names (and disk cache groups) of a group's side modules, in order."""
+        count = 1 + max((part for u in units for part, _ in u.parts), default=-1)
+        return [f"{group} side{i}" for i in range(count)]
+
+    def _emit(self, unit: "_Unit", verify: bool) -> Iterator[tuple[int, str, set]]:
+        """Verify (if asked) and emit a unit's program, unless done: yields the text of each
+        piece of a side module it has kernels in, as (side module number, text, names it
+        defines), as soon as it is emitted; then sets its entry module's IR
+        (unit.unoptimized)."""
+        if unit.unoptimized is not None:
+            return
+        if verify:
+            kir.verify_program(unit.program)
+        with target.compiling_for(self.target):
+            for part, positions in unit.parts:
+                names = {position: unit.side[position] for position in positions}
+                text = str(emit.emit_kernels(unit.program, names))
+                kernel_library.prefetch(text)
+                yield part, text, set(names.values())
+            unit.unoptimized = str(emit.emit_program(unit.program, elsewhere=unit.side))
+        kernel_library.prefetch(unit.unoptimized)
 
     def emit_ir(self, program: kir.Program) -> str:
         """The LLVM IR (text) kiln emits for a program on this engine's target."""
@@ -562,12 +447,20 @@ class Engine:
         module.name = name
         return module
 
-    def _compile_fresh(self, pending: list[tuple[list["_Unit"], str]]) -> list[list]:
-        """Compile the groups' modules (one per group, two for a split group) and load them.
-        One module is optimized here as it always was; several are each parsed into a
-        context of their own and optimized by this thread and a helper at once."""
-        if len(pending) == 1 and not any(u.side_ir for u in pending[0][0]):
+    def _builder(self, texts: list, name: str):
+        """build(context) for a stream: the module _linked makes of these texts."""
+        return lambda context: self._linked(texts, name, context)
+
+    def _compile_fresh(self, pending: list[tuple[list["_Unit"], str]], verify: bool) -> list:
+        """Emit and compile the groups' modules and load them. A lone module is optimized
+        here as it always was; several (groups of other pipelines, a split group's side
+        modules) stream: each starts on the helper thread as soon as it is emitted."""
+        modules = sum(1 + len(self._part_names(units, group)) for units, group in pending)
+        if modules == 1:
             units, group = pending[0]
+            for unit in units:
+                for _ in self._emit(unit, verify):
+                    pass  # (no side modules here)
             pipeline = units[0].pipeline
             machine = self._quick_machine if pipeline == "quick" else self._machine
             module = self._linked([(u.unoptimized, u.symbol, set()) for u in units], group)
@@ -577,26 +470,39 @@ class Engine:
             if self.disk_cache is not None:
                 self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
             return [natives]
-        tasks = []  # (module, pipeline, disk key group)
-        for units, group in pending:
-            pipeline = units[0].pipeline
-            main = [(u.unoptimized, u.symbol, set()) for u in units]
-            tasks.append((self._linked(main, group, llvm.create_context()), pipeline, group))
-            sides = [(u.side_ir, None, set(u.side.values())) for u in units if u.side_ir]
-            if sides:
-                side = self._linked(sides, group + " side", llvm.create_context())
-                tasks.append((side, pipeline, group + " side"))
-        compiled = _optimizer.optimize_many([t[:2] for t in tasks], self.target)
-        results = dict(zip([t[2] for t in tasks], compiled))
-        self.stats["modules"] += len(tasks)
+        stream = _optimizer.stream(self.target, modules)
+        try:
+            for units, group in pending:
+                names = self._part_names(units, group)
+                pieces: list[list] = [[] for _ in names]
+                submitted = 0  # side modules before this one are on their way
+                pipeline = units[0].pipeline
+                for unit in units:
+                    for part, text, defined in self._emit(unit, verify):
+                        # A side module is complete once a later one has kernels: submit it.
+                        for done in range(submitted, part):
+                            stream.submit(
+                                names[done], self._builder(pieces[done], "side"), pipeline
+                            )
+                        submitted = max(submitted, part)
+                        pieces[part].append((text, None, defined))
+                for part in range(submitted, len(names)):
+                    stream.submit(names[part], self._builder(pieces[part], "side"), pipeline)
+                main = [(u.unoptimized, u.symbol, set()) for u in units]
+                stream.submit(group, self._builder(main, group), pipeline)
+        except BaseException:
+            stream.abort()
+            raise
+        results = stream.finish()
+        self.stats["modules"] += modules
         loaded = []
         for units, group in pending:
             optimized, object_bytes = results[group]
-            side = results.get(group + " side")
-            loaded.append(self._link(units, object_bytes, optimized, side and side[1]))
+            sides = [results[name] for name in self._part_names(units, group)]
+            loaded.append(self._link(units, object_bytes, optimized, [o for _, o in sides]))
             if self.disk_cache is not None:
-                if side is not None:
-                    self.disk_cache.store(self._disk_key(group + " side"), side[1], side[0])
+                for name, (side_ir, side_object) in zip(self._part_names(units, group), sides):
+                    self.disk_cache.store(self._disk_key(name), side_object, side_ir)
                 self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
         return loaded
 
@@ -610,14 +516,13 @@ class Engine:
     def _load_cached(self, units: list["_Unit"], group: str) -> list[NativeProgram] | None:
         if self.disk_cache is None:
             return None
-        split = any(unit.side for unit in units)
-        side_entry = self.disk_cache.load(self._disk_key(group + " side")) if split else None
+        sides = [self.disk_cache.load(self._disk_key(n)) for n in self._part_names(units, group)]
         entry = self.disk_cache.load(self._disk_key(group))
-        if entry is None or (split and side_entry is None):
-            return None
+        if entry is None or any(side is None for side in sides):
+            return None  # (a main object never loads without every side object)
         object_bytes, optimized = entry
         try:
-            return self._link(units, object_bytes, optimized, side_entry and side_entry[0])
+            return self._link(units, object_bytes, optimized, [side[0] for side in sides])
         except (UnresolvedSymbolError, objects.ObjectFormatError) as err:
             logger.warning(
                 "kiln: the disk cache entry for %s did not load (%s); recompiling",
@@ -627,16 +532,18 @@ class Engine:
             return None
 
     def _link(
-        self, units: list["_Unit"], object_bytes, optimized, side_bytes: bytes | None = None
+        self, units: list["_Unit"], object_bytes, optimized, side_objects: Sequence[bytes] = ()
     ) -> list[NativeProgram]:
         what = units[0].program.name + (f" and {len(units) - 1} more" if len(units) > 1 else "")
-        side_library = None
-        if side_bytes is not None:
-            # The side kernels first: the main object calls them by name.
-            side_library = load_object(side_bytes, self.target, what + " (side kernels)")
-            with _SYMBOLS_LOCK:
-                for unit in units:
-                    for name in unit.side.values():
+        # The side kernels first: the main object calls them by name.
+        side_libraries = [
+            load_object(b, self.target, what + " (side kernels)") for b in side_objects
+        ]
+        with _SYMBOLS_LOCK:
+            for unit in units:
+                for part, positions in unit.parts:
+                    side_library = side_libraries[part]
+                    for name in (unit.side[position] for position in positions):
                         address = side_library.address(name)
                         if not address:
                             raise UnresolvedSymbolError(
@@ -644,7 +551,7 @@ class Engine:
                             )
                         llvm.add_symbol(name, address)
         library = load_object(object_bytes, self.target, what)
-        library.side = side_library  # (the main code calls into it: same lifetime)
+        library.sides = side_libraries  # (the main code calls into them: same lifetime)
         return [
             NativeProgram(unit.program, unit.symbol, library, unit.unoptimized, optimized, self)
             for unit in units

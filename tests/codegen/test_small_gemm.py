@@ -1,10 +1,10 @@
-"""kiln's register-blocked products for short static shapes (kiln/codegen/llvm/small_gemm.py).
+"""kiln's register-blocked products with a small rhs (kiln/codegen/llvm/small_gemm.py).
 
-The kernel is compiled on its own for each codegen target (conftest runs every test per
-target) and checked against NumPy in float64: row counts that fill whole blocks and leave a
-tail, one or two vectors of columns per block, operands and result inside larger matrices
-(strides above the extents). Then the products of a scan body, where it replaces BLAS.
-"""
+The kernel (from kiln's kernel library, every extent and stride given at run time) is compiled
+on its own for each codegen target (conftest runs every test per target) and checked against
+NumPy in float64: row counts that fill whole blocks and leave a tail, one or two vectors of
+columns per block, operands and result inside larger matrices (strides above the extents).
+Then the products of a scan body and the chunks of a split product, where it replaces BLAS."""
 
 from __future__ import annotations
 
@@ -19,24 +19,16 @@ from llvmlite import ir
 import kiln
 import kiln.runtime.native
 import kiln.numpy as jnp
-from kiln.codegen.llvm import objects, small_gemm, target
-from kiln.codegen.llvm import types as T
+from kiln.codegen.llvm import gemm_library, objects, small_gemm, target
 from kiln.config import config
 from tests._testing import x64_mode
 
 
-def _compile(dtype, m, n, k, lda, ldb, ldc, dynamic=False):
-    """A native function (a, b, c, m) -> None running small_gemm.emit for these extents (m
-    passed at run time when dynamic, else fixed and the argument ignored)."""
+def _compile(dtype):
+    """The kernel library's small_gemm for the current target, as a ctypes function
+    (a, b, c, m, n, k, lda, ldb, ldc), and the library's object file."""
     current = target.current_target()
-    module = ir.Module(name="small_gemm_test")
-    module.triple = current.triple
-    module.data_layout = current.data_layout
-    fn = ir.Function(module, ir.FunctionType(T.VOID, [T.PTR] * 3 + [T.I64]), "run")
-    builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    a, b, c, rows = fn.args
-    small_gemm.emit(builder, dtype, rows if dynamic else m, n, k, a, lda, b, ldb, c, ldc)
-    builder.ret_void()
+    module = gemm_library.module(current, "small_gemm", dtype)
     parsed = llvm.parse_assembly(str(module))
     parsed.verify()
     machine = current.create_machine()
@@ -44,16 +36,20 @@ def _compile(dtype, m, n, k, lda, ldb, ldc, dynamic=False):
     code = current.create_machine().emit_object(llvm.parse_assembly(str(parsed)))
     engine = llvm.create_mcjit_compiler(parsed, machine)
     engine.finalize_object()
-    address = engine.get_function_address("run")
-    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64)
+    address = engine.get_function_address(gemm_library.symbol("small_gemm", dtype, current))
+    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 6)
     return engine, signature(address), code
+
+
+def _constant(value):
+    """The int of an LLVM constant, None for a value known only at run time."""
+    return value.constant if isinstance(value, ir.Constant) else None
 
 
 def _lanes(dtype) -> int:
     return small_gemm._layout(np.dtype(dtype))[0]
 
 
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static_rows", "runtime_rows"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(
     "rows, column_vectors, k, padding",
@@ -66,15 +62,15 @@ def _lanes(dtype) -> int:
         (203, 2, 48, 1),  # many rows, as a chunk of a split product has
     ],
 )
-def test_kernel_matches_numpy(dtype, rows, column_vectors, k, padding, dynamic):
+def test_kernel_matches_numpy(dtype, rows, column_vectors, k, padding):
     m, n = rows, column_vectors * _lanes(dtype)
     lda, ldb, ldc = k + padding, n + padding, n + 2 * padding
     rng = np.random.default_rng(m * 1000 + n + k)
     a = rng.standard_normal((m, lda)).astype(dtype)
     b = rng.standard_normal((k, ldb)).astype(dtype)
     c = np.full((m, ldc), 7.0, dtype)
-    engine, run, code = _compile(np.dtype(dtype), m, n, k, lda, ldb, ldc, dynamic)
-    run(a.ctypes.data, b.ctypes.data, c.ctypes.data, m)
+    engine, run, code = _compile(np.dtype(dtype))
+    run(a.ctypes.data, b.ctypes.data, c.ctypes.data, m, n, k, lda, ldb, ldc)
     expected = a[:, :k].astype(np.float64) @ b[:, :n].astype(np.float64)
     tol = 1e-5 if dtype == np.float32 else 1e-13
     np.testing.assert_allclose(c[:, :n], expected, rtol=tol, atol=tol * np.sqrt(k))
@@ -129,13 +125,13 @@ def test_scan_body_products_use_the_kernel(dtype, monkeypatch):
     b = rng.standard_normal(hidden).astype(dtype)
     xs = rng.standard_normal((steps, batch, hidden)).astype(dtype)
     emitted = []
-    original = small_gemm.emit
+    original = gemm_library.call
 
-    def counting(builder, dtype, m, n, k, *rest):
-        emitted.append((m, n, k))
-        return original(builder, dtype, m, n, k, *rest)
+    def counting(builder, kernel, dtype, arguments):
+        emitted.append(tuple(_constant(value) for value in arguments[3:6]))
+        return original(builder, kernel, dtype, arguments)
 
-    monkeypatch.setattr(small_gemm, "emit", counting)
+    monkeypatch.setattr(gemm_library, "call", counting)
     with x64_mode(dtype == np.float64):
         got = np.asarray(kiln.jit(_rnn)(h0, w, u, b, xs))
     assert (batch, hidden, hidden) in emitted
@@ -151,13 +147,13 @@ def test_split_products_run_their_row_chunks_here(monkeypatch):
     lhs = rng.standard_normal((rows, 200)).astype(np.float32)
     rhs = rng.standard_normal((200, 128)).astype(np.float32)
     emitted = []
-    original = small_gemm.emit
+    original = gemm_library.call
 
-    def counting(builder, dtype, m, *rest):
-        emitted.append(m if isinstance(m, int) else "run time")
-        return original(builder, dtype, m, *rest)
+    def counting(builder, kernel, dtype, arguments):
+        emitted.append(_constant(arguments[3]) or "run time")
+        return original(builder, kernel, dtype, arguments)
 
-    monkeypatch.setattr(small_gemm, "emit", counting)
+    monkeypatch.setattr(gemm_library, "call", counting)
     expected = lhs.astype(np.float64) @ rhs
     threaded = np.asarray(kiln.jit(lambda a, b: a @ b)(lhs, rhs))
     monkeypatch.setattr(config, "num_threads", 1)

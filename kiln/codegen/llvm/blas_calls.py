@@ -5,7 +5,8 @@ take cblas's row-major arguments by value (order, transposes, m, n, k, alpha, a,
 beta, c, ldc; 32-bit integers). Those names are registered with LLVM's symbol table, bound to
 scipy's `scipy_cblas_?gemm`, before an object calling them is linked (kiln.runtime.engine),
 so objects from the disk cache link in a new process the same way. Products whose rhs is
-small (at most 1 MiB, n and k static) skip BLAS for kiln's own loop, small_gemm.
+small (at most 1 MiB, n and k static) skip BLAS for kiln's own loop, small_gemm, which kiln's
+kernel library (gemm_library) holds.
 
 Threads: kiln splits a large product into row (or column) blocks across its own thread pool,
 each block one single-threaded BLAS call, as it does its other kernels. So kiln sets the
@@ -24,7 +25,7 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from kiln.codegen.llvm import small_gemm
+from kiln.codegen.llvm import gemm_library, small_gemm
 from kiln.codegen.llvm import types as T
 from kiln.primitives import blas
 
@@ -111,8 +112,9 @@ def emit_gemm(
     static_m, static_n = shape or (None, None)
     static_k = k.constant if isinstance(k, ir.Constant) else None
     if small_gemm.fits(dtype, trans_a, trans_b, static_m, static_n, static_k, ldb):
-        rows = m if static_m is None else static_m
-        small_gemm.emit(builder, dtype, rows, static_n, static_k, a, lda, b, ldb, c, ldc)
+        extents = [v if v.type == T.I64 else builder.sext(v, T.I64) for v in (m, n, k)]
+        strides = [ir.Constant(T.I64, v) for v in (lda, ldb, ldc)]
+        gemm_library.call(builder, "small_gemm", dtype, [a, b, c] + extents + strides)
         return
     if static_n == 1 or static_m == 1:
         if static_n == 1:  # c[:, 0] = op(a) @ (column of op(b))

@@ -7,8 +7,9 @@ multiplying, and that copy costs about as much as the arithmetic. Here the right
 rows of the result by two vectors of columns stays in registers while the loop walks the
 contracted dimension, broadcasting one element of each lhs row into a multiply-add with the
 loaded rhs vectors. The same loop also beats the packing BLAS on many rows (the chunks of a
-split product) while the rhs is that small. blas_calls.emit_gemm calls `emit` for the
-shapes `fits` accepts.
+split product) while the rhs is that small. The kernel takes every extent and stride at run
+time and lives in kiln's kernel library (gemm_library: compiled once per target and dtype);
+blas_calls.emit_gemm calls it for the shapes `fits` accepts.
 
 The code is plain LLVM vectors and llvm.fmuladd, so it compiles for every target; the vector
 width and the block's rows follow the target (_layout) so the accumulators fit its registers.
@@ -76,56 +77,37 @@ def fits(dtype, trans_a: bool, trans_b: bool, m, n, k, ldb=None) -> bool:
     )
 
 
-def emit(builder: ir.IRBuilder, dtype, m, n: int, k: int, a, lda, b, ldb, c, ldc) -> None:
-    """Call (defining it once per module) the kernel computing c = a @ b for these extents.
-
-    m: an int, or an i64 value for a row count known at run time; a, b, c: pointers to the
-    first elements; lda, ldb, ldc: row strides in elements."""
-    dtype = np.dtype(dtype)
-    lanes, rows = _layout(dtype)
-    static = isinstance(m, int)
-    shape = f"{m if static else 'm'}x{n}x{k}"
-    name = f"kiln_small_gemm_f{dtype.itemsize * 8}x{lanes}_{shape}_{lda}_{ldb}_{ldc}"
-    module = builder.module
-    function = module.globals.get(name)
-    if function is None:
-        function = _define(
-            module, name, dtype, lanes, rows, m if static else None, n, k, lda, ldb, ldc
-        )
-    if not static and m.type != T.I64:
-        m = builder.sext(m, T.I64)
-    builder.call(function, [a, b, c] + ([] if static else [m]))
-
-
-def _define(module, name, dtype, lanes, rows, m, n, k, lda, ldb, ldc) -> ir.Function:
-    """The kernel function (a, b, c[, m]): m is an argument when it is None here."""
+def define(module: ir.Module, name: str, dtype) -> ir.Function:
+    """Add the kernel `name`(a, b, c, m, n, k, lda, ldb, ldc) computing c = a @ b for extents
+    and row strides (i64, in elements) given at run time: n a multiple of the vector width
+    (fits checks it). It lives in kiln's kernel library (gemm_library), compiled once per target
+    and called by every product that fits, rather than specialized per shape: one kernel for
+    all shapes compiles once, where one per shape added LLVM time to every new program."""
     from kiln.codegen.llvm.target import function_attributes
 
+    dtype = np.dtype(dtype)
+    lanes, rows = _layout(dtype)
     scalar = T.FLOAT if dtype == np.float32 else T.DOUBLE
     vector = ir.VectorType(scalar, lanes)
-    arguments = [T.PTR] * 3 + ([] if m is not None else [T.I64])
-    function = ir.Function(module, ir.FunctionType(T.VOID, arguments), name=name)
-    function.linkage = "internal"
+    function = ir.Function(module, ir.FunctionType(T.VOID, [T.PTR] * 3 + [T.I64] * 6), name=name)
     function.attributes = _StringAttributes(function_attributes())
     function.attributes.add("nounwind")
     for argument in function.args[:3]:
         argument.add_attribute("noalias")
-    a, b, c = function.args[:3]
+    a, b, c, m, n, k, lda, ldb, ldc = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     fmuladd_name = f"llvm.fmuladd.v{lanes}f{dtype.itemsize * 8}"
     fmuladd = module.globals.get(fmuladd_name) or ir.Function(
         module, ir.FunctionType(vector, [vector] * 3), fmuladd_name
     )
-    # Two vectors of columns per block when the width allows, else one.
-    per_block = 2 if n % (2 * lanes) == 0 else 1
-    width = per_block * lanes
     align = dtype.itemsize
 
     def index(value: int) -> ir.Constant:
         return ir.Constant(T.I64, value)
 
-    def block(row0, count: int, col0) -> None:
-        """c[row0 : row0 + count, col0 : col0 + width] = a[those rows] @ b[:, those columns]."""
+    def block(row0, count: int, col0, per_block: int) -> None:
+        """c[row0 : row0 + count, col0 : col0 + per_block * lanes] = a[those rows] @ b[:, those
+        columns], accumulated in registers (allocas that LLVM promotes)."""
         slots = [
             [entry_alloca(builder, vector, f"acc{r}_{v}") for v in range(per_block)]
             for r in range(count)
@@ -134,9 +116,9 @@ def _define(module, name, dtype, lanes, rows, m, n, k, lda, ldb, ldc) -> ir.Func
         for row in slots:
             for slot in row:
                 builder.store(zero, slot)
-        a_rows = [builder.mul(builder.add(row0, index(r)), index(lda)) for r in range(count)]
-        with for_range(builder, index(0), index(k), "kk") as kk:
-            b_row = builder.add(builder.mul(kk, index(ldb)), col0)
+        a_rows = [builder.mul(builder.add(row0, index(r)), lda) for r in range(count)]
+        with for_range(builder, index(0), k, "kk") as kk:
+            b_row = builder.add(builder.mul(kk, ldb), col0)
             columns = [
                 builder.load(
                     builder.gep(b, [builder.add(b_row, index(v * lanes))], source_etype=scalar),
@@ -158,28 +140,26 @@ def _define(module, name, dtype, lanes, rows, m, n, k, lda, ldb, ldc) -> ir.Func
                     total = builder.load(slots[r][v], typ=vector)
                     builder.store(builder.call(fmuladd, [splat, columns[v], total]), slots[r][v])
         for r in range(count):
-            c_row = builder.add(builder.mul(builder.add(row0, index(r)), index(ldc)), col0)
+            c_row = builder.add(builder.mul(builder.add(row0, index(r)), ldc), col0)
             for v in range(per_block):
                 pointer = builder.gep(
                     c, [builder.add(c_row, index(v * lanes))], source_etype=scalar
                 )
                 builder.store(builder.load(slots[r][v], typ=vector), pointer, align=align)
 
-    if m is None:  # whole blocks, then the remaining rows one at a time
-        count = function.args[3]
-        full_rows = builder.sub(count, builder.srem(count, index(rows)))
-        with for_range(builder, index(0), index(n), "j0", step=width) as col0:
-            with for_range(builder, index(0), full_rows, "i0", step=rows) as row0:
-                block(row0, rows, col0)
-            with for_range(builder, full_rows, count, "i1") as row0:
-                block(row0, 1, col0)
-    else:
-        full_rows = m - m % rows
-        with for_range(builder, index(0), index(n), "j0", step=width) as col0:
-            if full_rows:
-                with for_range(builder, index(0), index(full_rows), "i0", step=rows) as row0:
-                    block(row0, rows, col0)
-            if m % rows:
-                block(index(full_rows), m % rows, col0)
+    def columns(col0, per_block: int) -> None:
+        """Every row of the column block at col0: whole blocks of rows, then one at a time."""
+        with for_range(builder, index(0), full_rows, "i0", step=rows) as row0:
+            block(row0, rows, col0, per_block)
+        with for_range(builder, full_rows, m, "i1") as row0:
+            block(row0, 1, col0, per_block)
+
+    # Two vectors of columns per block, then (n an odd number of vectors) one.
+    full_rows = builder.sub(m, builder.srem(m, index(rows)))
+    pairs = builder.sub(n, builder.srem(n, index(2 * lanes)))
+    with for_range(builder, index(0), pairs, "j0", step=2 * lanes) as col0:
+        columns(col0, 2)
+    with builder.if_then(builder.icmp_signed("<", pairs, n)):
+        columns(pairs, 1)
     builder.ret_void()
     return function

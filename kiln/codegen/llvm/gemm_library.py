@@ -1,0 +1,98 @@
+"""kiln's kernel library: product kernels compiled once per target, kernel and dtype (one LLVM
+module each), called by name.
+
+A kernel that takes its extents at run time serves every program, so it is compiled once per
+process (and kept in the disk cache) rather than specialized and optimized again inside each
+program's module: a transformer block's gradient has some twenty small products, and their
+specialized kernels were a fifth of its LLVM time. Generated code declares the library's
+functions and calls them like BLAS; the engine (kiln.runtime.engine) compiles the library of
+a target the first time an object needs it, often on its helper thread while the program is
+still being emitted (prefetch), and registers its symbols before linking.
+
+A library's symbols carry a tag of the target it was compiled for (its cache tag), so
+programs compiled for different targets in one process never share machine code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+from llvmlite import ir
+
+from kiln.codegen.llvm import small_gemm
+from kiln.codegen.llvm import target as target_module
+from kiln.codegen.llvm import types as T
+
+#: Every library symbol starts so: f"{PREFIX}{kernel}_f{bits}_{tag}".
+PREFIX = "kiln_lib_"
+#: kernel name -> (argument types, definer(module, symbol, dtype))
+KERNELS = {
+    "small_gemm": ([T.PTR] * 3 + [T.I64] * 6, small_gemm.define),
+}
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+#: Called with (target, kernel, dtype) when the compiler plans a product that will call the
+#: library (kiln.runtime.kernel_library sets it: it starts compiling that module meanwhile).
+prefetcher = None
+
+_lock = threading.Lock()
+#: target tag -> Target, for every target a symbol was made for in this process
+_targets: dict[str, target_module.Target] = {}
+
+
+def _tag(target: target_module.Target) -> str:
+    return hashlib.sha256(target.cache_tag.encode()).hexdigest()[:12]
+
+
+def symbol(kernel: str, dtype, target: target_module.Target | None = None) -> str:
+    """The library symbol of a kernel for a dtype on a target (default: the current one)."""
+    target = target or target_module.current_target()
+    tag = _tag(target)
+    with _lock:
+        _targets.setdefault(tag, target)
+    return f"{PREFIX}{kernel}_f{np.dtype(dtype).itemsize * 8}_{tag}"
+
+
+def expect(kernel: str, dtype) -> None:
+    """Say that a program being built for the current target will call this kernel for this
+    dtype (so that its library module can be compiled meanwhile)."""
+    if prefetcher is not None and np.dtype(dtype) in DTYPES:
+        prefetcher(target_module.current_target(), kernel, np.dtype(dtype))
+
+
+def call(builder: ir.IRBuilder, kernel: str, dtype, arguments: list) -> None:
+    """Emit a call of a library kernel (declared in the builder's module on first use)."""
+    name = symbol(kernel, dtype)
+    function = builder.module.globals.get(name)
+    if function is None:
+        function = ir.Function(
+            builder.module, ir.FunctionType(T.VOID, KERNELS[kernel][0]), name=name
+        )
+        function.attributes.add("nounwind")
+    builder.call(function, arguments)
+
+
+def parse(name: str) -> tuple[target_module.Target, str, np.dtype] | None:
+    """(target, kernel, dtype) of a library symbol, None if it is not one (or names a target
+    no symbol was made for in this process)."""
+    if not name.startswith(PREFIX):
+        return None
+    kernel, bits, tag = name[len(PREFIX) :].rsplit("_", 2)
+    with _lock:
+        target = _targets.get(tag)
+    dtype = {"f32": DTYPES[0], "f64": DTYPES[1]}.get(bits)
+    if target is None or dtype is None or kernel not in KERNELS:
+        return None
+    return target, kernel, dtype
+
+
+def module(target: target_module.Target, kernel: str, dtype) -> ir.Module:
+    """The library module of one kernel and dtype for a target (external linkage)."""
+    with target_module.compiling_for(target):
+        library = ir.Module(name=f"kiln_library_{kernel}_f{np.dtype(dtype).itemsize * 8}")
+        library.triple = target.triple
+        library.data_layout = target.data_layout
+        KERNELS[kernel][1](library, symbol(kernel, dtype, target), dtype)
+        return library

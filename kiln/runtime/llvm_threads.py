@@ -1,0 +1,222 @@
+"""Where kiln's LLVM modules are optimized and turned into object files.
+
+In this process for the first config.llvm_in_process_compiles modules, then in a worker process
+(llvm_worker.py) that is replaced every WORKER_JOBS modules, because each run of LLVM's
+pipeline leaks a little memory that only the end of a process returns. The machine code does
+not depend on where it was made.
+
+In this process, the modules of one compile are optimized by two threads at once: the calling
+thread and one helper thread (side_thread). Each module is parsed into an LLVM context of its
+own and gets a target machine of its own, and the long calls (the pass pipeline, code
+generation) run without llvmlite's process-wide lock, with the GIL released by ctypes.
+
+A Stream starts the modules of a compile as they are emitted: the helper compiles the first
+ones while the caller, still holding the GIL for Python work, emits the next; when all are
+emitted the caller compiles what is left next to the helper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import subprocess
+import sys
+import threading
+from typing import Callable
+
+import llvmlite.binding as llvm
+
+from kiln.codegen.llvm import llvm_pipeline, llvm_worker
+from kiln.codegen.llvm import target as target_module
+from kiln.config import config
+
+_side_pool = None  # (executor, the process id that made it)
+_side_pool_lock = threading.Lock()
+
+
+def side_thread():
+    """The helper thread that compiles modules next to the compiling thread (one thread: the
+    engine's lock lets one compile run at a time). A forked child makes its own: the parent's
+    thread does not exist there."""
+    global _side_pool
+    with _side_pool_lock:
+        if _side_pool is None or _side_pool[1] != os.getpid():
+            from concurrent.futures import ThreadPoolExecutor
+
+            _side_pool = (ThreadPoolExecutor(1, thread_name_prefix="kiln-llvm"), os.getpid())
+        return _side_pool[0]
+
+
+def _compile_private(
+    build: Callable, target_: target_module.Target, pipeline: str
+) -> tuple[str, bytes]:
+    """Build a module in a context of its own and compile it with a machine of its own."""
+    context = llvm.create_context()
+    module = build(context)
+    machine = llvm_pipeline.create_machine(
+        target_.triple, target_.cpu_name, target_.features, llvm_pipeline.CODEGEN_LEVELS[pipeline]
+    )
+    result = llvm_pipeline.compile_module_private(module, machine, pipeline)
+    del module  # (before its context)
+    return result
+
+
+class Optimizer:
+    """Runs LLVM's pipeline on modules and emits their object files (see the module
+    docstring): here, alone or streamed on two threads, or in the worker process."""
+
+    WORKER_JOBS = 512
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.in_process = 0
+        self.in_worker = 0
+        self.workers_started = 0
+        self._worker: subprocess.Popen | None = None
+        self._worker_jobs = 0
+
+    def optimize(
+        self,
+        module: llvm.ModuleRef,
+        target_: target_module.Target,
+        machine: llvm.TargetMachine,
+        pipeline: str = "full",
+    ) -> tuple[str, bytes]:
+        """(optimized IR, object file) of one module through one of llvm_pipeline.PIPELINES,
+        on this thread (in place) or in the worker."""
+        with self._lock:
+            if self.in_process < config.llvm_in_process_compiles:
+                self.in_process += 1
+                return llvm_pipeline.optimize_module(module, machine, pipeline)
+            self.in_worker += 1
+            return self.in_worker_process(str(module), target_, pipeline)
+
+    def stream(self, target_: target_module.Target, modules: int) -> "Stream":
+        """A stream for the given number of modules: on two threads while in-process
+        compiles remain for all of them, else one after the other in the worker."""
+        with self._lock:
+            in_process = self.in_process + modules <= config.llvm_in_process_compiles
+            if in_process:
+                self.in_process += modules
+            else:
+                self.in_worker += modules
+        return Stream(self, target_, in_process)
+
+    def in_worker_process(
+        self, ir_text: str, target_: target_module.Target, pipeline: str = "full"
+    ) -> tuple[str, bytes]:
+        """(optimized IR, object file) from the worker process (callers serialize)."""
+        if self._worker is None or self._worker_jobs >= self.WORKER_JOBS:
+            self._stop_worker()
+            self._worker = subprocess.Popen(
+                [sys.executable, llvm_worker.__file__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+            self._worker_jobs = 0
+            self.workers_started += 1
+        worker = self._worker
+        self._worker_jobs += 1
+        try:
+            llvm_worker.write_frame(
+                worker.stdin,
+                (target_.triple, target_.cpu_name, target_.features, pipeline, ir_text),
+            )
+            reply = llvm_worker.read_frame(worker.stdout)
+        except OSError:
+            reply = None
+        if reply is None:
+            self._stop_worker()
+            raise RuntimeError("kiln: the LLVM worker process exited while optimizing a module")
+        if reply[0] != "ok":
+            raise RuntimeError(f"kiln: LLVM could not compile a module: {reply[1]}")
+        return reply[1], reply[2]
+
+    def _stop_worker(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        with contextlib.suppress(OSError):
+            worker.stdin.close()
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop_worker()
+
+
+class Stream:
+    """The modules of one compile, compiled as they are submitted.
+
+    submit(name, build, pipeline) queues a module; build(context) parses it into the given
+    LLVM context. The helper thread starts on the first submit and takes one module after
+    another; finish() has the calling thread take what is left too, waits for the helper and
+    returns {name: (optimized IR, object file)}. Every stream must end in finish() or abort()
+    (which drops what is not started): the helper waits for one or the other."""
+
+    def __init__(self, optimizer: Optimizer, target_: target_module.Target, in_process: bool):
+        self._optimizer = optimizer
+        self._target = target_
+        self._in_process = in_process
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._helper = None
+        self._results: dict = {}
+        self._errors: list[BaseException] = []
+        self._deferred: list = []  # (name, build, pipeline) for the worker process
+
+    def submit(self, name: str, build: Callable, pipeline: str) -> None:
+        if not self._in_process:
+            self._deferred.append((name, build, pipeline))
+            return
+        self._queue.put((name, build, pipeline))
+        if self._helper is None:
+            self._helper = side_thread().submit(self._work)
+
+    def _work(self) -> None:
+        """Compile queued modules until the end marker (None), which stays queued for the
+        other thread."""
+        while True:
+            task = self._queue.get()
+            if task is None:
+                self._queue.put(None)
+                return
+            name, build, pipeline = task
+            if self._errors:
+                continue  # (a module failed: the compile is lost, drain quickly)
+            try:
+                self._results[name] = _compile_private(build, self._target, pipeline)
+            except BaseException as err:  # (re-raised by finish, on the calling thread)
+                self._errors.append(err)
+
+    def finish(self) -> dict[str, tuple[str, bytes]]:
+        if not self._in_process:
+            with self._optimizer._lock:
+                for name, build, pipeline in self._deferred:
+                    text = str(build(llvm.create_context()))
+                    self._results[name] = self._optimizer.in_worker_process(
+                        text, self._target, pipeline
+                    )
+            return self._results
+        self._queue.put(None)
+        try:
+            self._work()
+        finally:
+            if self._helper is not None:
+                self._helper.result()
+        if self._errors:
+            raise self._errors[0]
+        return self._results
+
+    def abort(self) -> None:
+        """End the stream without its results (the caller failed while emitting)."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._queue.get_nowait()
+        self._queue.put(None)
+        if self._helper is not None:
+            with contextlib.suppress(BaseException):
+                self._helper.result()

@@ -1,0 +1,121 @@
+"""kiln's kernel library (kiln/codegen/llvm/gemm_library.py, kiln/runtime/kernel_library.py):
+product kernels compiled once per target and dtype and called by name from generated code.
+
+Each test runs per codegen target (conftest): a program compiled for a target calls that
+target's library, never another's; the library is compiled once, found in the disk cache by a
+later process, and a forked child whose parent was still compiling it compiles its own.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.codegen.llvm import gemm_library, llvm_pipeline, objects, target
+from kiln.config import config
+from kiln.runtime import engine, kernel_library
+
+_RUNS = itertools.count()
+
+
+def _product_inputs(rows: int):
+    rng = np.random.default_rng(rows)
+    return (
+        rng.standard_normal((rows, 64)).astype(np.float32),
+        rng.standard_normal((64, 96)).astype(np.float32),
+    )
+
+
+def test_symbols_name_their_target_and_dtype():
+    current = target.current_target()
+    name = gemm_library.symbol("small_gemm", np.float32)
+    assert name.startswith(gemm_library.PREFIX) and "_f32_" in name
+    assert gemm_library.parse(name) == (current, "small_gemm", np.dtype(np.float32))
+    assert gemm_library.symbol("small_gemm", np.float64) != name
+    other = target.make_target("x86-64-v2", runnable=False)
+    assert gemm_library.symbol("small_gemm", np.float32, other) != name
+    assert gemm_library.parse("kiln_cblas_sgemm") is None
+    assert gemm_library.parse(gemm_library.PREFIX + "small_gemm_f32_unknowntag") is None
+
+
+def test_a_program_calls_its_targets_library():
+    rows = 40 + next(_RUNS)  # a new shape: this target compiles a new program
+    a, b = _product_inputs(rows)
+    got = np.asarray(kiln.jit(lambda x, y: x @ y)(a, b))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    key = kernel_library._key(target.current_target(), "small_gemm", np.float32)
+    assert key in kernel_library._loaded
+    # The loaded library's symbol resolves to its own code.
+    name = gemm_library.symbol("small_gemm", np.float32)
+    assert kernel_library._loaded[key].address(name)
+
+
+def test_the_library_is_compiled_once_and_cached_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    current = target.current_target()
+    compiles = []
+    original = kernel_library.llvm_pipeline.compile_private
+
+    def counting(*args, **kwargs):
+        compiles.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kernel_library.llvm_pipeline, "compile_private", counting)
+    first = kernel_library._object(current, "small_gemm", np.float64)
+    second = kernel_library._object(current, "small_gemm", np.float64)
+    assert first == second
+    assert len(compiles) == 1  # the second came from the disk cache
+    assert engine._disk_cache_for(current).stats.hits >= 1
+
+
+def _child_product(rows: int):
+    config.num_threads = 1
+    kiln.clear_caches()
+    a, b = _product_inputs(rows)
+    return np.asarray(kiln.jit(lambda x, y: (x @ y) + 0.0)(a, b))
+
+
+#: Libraries taken out of the process's table by tests: programs linked earlier still call them.
+_RETIRED = []
+
+
+def test_a_forked_child_does_not_wait_for_its_parents_compile():
+    # A forked child inherits the parent's table of pending compiles but not the thread doing
+    # them: it must compile its own library rather than wait for that one forever. (The
+    # parent's compile is stood in for by a future that never completes, so that no LLVM call
+    # is in flight when the process forks.)
+    current = target.current_target()
+    key = kernel_library._key(current, "small_gemm", np.float32)
+    _RETIRED.append(kernel_library._loaded.pop(key, None))
+    kernel_library._pending[key] = (concurrent.futures.Future(), os.getpid())
+    rows = 70 + next(_RUNS)
+    try:
+        context = multiprocessing.get_context("fork")
+        with context.Pool(1) as pool:
+            got = pool.apply_async(_child_product, (rows,)).get(timeout=120)
+    finally:
+        kernel_library._pending.pop(key, None)
+    a, b = _product_inputs(rows)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    kernel_library.ensure([gemm_library.symbol("small_gemm", np.float32)])  # the parent's own
+    assert key in kernel_library._loaded
+    again = np.asarray(kiln.jit(lambda x, y: (x @ y) - 0.0)(a, b))
+    np.testing.assert_allclose(again, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", sorted(gemm_library.KERNELS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_each_module_defines_its_symbol_and_needs_nothing(kernel, dtype):
+    current = target.current_target()
+    text = str(gemm_library.module(current, kernel, dtype))
+    name = gemm_library.symbol(kernel, dtype, current)
+    assert f'define void @"{name}"' in text or f"define void @{name}" in text
+    machine = llvm_pipeline.create_machine(current.triple, current.cpu_name, current.features)
+    _, object_bytes = llvm_pipeline.compile_private(text, machine, "lean")
+    assert objects.undefined_symbols(object_bytes) == []  # (no libc, no other library)
