@@ -720,8 +720,7 @@ def evaluation_counts(kernel: Kernel) -> dict:
     roots = [e for s in kir.walk_stmts(kernel.body) for e in kir.stmt_exprs(s)]
     nodes = kir.toposort(roots)
     free: dict = {}
-    for node in nodes:
-        kir_rewrite.free_vars(node, free)
+    kir_rewrite.free_vars_in_order(nodes, free)
 
     def depth_count(variables) -> int:
         return max((chain.get(v, 1) for v in variables), default=1)

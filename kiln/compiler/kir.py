@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import struct
 import threading
 import weakref
 from dataclasses import dataclass
@@ -182,9 +183,17 @@ def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 _INTERNED: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
 _INTERN_LOCK = threading.Lock()
+#: The weak references behind _INTERNED (read directly on the lock-free path).
+_INTERNED_REFS = _INTERNED.data
 
 
 def _intern(cls, key: tuple, **fields) -> "Expr":
+    # Most nodes exist already: look without the lock first (a dict read is atomic), then
+    # look again under the lock before making one, so that two threads never make two.
+    ref = _INTERNED_REFS.get((cls, key))
+    node = ref() if ref is not None else None
+    if node is not None:
+        return node
     with _INTERN_LOCK:
         node = _INTERNED.get((cls, key))
         if node is None:
@@ -294,20 +303,35 @@ def _const_key(value, dtype: np.dtype):
     return (dtype, value)
 
 
+_FLOAT32 = struct.Struct("<f")
+#: dtype -> (min, max) of an integer dtype (np.iinfo is slow to build, and constants are many)
+_INTEGER_BOUNDS: dict = {}
+
+
 def _normalize_const(value, dtype: np.dtype):
     family = dtype_family(dtype)
     if family == "bool":
         return bool(value)
     if family == "float":
+        if dtype == np.float64:
+            return float(value)
+        if dtype == np.float32:
+            try:  # (struct rounds to nearest like NumPy; out of range it raises)
+                return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
+            except (OverflowError, struct.error):
+                pass
         # Round to the dtype (f16/bf16/f32) so the node holds exactly the value it denotes.
         with np.errstate(over="ignore"):
             return float(np.asarray(value, dtype=np.float64).astype(dtype))
     if isinstance(value, float) and not value.is_integer():
         raise KirError(f"constant {value!r} is not an integer but the dtype is {dtype}")
     integer = int(value)
-    info = np.iinfo(dtype)
-    if not info.min <= integer <= info.max:
-        raise KirError(f"constant {integer} does not fit {dtype} [{info.min}, {info.max}]")
+    bounds = _INTEGER_BOUNDS.get(dtype)
+    if bounds is None:
+        info = np.iinfo(dtype)
+        bounds = _INTEGER_BOUNDS[dtype] = (int(info.min), int(info.max))
+    if not bounds[0] <= integer <= bounds[1]:
+        raise KirError(f"constant {integer} does not fit {dtype} [{bounds[0]}, {bounds[1]}]")
     return integer
 
 
@@ -720,29 +744,28 @@ def toposort(
     children: Callable[[Expr], tuple[Expr, ...]] | None = None,
     skip: Container[Expr] = (),
 ) -> list[Expr]:
-    """Every node reachable from roots, children before parents (iterative: DAGs can be deep).
+    """Every node reachable from roots, children before parents (iterative: DAGs can be deep):
+    a depth-first post-order, children in their order.
 
     Nodes in `skip` (e.g. already analysed ones) are left out along with what lies below them.
     """
-    children = children or (lambda node: node.children())
     order: list[Expr] = []
-    seen: set[int] = {id(node) for node in roots if node in skip}
+    seen: set[int] = set()
     for root in roots:
-        stack = [(root, False)]
+        if id(root) in seen or root in skip:
+            continue
+        seen.add(id(root))
+        stack = [(root, iter(children(root) if children else root.children()))]
         while stack:
-            node, expanded = stack.pop()
-            if expanded:
+            node, pending = stack[-1]
+            for child in pending:
+                if id(child) not in seen and child not in skip:
+                    seen.add(id(child))
+                    stack.append((child, iter(children(child) if children else child.children())))
+                    break
+            else:
+                stack.pop()
                 order.append(node)
-                continue
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            stack.append((node, True))
-            stack.extend(
-                (child, False)
-                for child in reversed(children(node))
-                if id(child) not in seen and child not in skip
-            )
     return order
 
 

@@ -34,12 +34,20 @@ def free_vars(node: Expr, memo: dict | None = None) -> frozenset[Var]:
     Pass the same memo dict across calls to share the work.
     """
     memo = {} if memo is None else memo
-    for item in toposort([node], skip=memo):
+    if node in memo:
+        return memo[node]
+    free_vars_in_order(toposort([node], skip=memo), memo)
+    return memo[node]
+
+
+def free_vars_in_order(nodes, memo: dict) -> None:
+    """free_vars of every node of a list whose children come before their parents (as
+    toposort orders them) or are in memo already, into memo."""
+    for item in nodes:
         found = frozenset({item}) if isinstance(item, Var) else frozenset()
         for child in item.children():
             found |= memo[child]
         memo[item] = found - {item.var} if isinstance(item, Reduce) else found
-    return memo[node]
 
 
 def is_stable(node: Expr, written, memo: dict) -> bool:
@@ -49,6 +57,8 @@ def is_stable(node: Expr, written, memo: dict) -> bool:
 
     Pass the same memo dict across calls to share the work.
     """
+    if node in memo:
+        return memo[node]
     for item in toposort([node], skip=memo):
         reads_written = isinstance(item, Load) and item.buffer in written
         memo[item] = not reads_written and all(memo[child] for child in item.children())
@@ -62,6 +72,8 @@ def rewrite(
     return its replacement; None rebuilds it on the new children. memo maps originals to their
     results (pass one dict across calls to share the work)."""
     rebuilt = {} if memo is None else memo
+    if node in rebuilt:
+        return rebuilt[node]
     for item in toposort([node], skip=rebuilt):
         new = [rebuilt[child] for child in item.children()]
         replacement = replace(item, new)

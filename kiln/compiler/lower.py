@@ -279,6 +279,8 @@ class ExprBuilder:
 
     def _is_tainted(self, node: Expr) -> bool:
         tainted = self._tainted
+        if node in tainted:
+            return tainted[node]
         for item in kir.toposort([node], skip=tainted):
             tainted[item] = any(tainted[child] for child in item.children())
         return tainted[node]
