@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml Makefile
 # The package's bytecode, written as an installed package's is (the editable install writes
 # none, and a process that cannot write __pycache__ would compile every module it imports, the
 # lazily imported compiler included, again on each start): only changed files are recompiled.
+# Then the host's kernel library (kiln/runtime/kernel_library.py: the product kernels every
+# program calls), built once into kiln/_prebuilt rather than in each process that needs it.
 bytecode: $(STAMP)
 	$(PY) -m compileall -q kiln > /dev/null
+	$(PY) -m kiln.runtime.kernel_library
 
 demo: $(STAMP) bytecode
 	$(PY) -m kiln.examples.digits_mlp
@@ -50,4 +53,4 @@ bench: $(STAMP) bytecode
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info kiln/_prebuilt

@@ -1,7 +1,9 @@
 """Compiling and loading kiln's kernel library (kiln.codegen.llvm.gemm_library).
 
-One library module per (target, kernel, dtype) is compiled at most once per process: from the disk
-cache when KILN_CACHE_DIR has it, else by LLVM. The engine asks for it as soon as it has
+One library module per (target, kernel, dtype) is compiled at most once per process, and none
+when it was built ahead of time: like the package's bytecode, `make` builds the host's modules
+into kiln/_prebuilt (build); else it comes from the disk cache when KILN_CACHE_DIR has it,
+else from LLVM. The engine asks for it as soon as it has
 emitted a program that calls it (prefetch: the compile runs on the engine's helper thread
 while this thread goes on emitting), and at the latest when an object that calls it is linked
 (ensure). Its symbols are then registered with LLVM's symbol table for every later object.
@@ -13,14 +15,20 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import threading
+from pathlib import Path
 
 import numpy as np
 from llvmlite import binding as llvm
 
 from kiln.codegen.llvm import gemm_library, llvm_pipeline, objects
 from kiln.codegen.llvm import target as target_module
-from kiln.runtime import llvm_threads
+from kiln.runtime import disk_cache, llvm_threads
+
+#: Where `python -m kiln.runtime.kernel_library` (run by make with the package's bytecode)
+#: leaves the host's library modules, built before any program runs.
+PREBUILT = Path(__file__).resolve().parents[1] / "_prebuilt"
 
 _lock = threading.Lock()
 #: (target cache tag, dtype) -> the loaded library (kept for the life of the process)
@@ -34,26 +42,70 @@ def _key(target: target_module.Target, kernel: str, dtype) -> tuple[str, str, np
     return target.cache_tag, kernel, np.dtype(dtype)
 
 
-def _object(target: target_module.Target, kernel: str, dtype) -> bytes:
-    """The library's object file: from the disk cache, else compiled (and stored there)."""
-    from kiln.runtime import engine
-
-    text = str(gemm_library.module(target, kernel, dtype))
-    cache = engine._disk_cache_for(target)
-    if cache is not None:
-        key = engine.Engine._disk_key(
-            "library " + hashlib.sha256((text + target.cache_tag).encode()).hexdigest()
-        )
-        entry = cache.load(key)
-        if entry is not None:
-            return entry[0]
+def _compile(text: str, target: target_module.Target) -> bytes:
     machine = llvm_pipeline.create_machine(target.triple, target.cpu_name, target.features)
     # (The lean pipeline: the kernels are vectorized by hand, and O3's unrolling made them no
     # faster, bigger and 2.5 times slower to compile.)
-    _, object_bytes = llvm_pipeline.compile_private(text, machine, "lean")
-    if cache is not None:
-        cache.store(key, object_bytes, None)
+    return llvm_pipeline.compile_private(text, machine, "lean")[1]
+
+
+def _cache_key(text: str, target: target_module.Target) -> str:
+    from kiln.runtime import engine
+
+    return engine.Engine._disk_key(
+        "library " + hashlib.sha256((text + target.cache_tag).encode()).hexdigest()
+    )
+
+
+def _prebuilt_cache(target: target_module.Target) -> disk_cache.DiskCache | None:
+    """The store of library modules built ahead of time (see build), if there is one that
+    only this user can write."""
+    try:
+        info = PREBUILT.stat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return None
+    return disk_cache.DiskCache(PREBUILT, disk_cache.identity(target))
+
+
+def _object(target: target_module.Target, kernel: str, dtype) -> bytes:
+    """A library module's object file: built ahead of time, else from the disk cache, else
+    compiled now (and stored in the disk cache)."""
+    from kiln.runtime import engine
+
+    text = str(gemm_library.module(target, kernel, dtype))
+    stores = [_prebuilt_cache(target), engine._disk_cache_for(target)]
+    key = _cache_key(text, target) if any(stores) else None
+    for store in stores:
+        entry = store.load(key) if store is not None else None
+        if entry is not None:
+            return entry[0]
+    object_bytes = _compile(text, target)
+    if stores[1] is not None:
+        stores[1].store(key, object_bytes, None)
     return object_bytes
+
+
+def build(directory: Path = None, target: target_module.Target | None = None) -> int:
+    """Build every library module for a target (default: the host) into a store (default:
+    PREBUILT), ahead of any program, as an installed package ships its compiled parts; a
+    module already there is kept. Returns how many were built."""
+    directory = PREBUILT if directory is None else Path(directory)
+    target = target or target_module.host_target()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    store = disk_cache.DiskCache(directory, disk_cache.identity(target))
+    built = 0
+    for kernel in gemm_library.KERNELS:
+        for dtype in gemm_library.DTYPES:
+            text = str(gemm_library.module(target, kernel, dtype))
+            key = _cache_key(text, target)
+            if store.load(key) is None:
+                store.store(key, _compile(text, target), None)
+                built += 1
+    return built
 
 
 def prefetch(ir_text: str | None) -> None:
@@ -114,3 +166,8 @@ def _load(target: target_module.Target, kernel: str, dtype) -> None:
 
 
 gemm_library.prefetcher = prefetch_one
+
+
+if __name__ == "__main__":
+    count = build()
+    print(f"kiln: {count} kernel library module(s) built into {PREBUILT}" if count else "", end="")

@@ -58,20 +58,44 @@ def test_a_program_calls_its_targets_library():
 
 def test_the_library_is_compiled_once_and_cached_on_disk(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(kernel_library, "PREBUILT", tmp_path / "nothing built")
     current = target.current_target()
     compiles = []
-    original = kernel_library.llvm_pipeline.compile_private
+    original = kernel_library._compile
 
     def counting(*args, **kwargs):
         compiles.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(kernel_library.llvm_pipeline, "compile_private", counting)
+    monkeypatch.setattr(kernel_library, "_compile", counting)
     first = kernel_library._object(current, "small_gemm", np.float64)
     second = kernel_library._object(current, "small_gemm", np.float64)
     assert first == second
     assert len(compiles) == 1  # the second came from the disk cache
     assert engine._disk_cache_for(current).stats.hits >= 1
+
+
+def test_modules_built_ahead_load_without_compiling(tmp_path, monkeypatch):
+    current = target.current_target()
+    store = tmp_path / "prebuilt"
+    assert kernel_library.build(store, current) == len(gemm_library.KERNELS) * 2
+    assert kernel_library.build(store, current) == 0  # (kept)
+    monkeypatch.setattr(kernel_library, "PREBUILT", store)
+    monkeypatch.setattr(config, "cache_dir", None)
+
+    def no_compiling(*args):
+        raise AssertionError("compiled although it was built ahead")
+
+    original = kernel_library._compile
+    monkeypatch.setattr(kernel_library, "_compile", no_compiling)
+    for dtype in gemm_library.DTYPES:
+        text = str(gemm_library.module(current, "small_gemm", dtype))
+        assert kernel_library._object(current, "small_gemm", dtype) == original(text, current)
+    # A store other users may write is not trusted: the module is compiled instead.
+    store.chmod(0o777)
+    monkeypatch.setattr(kernel_library, "_compile", original)
+    assert kernel_library._prebuilt_cache(current) is None
+    assert kernel_library._object(current, "small_gemm", np.float32)
 
 
 def _child_product(rows: int):
