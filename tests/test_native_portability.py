@@ -4,6 +4,7 @@ and the KILN_CPU / KILN_CPU_FEATURES target override."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -305,6 +306,44 @@ def test_a_missing_symbol_is_an_error_naming_it():
     data = machine.emit_object(llvm.parse_assembly(str(module)))
     with pytest.raises(engine.UnresolvedSymbolError, match="kiln_test_no_such_symbol"):
         engine.load_object(data, host, "needs_missing")
+
+
+def test_objects_linked_together_resolve_each_others_symbols():
+    # An object calling a function that only another object defines loads when both are
+    # linked into one instance (as a split program's entries and side kernels are), and is
+    # refused alone.
+    host = target.host_target()
+    modules = []
+    for name in ("provider", "user"):
+        module = ir.Module(name=name)
+        module.triple, module.data_layout = host.triple, host.data_layout
+        modules.append(module)
+    signature = ir.FunctionType(T.DOUBLE, [T.DOUBLE])
+    provided = ir.Function(modules[0], signature, name="kiln_test_provided")
+    builder = ir.IRBuilder(provided.append_basic_block("entry"))
+    builder.ret(builder.fmul(provided.args[0], ir.Constant(T.DOUBLE, 3.0)))
+    helper = ir.Function(modules[0], signature, name="kiln_test_internal_helper")
+    helper.linkage = "internal"
+    builder = ir.IRBuilder(helper.append_basic_block("entry"))
+    builder.ret(helper.args[0])
+    declared = ir.Function(modules[1], signature, name="kiln_test_provided")
+    caller = ir.Function(modules[1], signature, name="kiln_test_caller")
+    builder = ir.IRBuilder(caller.append_basic_block("entry"))
+    builder.ret(builder.fadd(builder.call(declared, [caller.args[0]]), ir.Constant(T.DOUBLE, 1.0)))
+    provider, user = (
+        host.create_machine().emit_object(llvm.parse_assembly(str(m))) for m in modules
+    )
+    assert "kiln_test_provided" in objects.defined_symbols(provider)
+    assert "kiln_test_internal_helper" not in objects.defined_symbols(provider)
+    assert objects.undefined_symbols(user) == ["kiln_test_provided"]
+    with pytest.raises(engine.UnresolvedSymbolError, match="kiln_test_provided"):
+        engine.load_object(user, host, "alone")
+    library = engine.load_object(user, host, "together", [provider])
+    function = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(
+        library.address("kiln_test_caller")
+    )
+    assert function(2.0) == 7.0
+    assert not llvm.address_of_symbol("kiln_test_provided")  # (not made a process symbol)
 
 
 def test_object_reader_rejects_garbage():

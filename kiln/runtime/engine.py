@@ -80,14 +80,17 @@ def _group_key(keys: Sequence[str]) -> str:
 class _Library:
     """One MCJIT instance holding one program's machine code; freed with this object."""
 
-    def __init__(self, object_bytes: bytes, target_: target.Target):
+    def __init__(self, object_bytes: bytes, target_: target.Target, more: Sequence[bytes] = ()):
         empty = llvm.parse_assembly(
             f'target triple = "{target_.triple}"\ntarget datalayout = "{target_.data_layout}"\n'
         )
         # MCJIT owns (and frees) the machine it is given: each instance gets a fresh one.
         self.jit = llvm.create_mcjit_compiler(empty, target_.create_machine())
-        self.object_file = llvm.ObjectFileRef.from_data(object_bytes)
-        self.jit.add_object_file(self.object_file)
+        # (Objects linked together resolve each other's symbols: a split program's entry
+        # object calls the kernels of its side objects.)
+        self.object_files = [llvm.ObjectFileRef.from_data(b) for b in (*more, object_bytes)]
+        for object_file in self.object_files:
+            self.jit.add_object_file(object_file)
         self.jit.finalize_object()
 
     def address(self, symbol: str) -> int:
@@ -96,7 +99,7 @@ class _Library:
     def close(self) -> None:
         # The engine first: it owns the code the object file's buffers were moved into.
         self.__dict__.pop("jit", None)
-        self.__dict__.pop("object_file", None)
+        self.__dict__.pop("object_files", None)
 
     def __del__(self):
         self.close()
@@ -258,10 +261,15 @@ def unresolved_symbols(object_bytes: bytes) -> list[str]:
     return [name for name in needed if not llvm.address_of_symbol(name)]
 
 
-def load_object(object_bytes: bytes, target_: target.Target, what: str = "an object"):
-    """Link an object file into the process after checking that every symbol it needs
-    resolves; the result's .address(name) finds its functions, valid while it lives."""
-    missing = unresolved_symbols(object_bytes)
+def load_object(object_bytes: bytes, target_: target.Target, what: str = "an object", more=()):
+    """Link an object file (and `more` objects, linked with it) into the process after
+    checking that every symbol they need resolves; the result's .address(name) finds their
+    functions, valid while it lives."""
+    everything = [*more, object_bytes]
+    defined = {name for data in everything for name in objects.defined_symbols(data)}
+    missing = sorted(
+        {name for data in everything for name in unresolved_symbols(data) if name not in defined}
+    )
     if missing:
         raise UnresolvedSymbolError(
             f"kiln: the native code of {what} (target {target_.describe()}) calls "
@@ -269,7 +277,7 @@ def load_object(object_bytes: bytes, target_: target.Target, what: str = "an obj
             "jump to address 0. This is a bug in kiln's code generation: please report it; "
             "jit(..., backend='interpret') avoids native code meanwhile."
         )
-    return _Library(object_bytes, target_)
+    return _Library(object_bytes, target_, more)
 
 
 # --- where modules are optimized ---------------------------------------------------------------
@@ -535,23 +543,9 @@ class Engine:
         self, units: list["_Unit"], object_bytes, optimized, side_objects: Sequence[bytes] = ()
     ) -> list[NativeProgram]:
         what = units[0].program.name + (f" and {len(units) - 1} more" if len(units) > 1 else "")
-        # The side kernels first: the main object calls them by name.
-        side_libraries = [
-            load_object(b, self.target, what + " (side kernels)") for b in side_objects
-        ]
-        with _SYMBOLS_LOCK:
-            for unit in units:
-                for part, positions in unit.parts:
-                    side_library = side_libraries[part]
-                    for name in (unit.side[position] for position in positions):
-                        address = side_library.address(name)
-                        if not address:
-                            raise UnresolvedSymbolError(
-                                f"kiln: the side object of {what} does not define {name}"
-                            )
-                        llvm.add_symbol(name, address)
-        library = load_object(object_bytes, self.target, what)
-        library.sides = side_libraries  # (the main code calls into them: same lifetime)
+        # One JIT instance for the entries' object and its side objects, which define the
+        # kernels the entries call (load_object checks that every one is defined).
+        library = load_object(object_bytes, self.target, what, side_objects)
         return [
             NativeProgram(unit.program, unit.symbol, library, unit.unoptimized, optimized, self)
             for unit in units

@@ -15,6 +15,7 @@ _SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
 _SYMBOL = struct.Struct("<IBBHQQ")
 _SHT_SYMTAB = 2
 _SHN_UNDEF = 0
+_STB_GLOBAL = 1
 _STB_WEAK = 2
 
 
@@ -46,6 +47,15 @@ def undefined_symbols(data: bytes, include_weak: bool = False) -> list[str]:
 
     Weak undefined references resolve to 0 by design and are left out unless include_weak.
     """
+    return sorted(_symbols(data, undefined=True, include_weak=include_weak))
+
+
+def defined_symbols(data: bytes) -> list[str]:
+    """The names of the global (or weak) symbols an ELF64 object defines, sorted."""
+    return sorted(_symbols(data, undefined=False))
+
+
+def _symbols(data: bytes, undefined: bool, include_weak: bool = True) -> set[str]:
     sections = _sections(data)
     names: set[str] = set()
     for header in sections:
@@ -58,9 +68,12 @@ def undefined_symbols(data: bytes, include_weak: bool = False) -> list[str]:
         strings = data[strings_offset : strings_offset + strings_size]
         for position in range(offset, offset + size, entry_size):
             name_offset, info, _, section_index, _, _ = _SYMBOL.unpack_from(data, position)
-            if section_index != _SHN_UNDEF or name_offset == 0:
+            if (section_index == _SHN_UNDEF) != undefined or name_offset == 0:
                 continue
-            if (info >> 4) == _STB_WEAK and not include_weak:
+            binding = info >> 4
+            if undefined and binding == _STB_WEAK and not include_weak:
+                continue
+            if not undefined and binding not in (_STB_GLOBAL, _STB_WEAK):
                 continue
             names.add(_c_string(strings, name_offset))
-    return sorted(names)
+    return names
