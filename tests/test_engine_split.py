@@ -1,7 +1,7 @@
 """Split compilation (kiln.runtime.engine): a group of programs with many kernels is compiled
-as several LLVM modules, the entries in one and the kernels a few at a time in side modules,
-each optimized on one of two threads as soon as it is emitted. The machine code is the same
-as unsplit, warm starts load every object, a missing side object is never half-used, and the
+as several LLVM modules, parts of a few kernels each (with the entries of the programs that end
+there), each optimized on one of two threads as soon as it is emitted. The machine code is the same
+as unsplit, warm starts load every object, a group missing one part is never half-used, and the
 worker process path compiles every module too."""
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def _compile_and_run(monkeypatch, threads: int):
     original = engine.Engine._compile_fresh
 
     def spy(self, pending, verify):
-        split_groups.extend(len(self._part_names(units, group)) for units, group in pending)
+        for units, group in pending:  # the parts of a split group, 0 for a whole one
+            split = any(unit.parts for unit in units)
+            split_groups.append(len(self._module_names(units, group)) if split else 0)
         return original(self, pending, verify)
 
     monkeypatch.setattr(engine.Engine, "_compile_fresh", spy)
@@ -64,8 +66,9 @@ def test_split_group_gives_the_same_bits_as_unsplit(monkeypatch):
     split_out, split_modules, split_groups = _compile_and_run(monkeypatch, 2)
     whole_out, whole_modules, whole_groups = _compile_and_run(monkeypatch, 1)
     assert any(split_groups) and not any(whole_groups)
-    # One module per group, plus a split group's side modules (a few kernels each).
-    assert split_modules == len(split_groups) + sum(split_groups) > len(split_groups) + 1
+    # One module per whole group, one per part (a few kernels each) of a split group.
+    assert split_modules == sum(parts or 1 for parts in split_groups)
+    assert max(split_groups) >= 2
     assert whole_modules == len(whole_groups)
     for a, b in zip(split_out, whole_out):
         np.testing.assert_array_equal(a, b)
@@ -81,26 +84,26 @@ def test_split_group_through_the_worker_process(monkeypatch):
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
 
 
-def test_a_missing_side_object_means_recompiling(monkeypatch, tmp_path):
+def test_a_missing_part_means_recompiling(monkeypatch, tmp_path):
     monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
     first, _, groups = _compile_and_run(monkeypatch, 2)
     assert any(groups)
-    # Drop every side object from the disk cache: the main objects alone must not load.
+    # Drop one part's object from the disk cache: the other parts alone must not load.
     real_load = engine.disk_cache.DiskCache.load
-    side_keys = set()
+    dropped_keys = set()
     real_key = engine.Engine._disk_key
 
     def disk_key(group):
         key = real_key(group)
-        if " side" in group:
-            side_keys.add(key)
+        if group.endswith(" part1"):
+            dropped_keys.add(key)
         return key
 
     monkeypatch.setattr(engine.Engine, "_disk_key", staticmethod(disk_key))
     monkeypatch.setattr(
         engine.disk_cache.DiskCache,
         "load",
-        lambda self, key: None if key in side_keys else real_load(self, key),
+        lambda self, key: None if key in dropped_keys else real_load(self, key),
     )
     again, modules, groups = _compile_and_run(monkeypatch, 2)
     assert any(groups) and modules >= 2  # compiled again, not half-loaded

@@ -11,9 +11,10 @@ A program is known by the fingerprint of its kernel IR (kiln.runtime.kir_codec):
 loaded, or on disk, is linked without being verified or emitted as LLVM IR again.
 
 The modules one compile needs (one per optimization pipeline; a group of many kernels split
-into an entry module and side modules of a few kernels each) are optimized by the calling
-thread and a helper thread at once, each in an LLVM context and with a target machine of its
-own; the helper starts on each side module as soon as it is emitted (llvm_threads.Stream).
+into parts of a few kernels each) are optimized by the calling thread and a helper thread at
+once, each in an LLVM context and with a target machine of its own; the helper starts on each
+part as soon as it is emitted (llvm_threads.Stream). A group's objects link into one JIT
+instance, where the parts call each other's kernels.
 Products call kiln's kernel library (kernel_library), compiled once per process and target.
 """
 
@@ -63,8 +64,8 @@ class _Unit:
         self.symbol = f"kiln_{program.name}_{key[:20]}"
         self.unoptimized = unoptimized
         self.pipeline = pipeline
-        #: {kernel position: external name} of the kernels compiled in side modules, and
-        #: (side module number, kernel positions) for each module it has kernels in (see
+        #: {kernel position: external name} of its kernels when its group is split, and (part
+        #: number, kernel positions) for each part it has kernels in (see
         #: Engine._assign_sides)
         self.side: dict[int, str] = {}
         self.parts: list[tuple[int, list[int]]] = []
@@ -287,8 +288,8 @@ atexit.register(_optimizer.close)
 _side_thread = llvm_threads.side_thread
 
 #: A group is split when it has at least this many kernels (below, one module compiles about
-#: as fast as parts on two threads); its kernels then go to side modules of PART_KERNELS
-#: kernels each, compiled as they are emitted, and the entries to a module of their own.
+#: as fast as parts on two threads); its kernels then go to parts (modules) of PART_KERNELS
+#: kernels each, compiled as they are emitted.
 SPLIT_KERNELS = 8
 PART_KERNELS = 4
 
@@ -381,9 +382,9 @@ class Engine:
     def _assign_sides(units: list["_Unit"]) -> bool:
         """Whether the units' kernels are split: when there are SPLIT_KERNELS kernels or more
         and kiln may use two threads. Each unit's kernels then go, PART_KERNELS at a time in
-        order, to side modules under external names made from its unit's symbol, and its
-        entry to the group's main module; units emitted already (keyed by their LLVM IR) stay
-        whole there. The choice depends only on the programs and the thread count, so a
+        order, to the group's parts under external names made from its unit's symbol, and its
+        entry to the part of its last kernel; units emitted already (keyed by their LLVM IR)
+        go whole to the part being filled. The choice depends only on the programs and the thread count, so a
         process finds in the disk cache what another made."""
         from kiln.runtime.native import num_threads
 
@@ -404,14 +405,15 @@ class Engine:
         return True
 
     @staticmethod
-    def _part_names(units: list["_Unit"], group: str) -> list[str]:
-        """The names (and disk cache groups) of a group's side modules, in order."""
+    def _module_names(units: list["_Unit"], group: str) -> list[str]:
+        """The names (and disk cache groups) of a group's modules, in order: the group's own
+        when it is whole, else one per part of a split group."""
         count = 1 + max((part for u in units for part, _ in u.parts), default=-1)
-        return [f"{group} side{i}" for i in range(count)]
+        return [f"{group} part{i}" for i in range(count)] if count else [group]
 
     def _emit(self, unit: "_Unit", verify: bool) -> Iterator[tuple[int, str, set]]:
         """Verify (if asked) and emit a unit's program, unless done: yields the text of each
-        piece of a side module it has kernels in, as (side module number, text, names it
+        piece of a part it has kernels in, as (part number, text, names it
         defines), as soon as it is emitted; then sets its entry module's IR
         (unit.unoptimized)."""
         if unit.unoptimized is not None:
@@ -455,49 +457,47 @@ class Engine:
         module.name = name
         return module
 
-    def _builder(self, texts: list, name: str):
+    def _builder(self, texts: list):
         """build(context) for a stream: the module _linked makes of these texts."""
-        return lambda context: self._linked(texts, name, context)
+        return lambda context: self._linked(texts, "part", context)
 
     def _compile_fresh(self, pending: list[tuple[list["_Unit"], str]], verify: bool) -> list:
         """Emit and compile the groups' modules and load them. A lone module is optimized
-        here as it always was; several (groups of other pipelines, a split group's side
-        modules) stream: each starts on the helper thread as soon as it is emitted."""
-        modules = sum(1 + len(self._part_names(units, group)) for units, group in pending)
+        here as it always was; several (groups of other pipelines, the parts of a split
+        group) stream: each starts on the helper thread as soon as it is emitted. A split
+        group's part holds a few kernels and the entries of the programs whose last kernels
+        it holds."""
+        modules = sum(len(self._module_names(units, group)) for units, group in pending)
         if modules == 1:
             units, group = pending[0]
             for unit in units:
                 for _ in self._emit(unit, verify):
-                    pass  # (no side modules here)
+                    pass  # (no parts here)
             pipeline = units[0].pipeline
             machine = self._quick_machine if pipeline == "quick" else self._machine
             module = self._linked([(u.unoptimized, u.symbol, set()) for u in units], group)
             optimized, object_bytes = _optimizer.optimize(module, self.target, machine, pipeline)
             self.stats["modules"] += 1
-            natives = self._link(units, object_bytes, optimized)
+            natives = self._link(units, [(optimized, object_bytes)])
             if self.disk_cache is not None:
                 self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
             return [natives]
         stream = _optimizer.stream(self.target, modules)
         try:
             for units, group in pending:
-                names = self._part_names(units, group)
+                names = self._module_names(units, group)
                 pieces: list[list] = [[] for _ in names]
-                submitted = 0  # side modules before this one are on their way
+                open_part = 0  # the parts before it are complete and on their way
                 pipeline = units[0].pipeline
                 for unit in units:
                     for part, text, defined in self._emit(unit, verify):
-                        # A side module is complete once a later one has kernels: submit it.
-                        for done in range(submitted, part):
-                            stream.submit(
-                                names[done], self._builder(pieces[done], "side"), pipeline
-                            )
-                        submitted = max(submitted, part)
+                        for done in range(open_part, part):
+                            stream.submit(names[done], self._builder(pieces[done]), pipeline)
+                        open_part = max(open_part, part)
                         pieces[part].append((text, None, defined))
-                for part in range(submitted, len(names)):
-                    stream.submit(names[part], self._builder(pieces[part], "side"), pipeline)
-                main = [(u.unoptimized, u.symbol, set()) for u in units]
-                stream.submit(group, self._builder(main, group), pipeline)
+                    pieces[open_part].append((unit.unoptimized, unit.symbol, set()))
+                for part in range(open_part, len(names)):
+                    stream.submit(names[part], self._builder(pieces[part]), pipeline)
         except BaseException:
             stream.abort()
             raise
@@ -505,13 +505,13 @@ class Engine:
         self.stats["modules"] += modules
         loaded = []
         for units, group in pending:
-            optimized, object_bytes = results[group]
-            sides = [results[name] for name in self._part_names(units, group)]
-            loaded.append(self._link(units, object_bytes, optimized, [o for _, o in sides]))
+            compiled = [results[name] for name in self._module_names(units, group)]
+            loaded.append(self._link(units, compiled))
             if self.disk_cache is not None:
-                for name, (side_ir, side_object) in zip(self._part_names(units, group), sides):
-                    self.disk_cache.store(self._disk_key(name), side_object, side_ir)
-                self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
+                for name, (optimized, object_bytes) in zip(
+                    self._module_names(units, group), compiled
+                ):
+                    self.disk_cache.store(self._disk_key(name), object_bytes, optimized)
         return loaded
 
     @staticmethod
@@ -524,13 +524,12 @@ class Engine:
     def _load_cached(self, units: list["_Unit"], group: str) -> list[NativeProgram] | None:
         if self.disk_cache is None:
             return None
-        sides = [self.disk_cache.load(self._disk_key(n)) for n in self._part_names(units, group)]
-        entry = self.disk_cache.load(self._disk_key(group))
-        if entry is None or any(side is None for side in sides):
-            return None  # (a main object never loads without every side object)
-        object_bytes, optimized = entry
+        names = self._module_names(units, group)
+        entries = [self.disk_cache.load(self._disk_key(name)) for name in names]
+        if any(entry is None for entry in entries):
+            return None  # (a part never loads without every other part)
         try:
-            return self._link(units, object_bytes, optimized, [side[0] for side in sides])
+            return self._link(units, [(optimized, data) for data, optimized in entries])
         except (UnresolvedSymbolError, objects.ObjectFormatError) as err:
             logger.warning(
                 "kiln: the disk cache entry for %s did not load (%s); recompiling",
@@ -539,13 +538,15 @@ class Engine:
             )
             return None
 
-    def _link(
-        self, units: list["_Unit"], object_bytes, optimized, side_objects: Sequence[bytes] = ()
-    ) -> list[NativeProgram]:
+    def _link(self, units: list["_Unit"], compiled: list[tuple]) -> list[NativeProgram]:
+        """Load a group's objects, [(optimized IR or None, object bytes)], into one JIT
+        instance, in which a split group's parts call each other's kernels (load_object
+        checks that every one is defined)."""
         what = units[0].program.name + (f" and {len(units) - 1} more" if len(units) > 1 else "")
-        # One JIT instance for the entries' object and its side objects, which define the
-        # kernels the entries call (load_object checks that every one is defined).
-        library = load_object(object_bytes, self.target, what, side_objects)
+        *others, (_, object_bytes) = compiled
+        library = load_object(object_bytes, self.target, what, [data for _, data in others])
+        texts = [optimized for optimized, _ in compiled]
+        optimized = None if None in texts else "\n".join(texts)
         return [
             NativeProgram(unit.program, unit.symbol, library, unit.unoptimized, optimized, self)
             for unit in units
