@@ -299,15 +299,17 @@ def product_body(product: Product, c, a, b, bounds: dict | None = None) -> list:
 
 
 def _expect_library(product: Product) -> None:
-    """Tell kiln's kernel library when this product will run as its small_gemm (the check
-    blas_calls.emit_gemm makes), so that it compiles meanwhile."""
-    from kiln.codegen.llvm import gemm_library, small_gemm
+    """Tell kiln's kernel library when this product will run as one of its kernels (the
+    checks blas_calls.emit_gemm makes), so that it compiles meanwhile."""
+    from kiln.codegen.llvm import blas_calls, gemm_library, small_gemm
 
     (ta, _), (tb, _) = product.operands
     dtype = product.eqn.outvars[0].aval.dtype
     ldb = product.k if tb else product.n
     if small_gemm.fits(dtype, ta, tb, product.m, product.n, product.k, ldb):
         gemm_library.expect("small_gemm", dtype)
+    elif blas_calls.packed_fits(dtype, ta, tb, product.m, product.n):
+        gemm_library.expect("packed_gemm", dtype)
 
 
 #: Column chunks of a split product start on multiples of this many columns (cache lines).
@@ -335,7 +337,7 @@ def product_split(product: Product, threads: int):
         choice = first_wide(product.batch, 0)
     if choice is None:
         rows, columns = first_wide(product.m_dims, nb), first_wide(product.n_dims, nb + nm)
-        if rows is not None and (columns is None or product.m >= product.n):
+        if rows is not None and (columns is None or product.m > product.n):
             choice = rows
         else:
             choice = columns

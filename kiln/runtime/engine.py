@@ -384,8 +384,8 @@ class Engine:
         and kiln may use two threads. Each unit's kernels then go, PART_KERNELS at a time in
         order, to the group's parts under external names made from its unit's symbol, and its
         entry to the part of its last kernel; units emitted already (keyed by their LLVM IR)
-        go whole to the part being filled. The choice depends only on the programs and the thread count, so a
-        process finds in the disk cache what another made."""
+        go whole to the part being filled. The choice depends only on the programs and the
+        thread count, so a process finds in the disk cache what another made."""
         from kiln.runtime.native import num_threads
 
         kernels = sum(len(u.program.kernels) for u in units if u.unoptimized is None)

@@ -143,3 +143,48 @@ def test_each_module_defines_its_symbol_and_needs_nothing(kernel, dtype):
     machine = llvm_pipeline.create_machine(current.triple, current.cpu_name, current.features)
     _, object_bytes = llvm_pipeline.compile_private(text, machine, "lean")
     assert objects.undefined_symbols(object_bytes) == []  # (no libc, no other library)
+
+
+@pytest.mark.parametrize(
+    "dtype, lhs_shape, rhs_shape, transpose, kernel",
+    [
+        (np.float32, (300, 700), (700, 600), False, "packed_gemm"),  # b beyond 1 MiB
+        (np.float32, (64, 700), (700, 96), False, "packed_gemm"),  # k beyond small_gemm's
+        (np.float32, (200, 100), (100, 64), False, "small_gemm"),
+        (np.float32, (300, 700), (600, 700), True, None),  # b transposed: BLAS
+        (np.float64, (300, 700), (700, 600), False, None),  # float64: BLAS
+        (np.float32, (4, 700), (700, 600), False, None),  # fewer rows than a block: BLAS
+    ],
+)
+def test_products_take_the_library_kernel_that_fits(
+    dtype, lhs_shape, rhs_shape, transpose, kernel, monkeypatch
+):
+    from tests._testing import x64_mode
+
+    called = []
+    original = gemm_library.call
+
+    def spy(builder, name, kind, arguments):
+        called.append(name)
+        return original(builder, name, kind, arguments)
+
+    monkeypatch.setattr(gemm_library, "call", spy)
+    # A new depth per run: each target compiles its own program.
+    depth = lhs_shape[1] + next(_RUNS)
+    lhs_shape = (lhs_shape[0], depth)
+    rhs_shape = (rhs_shape[0], depth) if transpose else (depth, rhs_shape[1])
+    rng = np.random.default_rng(depth)
+    a = rng.standard_normal(lhs_shape).astype(dtype)
+    b = rng.standard_normal(rhs_shape).astype(dtype)
+    with x64_mode(dtype == np.float64):
+        if transpose:
+            contract_rows = (((1,), (1,)), ((), ()))  # b's rows: a transposed operand
+            got = np.asarray(kiln.jit(lambda x, y: kiln.lax.dot_general(x, y, contract_rows))(a, b))
+            expected = a.astype(np.float64) @ b.T.astype(np.float64)
+        else:
+            got = np.asarray(kiln.jit(lambda x, y: x @ y)(a, b))
+            expected = a.astype(np.float64) @ b.astype(np.float64)
+    assert called == ([kernel] * len(called) if kernel else [])
+    assert called or kernel is None
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.sqrt(a.shape[1]))

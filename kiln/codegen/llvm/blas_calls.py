@@ -29,7 +29,7 @@ from kiln.codegen.llvm import gemm_library, small_gemm
 from kiln.codegen.llvm import types as T
 from kiln.primitives import blas
 
-__all__ = ["SYMBOLS", "available", "register", "emit_gemm"]
+__all__ = ["SYMBOLS", "available", "register", "emit_gemm", "packed_fits"]
 
 #: kiln's symbol -> (scipy's symbol, scalar type)
 SYMBOLS = {
@@ -88,6 +88,17 @@ def _declare(builder: ir.IRBuilder, name: str, arguments: list) -> ir.Function:
     return function
 
 
+def packed_fits(dtype, trans_a: bool, trans_b: bool, m, n) -> bool:
+    """Whether a product runs as kiln's packed gemm (packed_gemm, in the kernel library)
+    rather than BLAS's: float32 (float64 was only level with OpenBLAS), neither operand
+    transposed, and at least a register block of rows and a vector of columns (or extents
+    known only at run time, the chunks of a split product); m and n are static ints or None."""
+    if np.dtype(dtype) != np.float32 or trans_a or trans_b:
+        return False
+    lanes, rows = small_gemm._layout(np.dtype(dtype))
+    return (m is None or m >= rows) and (n is None or n >= lanes)
+
+
 def emit_gemm(
     builder: ir.IRBuilder, dtype, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, shape=None
 ):
@@ -97,7 +108,8 @@ def emit_gemm(
     one column is a matrix-vector product: gemv reads the matrix once, about three times
     faster than gemm with n = 1 here. A product with a small b of static extents
     (small_gemm.fits) runs as kiln's own register-blocked loop instead, which reads b in place
-    rather than packing it on every call."""
+    rather than packing it on every call; other untransposed float32 products with enough rows
+    and columns (packed_fits) run as kiln's packed gemm, which beat OpenBLAS's sgemm here."""
     dtype = np.dtype(dtype)
     scalar = T.FLOAT if dtype == np.float32 else T.DOUBLE
     prefix = "kiln_cblas_s" if dtype == np.float32 else "kiln_cblas_d"
@@ -111,10 +123,14 @@ def emit_gemm(
 
     static_m, static_n = shape or (None, None)
     static_k = k.constant if isinstance(k, ir.Constant) else None
+    extents = [v if v.type == T.I64 else builder.sext(v, T.I64) for v in (m, n, k)]
+    strides = [ir.Constant(T.I64, v) for v in (lda, ldb, ldc)]
     if small_gemm.fits(dtype, trans_a, trans_b, static_m, static_n, static_k, ldb):
-        extents = [v if v.type == T.I64 else builder.sext(v, T.I64) for v in (m, n, k)]
-        strides = [ir.Constant(T.I64, v) for v in (lda, ldb, ldc)]
         gemm_library.call(builder, "small_gemm", dtype, [a, b, c] + extents + strides)
+        return
+    if packed_fits(dtype, trans_a, trans_b, static_m, static_n):
+        arguments = extents + [a, strides[0], b, strides[1], c, strides[2]]
+        gemm_library.call(builder, "packed_gemm", dtype, arguments)
         return
     if static_n == 1 or static_m == 1:
         if static_n == 1:  # c[:, 0] = op(a) @ (column of op(b))

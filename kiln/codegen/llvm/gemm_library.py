@@ -21,7 +21,7 @@ import threading
 import numpy as np
 from llvmlite import ir
 
-from kiln.codegen.llvm import small_gemm
+from kiln.codegen.llvm import packed_gemm, small_gemm
 from kiln.codegen.llvm import target as target_module
 from kiln.codegen.llvm import types as T
 
@@ -29,7 +29,13 @@ from kiln.codegen.llvm import types as T
 PREFIX = "kiln_lib_"
 #: kernel name -> (argument types, definer(module, symbol, dtype))
 KERNELS = {
+    # (a, b, c, m, n, k, lda, ldb, ldc): b small, read in place
     "small_gemm": ([T.PTR] * 3 + [T.I64] * 6, small_gemm.define),
+    # (m, n, k, a, lda, b, ldb, c, ldc), BLAS's order: any extents, b packed by panels
+    "packed_gemm": (
+        [T.I64] * 3 + [T.PTR, T.I64] * 3,
+        lambda module, name, dtype: packed_gemm.define(module, dtype, name),
+    ),
 }
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
