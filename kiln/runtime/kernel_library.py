@@ -12,6 +12,7 @@ A loaded library lives as long as the process: objects bind its addresses when t
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
 import re
@@ -49,12 +50,13 @@ def _compile(text: str, target: target_module.Target) -> bytes:
     return llvm_pipeline.compile_private(text, machine, "lean")[1]
 
 
-def _cache_key(text: str, target: target_module.Target) -> str:
+def _cache_key(target: target_module.Target, kernel: str, dtype) -> str:
+    """A library module's key in a store: what it is and for which target, with the digest
+    of the code generator's sources (which decide its IR), so no IR is made to look it up."""
     from kiln.runtime import engine
 
-    return engine.Engine._disk_key(
-        "library " + hashlib.sha256((text + target.cache_tag).encode()).hexdigest()
-    )
+    what = f"library {kernel} {np.dtype(dtype).name} {target.cache_tag}"
+    return engine.Engine._disk_key(hashlib.sha256(what.encode()).hexdigest())
 
 
 def _prebuilt_cache(target: target_module.Target) -> disk_cache.DiskCache | None:
@@ -71,21 +73,28 @@ def _prebuilt_cache(target: target_module.Target) -> disk_cache.DiskCache | None
     return disk_cache.DiskCache(PREBUILT, disk_cache.identity(target))
 
 
-def _object(target: target_module.Target, kernel: str, dtype) -> bytes:
-    """A library module's object file: built ahead of time, else from the disk cache, else
-    compiled now (and stored in the disk cache)."""
+def _stored(target: target_module.Target, kernel: str, dtype):
+    """(the module's object file or None, its key, the disk cache or None): the object from
+    the store built ahead of time or the disk cache, where either has it."""
     from kiln.runtime import engine
 
-    text = str(gemm_library.module(target, kernel, dtype))
     stores = [_prebuilt_cache(target), engine._disk_cache_for(target)]
-    key = _cache_key(text, target) if any(stores) else None
+    key = _cache_key(target, kernel, dtype) if any(stores) else None
     for store in stores:
         entry = store.load(key) if store is not None else None
         if entry is not None:
-            return entry[0]
-    object_bytes = _compile(text, target)
-    if stores[1] is not None:
-        stores[1].store(key, object_bytes, None)
+            return entry[0], key, stores[1]
+    return None, key, stores[1]
+
+
+def _object(target: target_module.Target, kernel: str, dtype) -> bytes:
+    """A library module's object file: built ahead of time, else from the disk cache, else
+    compiled now (and stored in the disk cache)."""
+    object_bytes, key, cache = _stored(target, kernel, dtype)
+    if object_bytes is None:
+        object_bytes = _compile(str(gemm_library.module(target, kernel, dtype)), target)
+        if cache is not None:
+            cache.store(key, object_bytes, None)
     return object_bytes
 
 
@@ -100,9 +109,9 @@ def build(directory: Path = None, target: target_module.Target | None = None) ->
     built = 0
     for kernel in gemm_library.KERNELS:
         for dtype in gemm_library.DTYPES:
-            text = str(gemm_library.module(target, kernel, dtype))
-            key = _cache_key(text, target)
+            key = _cache_key(target, kernel, dtype)
             if store.load(key) is None:
+                text = str(gemm_library.module(target, kernel, dtype))
                 store.store(key, _compile(text, target), None)
                 built += 1
     return built
@@ -129,7 +138,14 @@ def prefetch_one(target: target_module.Target, kernel: str, dtype) -> None:
         pending = _pending.get(key)
         if key in _loaded or (pending is not None and pending[1] == os.getpid()):
             return
-        future = llvm_threads.side_thread().submit(_object, target, kernel, dtype)
+        # A stored module is read here, at once: the helper would wait for the GIL (held by
+        # this thread's Python work) after each of the reads' system calls.
+        object_bytes, _, _ = _stored(target, kernel, dtype)
+        if object_bytes is not None:
+            future = concurrent.futures.Future()
+            future.set_result(object_bytes)
+        else:
+            future = llvm_threads.side_thread().submit(_object, target, kernel, dtype)
         _pending[key] = (future, os.getpid())
 
 
