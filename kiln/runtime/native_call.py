@@ -162,14 +162,22 @@ class _Pool:
     when the other cores are busy, the caller simply runs every chunk itself and pays no more
     than the handoff; when they are free, the work spreads evenly."""
 
+    #: Each worker's stack, whatever the platform's default for new threads: kernels keep
+    #: buffers there (packed_gemm's panel of b, up to 512 KiB, probed as it grows).
+    STACK_BYTES = 8 << 20
+
     def __init__(self, workers: int):
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.threads = [
-            threading.Thread(target=self._work, name=f"kiln-native-{n}", daemon=True)
-            for n in range(workers)
-        ]
-        for thread in self.threads:
-            thread.start()
+        previous = threading.stack_size(self.STACK_BYTES)
+        try:
+            self.threads = [
+                threading.Thread(target=self._work, name=f"kiln-native-{n}", daemon=True)
+                for n in range(workers)
+            ]
+            for thread in self.threads:
+                thread.start()
+        finally:
+            threading.stack_size(previous)
 
     def _work(self) -> None:
         while True:
