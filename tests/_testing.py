@@ -326,3 +326,22 @@ def run_script_json(script: str, *argv: str) -> dict:
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def jit_module(module, symbol: str, signature):
+    """(MCJIT engine, ctypes function of `symbol` with the given CFUNCTYPE signature, the
+    module's object file) for an llvmlite.ir module, optimized with kiln's pipeline for the
+    current codegen target. Keep the engine alive while the function is used."""
+    from llvmlite import binding as llvm
+
+    from kiln.codegen.llvm import target
+
+    current = target.current_target()
+    parsed = llvm.parse_assembly(str(module))
+    parsed.verify()
+    machine = current.create_machine()
+    target.optimize(parsed, machine)
+    code = current.create_machine().emit_object(llvm.parse_assembly(str(parsed)))
+    engine = llvm.create_mcjit_compiler(parsed, machine)
+    engine.finalize_object()
+    return engine, signature(engine.get_function_address(symbol)), code

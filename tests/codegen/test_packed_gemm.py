@@ -15,10 +15,10 @@ import ctypes
 
 import numpy as np
 import pytest
-from llvmlite import binding as llvm
 from llvmlite import ir
 
 from kiln.codegen.llvm import objects, packed_gemm, target
+from tests._testing import jit_module
 
 _ARGUMENTS = [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int64] * 3
 _COMPILED: dict = {}
@@ -34,15 +34,7 @@ def _kernel(dtype):
         module.triple = current.triple
         module.data_layout = current.data_layout
         name = packed_gemm.define(module, dtype).name
-        parsed = llvm.parse_assembly(str(module))
-        parsed.verify()
-        machine = current.create_machine()
-        target.optimize(parsed, machine)
-        code = current.create_machine().emit_object(llvm.parse_assembly(str(parsed)))
-        engine = llvm.create_mcjit_compiler(parsed, machine)
-        engine.finalize_object()
-        function = ctypes.CFUNCTYPE(None, *_ARGUMENTS)(engine.get_function_address(name))
-        _COMPILED[key] = (engine, function, code)
+        _COMPILED[key] = jit_module(module, name, ctypes.CFUNCTYPE(None, *_ARGUMENTS))
     return _COMPILED[key][1:]
 
 

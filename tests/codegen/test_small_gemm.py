@@ -13,7 +13,6 @@ import itertools
 
 import numpy as np
 import pytest
-from llvmlite import binding as llvm
 from llvmlite import ir
 
 import kiln
@@ -21,7 +20,7 @@ import kiln.runtime.native
 import kiln.numpy as jnp
 from kiln.codegen.llvm import gemm_library, objects, small_gemm, target
 from kiln.config import config
-from tests._testing import x64_mode
+from tests._testing import jit_module, x64_mode
 
 
 def _compile(dtype):
@@ -29,16 +28,8 @@ def _compile(dtype):
     (a, b, c, m, n, k, lda, ldb, ldc), and the library's object file."""
     current = target.current_target()
     module = gemm_library.module(current, "small_gemm", dtype)
-    parsed = llvm.parse_assembly(str(module))
-    parsed.verify()
-    machine = current.create_machine()
-    target.optimize(parsed, machine)
-    code = current.create_machine().emit_object(llvm.parse_assembly(str(parsed)))
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    engine.finalize_object()
-    address = engine.get_function_address(gemm_library.symbol("small_gemm", dtype, current))
     signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, *[ctypes.c_int64] * 6)
-    return engine, signature(address), code
+    return jit_module(module, gemm_library.symbol("small_gemm", dtype, current), signature)
 
 
 def _constant(value):
