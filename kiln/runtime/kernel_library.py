@@ -1,13 +1,14 @@
 """Compiling and loading kiln's kernel library (kiln.codegen.llvm.gemm_library).
 
-One library module per (target, kernel, dtype) is compiled at most once per process, and none
-when it was built ahead of time: like the package's bytecode, `make` builds the host's modules
-into kiln/_prebuilt (build); else it comes from the disk cache when KILN_CACHE_DIR has it,
-else from LLVM. The engine asks for it as soon as it has
-emitted a program that calls it (prefetch: the compile runs on the engine's helper thread
-while this thread goes on emitting), and at the latest when an object that calls it is linked
-(ensure). Its symbols are then registered with LLVM's symbol table for every later object.
-A loaded library lives as long as the process: objects bind its addresses when they link.
+One library module per (target, kernel, dtype) is made at most once per process: read from
+kiln/_prebuilt, where `make` builds the host's modules next to the package's bytecode (build),
+else from the disk cache when KILN_CACHE_DIR has it, else compiled by LLVM. The compiler asks
+for a module when it lowers a product that will call it (prefetch_one: a stored module is read
+at once, a missing one compiles on the engine's helper thread while fusion and emission go
+on), the engine when it has emitted a module that calls one (prefetch), and linking at the
+latest (ensure). Its symbol is then registered with LLVM's symbol table for every later
+object. A loaded module lives as long as the process: objects bind its addresses when they
+link.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from kiln.runtime import disk_cache, llvm_threads
 PREBUILT = Path(__file__).resolve().parents[1] / "_prebuilt"
 
 _lock = threading.Lock()
-#: (target cache tag, dtype) -> the loaded library (kept for the life of the process)
+#: (target cache tag, kernel, dtype) -> the loaded module (kept for the life of the process)
 _loaded: dict = {}
-#: (target cache tag, dtype) -> (future of its object bytes, id of the process that asked)
+#: (target cache tag, kernel, dtype) -> (future of its object bytes, the asking process's id)
 _pending: dict = {}
 _SYMBOL = re.compile(re.escape(gemm_library.PREFIX) + r"\w+")
 
@@ -129,10 +130,10 @@ def prefetch(ir_text: str | None) -> None:
 
 
 def prefetch_one(target: target_module.Target, kernel: str, dtype) -> None:
-    """Start compiling a library module on the engine's helper thread, unless it is loaded or
-    on its way. The compiler calls this (gemm_library.expect) when it plans a product that
-    will call the library, so the compile overlaps the rest of fusion and emission."""
-
+    """Make a library module's object ready, unless it is loaded or on its way: read now when
+    stored, else compiled on the engine's helper thread. The compiler calls this
+    (gemm_library.expect) when it plans a product that will call the library, so that a
+    compile overlaps the rest of fusion and emission."""
     key = _key(target, kernel, dtype)
     with _lock:
         pending = _pending.get(key)
