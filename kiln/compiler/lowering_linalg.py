@@ -309,7 +309,7 @@ def _expect_library(product: Product) -> None:
     if small_gemm.fits(dtype, ta, tb, product.m, product.n, product.k, ldb):
         gemm_library.expect("small_gemm", dtype)
     elif blas_calls.packed_fits(dtype, ta, tb, product.m, product.n):
-        gemm_library.expect("packed_gemm", dtype)
+        gemm_library.expect(blas_calls.packed_kernel(ta), dtype)
 
 
 #: Column chunks of a split product start on multiples of this many columns (cache lines).

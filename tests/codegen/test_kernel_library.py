@@ -146,18 +146,19 @@ def test_each_module_defines_its_symbol_and_needs_nothing(kernel, dtype):
 
 
 @pytest.mark.parametrize(
-    "dtype, lhs_shape, rhs_shape, transpose, kernel",
+    "dtype, m, k, n, stored_transposed, kernel",
     [
-        (np.float32, (300, 700), (700, 600), False, "packed_gemm"),  # b beyond 1 MiB
-        (np.float32, (64, 700), (700, 96), False, "packed_gemm"),  # k beyond small_gemm's
-        (np.float32, (200, 100), (100, 64), False, "small_gemm"),
-        (np.float32, (300, 700), (600, 700), True, None),  # b transposed: BLAS
-        (np.float64, (300, 700), (700, 600), False, None),  # float64: BLAS
-        (np.float32, (4, 700), (700, 600), False, None),  # fewer rows than a block: BLAS
+        (np.float32, 300, 700, 600, None, "packed_gemm"),  # b beyond 1 MiB
+        (np.float32, 64, 700, 96, None, "packed_gemm"),  # k beyond small_gemm's
+        (np.float32, 200, 100, 64, None, "small_gemm"),
+        (np.float32, 784, 128, 512, "a", "packed_gemm_ta"),  # a weight gradient's xᵀ @ g
+        (np.float32, 300, 700, 600, "b", None),  # b transposed: BLAS
+        (np.float64, 300, 700, 600, None, None),  # float64: BLAS
+        (np.float32, 4, 700, 600, None, None),  # fewer rows than a block: BLAS
     ],
 )
 def test_products_take_the_library_kernel_that_fits(
-    dtype, lhs_shape, rhs_shape, transpose, kernel, monkeypatch
+    dtype, m, k, n, stored_transposed, kernel, monkeypatch
 ):
     from tests._testing import x64_mode
 
@@ -169,22 +170,22 @@ def test_products_take_the_library_kernel_that_fits(
         return original(builder, name, kind, arguments)
 
     monkeypatch.setattr(gemm_library, "call", spy)
-    # A new depth per run: each target compiles its own program.
-    depth = lhs_shape[1] + next(_RUNS)
-    lhs_shape = (lhs_shape[0], depth)
-    rhs_shape = (rhs_shape[0], depth) if transpose else (depth, rhs_shape[1])
-    rng = np.random.default_rng(depth)
-    a = rng.standard_normal(lhs_shape).astype(dtype)
-    b = rng.standard_normal(rhs_shape).astype(dtype)
+    k += next(_RUNS)  # a new depth per run: each target compiles its own program
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((k, m) if stored_transposed == "a" else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if stored_transposed == "b" else (k, n)).astype(dtype)
+    # Which dim of each stored operand is contracted: a stored transposed contracts its rows.
+    contract = (
+        (0,) if stored_transposed == "a" else (1,),
+        (1,) if stored_transposed == "b" else (0,),
+    )
     with x64_mode(dtype == np.float64):
-        if transpose:
-            contract_rows = (((1,), (1,)), ((), ()))  # b's rows: a transposed operand
-            got = np.asarray(kiln.jit(lambda x, y: kiln.lax.dot_general(x, y, contract_rows))(a, b))
-            expected = a.astype(np.float64) @ b.T.astype(np.float64)
-        else:
-            got = np.asarray(kiln.jit(lambda x, y: x @ y)(a, b))
-            expected = a.astype(np.float64) @ b.astype(np.float64)
+        product = kiln.jit(lambda x, y: kiln.lax.dot_general(x, y, (contract, ((), ()))))
+        got = np.asarray(product(a, b))
+    logical_a = a.T if stored_transposed == "a" else a
+    logical_b = b.T if stored_transposed == "b" else b
+    expected = logical_a.astype(np.float64) @ logical_b.astype(np.float64)
     assert called == ([kernel] * len(called) if kernel else [])
     assert called or kernel is None
     tol = 1e-4 if dtype == np.float32 else 1e-12
-    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.sqrt(a.shape[1]))
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.sqrt(k))

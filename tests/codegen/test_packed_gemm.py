@@ -24,39 +24,46 @@ _ARGUMENTS = [ctypes.c_int64] * 3 + [ctypes.c_void_p, ctypes.c_int64] * 3
 _COMPILED: dict = {}
 
 
-def _kernel(dtype):
+def _kernel(dtype, trans_a=False):
     """(the ctypes function for the current target, its object file), compiled once."""
     dtype = np.dtype(dtype)
     current = target.current_target()
-    key = (current.cache_tag, dtype)
+    key = (current.cache_tag, dtype, trans_a)
     if key not in _COMPILED:
         module = ir.Module(name="packed_gemm_test")
         module.triple = current.triple
         module.data_layout = current.data_layout
-        name = packed_gemm.define(module, dtype).name
+        name = packed_gemm.define(module, dtype, trans_a=trans_a).name
         _COMPILED[key] = jit_module(module, name, ctypes.CFUNCTYPE(None, *_ARGUMENTS))
     return _COMPILED[key][1:]
 
 
-def _run(dtype, m, n, k, padding=0, seed=0):
+def _run(dtype, m, n, k, padding=0, seed=0, trans_a=False):
     """c = a @ b through the kernel with row strides `padding` above the extents (and c one
-    row taller): (a, b, c) with c's whole buffer, the product in c[:m, :n]."""
+    row taller): (a, b, c) with c's whole buffer, the product in c[:m, :n]. With trans_a, a
+    is stored transposed (k x m, rows `padding` longer) and the a returned is its view."""
     rng = np.random.default_rng(seed)
-    a = rng.standard_normal((m, k + padding)).astype(dtype)
+    if trans_a:
+        stored = rng.standard_normal((k, m + padding)).astype(dtype)
+        a = stored[:, :m].T
+    else:
+        stored = rng.standard_normal((m, k + padding)).astype(dtype)
+        a = stored[:, :k]
     b = rng.standard_normal((k, n + 2 * padding)).astype(dtype)
     # NaN where the product goes: it must be overwritten, never read.
     c = np.full((m + 1, n + 3 * padding), np.nan, dtype)
     c[:, n:] = 7.0
     c[m:] = 7.0
-    function, _ = _kernel(dtype)
+    function, _ = _kernel(dtype, trans_a)
     function(
-        m, n, k, a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1], c.ctypes.data, c.shape[1]
-    )
-    return a[:, :k], b[:, :n], c
+        m, n, k, stored.ctypes.data, stored.shape[1], b.ctypes.data, b.shape[1],
+        c.ctypes.data, c.shape[1],
+    )  # fmt: skip
+    return a, b[:, :n], c
 
 
-def _check(dtype, m, n, k, padding=0, seed=0):
-    a, b, c = _run(dtype, m, n, k, padding, seed)
+def _check(dtype, m, n, k, padding=0, seed=0, trans_a=False):
+    a, b, c = _run(dtype, m, n, k, padding, seed, trans_a)
     expected = a.astype(np.float64) @ b.astype(np.float64)
     # Error bound of a length-k sum of products of standard normals, in units of the dtype.
     tol = (2e-6 if dtype == np.float32 else 4e-15) * np.sqrt(k)
@@ -85,6 +92,13 @@ _SHAPES = [
 @pytest.mark.parametrize("m, n, k", _SHAPES, ids=["x".join(map(str, s)) for s in _SHAPES])
 def test_product_matches_numpy(dtype, m, n, k):
     _check(dtype, m, n, k, seed=m + n + k)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, n, k", _SHAPES, ids=["x".join(map(str, s)) for s in _SHAPES])
+def test_transposed_lhs_matches_numpy(dtype, m, n, k):
+    # a stored k x m (a weight gradient's xᵀ), its rows padded: read in place all the same.
+    _check(dtype, m, n, k, padding=3, seed=m * n + k, trans_a=True)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

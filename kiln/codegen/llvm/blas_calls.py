@@ -29,7 +29,7 @@ from kiln.codegen.llvm import gemm_library, small_gemm
 from kiln.codegen.llvm import types as T
 from kiln.primitives import blas
 
-__all__ = ["SYMBOLS", "available", "register", "emit_gemm", "packed_fits"]
+__all__ = ["SYMBOLS", "available", "register", "emit_gemm", "packed_fits", "packed_kernel"]
 
 #: kiln's symbol -> (scipy's symbol, scalar type)
 SYMBOLS = {
@@ -90,13 +90,19 @@ def _declare(builder: ir.IRBuilder, name: str, arguments: list) -> ir.Function:
 
 def packed_fits(dtype, trans_a: bool, trans_b: bool, m, n) -> bool:
     """Whether a product runs as kiln's packed gemm (packed_gemm, in the kernel library)
-    rather than BLAS's: float32 (float64 was only level with OpenBLAS), neither operand
-    transposed, and at least a register block of rows and a vector of columns (or extents
-    known only at run time, the chunks of a split product); m and n are static ints or None."""
-    if np.dtype(dtype) != np.float32 or trans_a or trans_b:
+    rather than BLAS's: float32 (float64 was only level with OpenBLAS), b not transposed (a
+    may be: a weight gradient's xᵀ @ g), and at least a register block of rows and a vector of
+    columns (or extents known only at run time, the chunks of a split product); m and n are
+    static ints or None."""
+    if np.dtype(dtype) != np.float32 or trans_b:
         return False
     lanes, rows = small_gemm._layout(np.dtype(dtype))
     return (m is None or m >= rows) and (n is None or n >= lanes)
+
+
+def packed_kernel(trans_a: bool) -> str:
+    """The kernel library's packed gemm for a product whose lhs is (not) transposed."""
+    return "packed_gemm_ta" if trans_a else "packed_gemm"
 
 
 def emit_gemm(
@@ -130,7 +136,7 @@ def emit_gemm(
         return
     if packed_fits(dtype, trans_a, trans_b, static_m, static_n):
         arguments = extents + [a, strides[0], b, strides[1], c, strides[2]]
-        gemm_library.call(builder, "packed_gemm", dtype, arguments)
+        gemm_library.call(builder, packed_kernel(trans_a), dtype, arguments)
         return
     if static_n == 1 or static_m == 1:
         if static_n == 1:  # c[:, 0] = op(a) @ (column of op(b))

@@ -36,6 +36,11 @@ KERNELS = {
         [T.I64] * 3 + [T.PTR, T.I64] * 3,
         lambda module, name, dtype: packed_gemm.define(module, dtype, name),
     ),
+    # the same with a stored transposed (k x m, row stride lda)
+    "packed_gemm_ta": (
+        [T.I64] * 3 + [T.PTR, T.I64] * 3,
+        lambda module, name, dtype: packed_gemm.define(module, dtype, name, trans_a=True),
+    ),
 }
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 

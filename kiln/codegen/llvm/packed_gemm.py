@@ -73,22 +73,24 @@ def _name(dtype: np.dtype) -> str:
     return f"kiln_packed_gemm_f{dtype.itemsize * 8}x{_layout(dtype)[0]}"
 
 
-def define(module: ir.Module, dtype, name: str | None = None) -> ir.Function:
+def define(module: ir.Module, dtype, name: str | None = None, trans_a: bool = False) -> ir.Function:
     """Add to `module` (once; later calls return the same function) the external function
 
         void <name>(i64 m, i64 n, i64 k, ptr a, i64 lda, ptr b, i64 ldb, ptr c, i64 ldc)
 
     computing c = a @ b for row-major float32 or float64 matrices, m, n, k >= 1 (row strides
-    in elements, at least the row lengths). c does not overlap a or b. The name defaults to
-    kiln_packed_gemm_f{bits}x{lanes}; kiln's kernel library (gemm_library) gives its own."""
+    in elements, at least the row lengths); with trans_a, c = aᵀ @ b for a stored k x m (a
+    weight gradient's xᵀ @ g: the block's rows of aᵀ are then side by side in memory, read in
+    place as well). c does not overlap a or b. The name defaults to
+    kiln_packed_gemm_f{bits}x{lanes}[_ta]; kiln's kernel library (gemm_library) gives its own."""
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise TypeError(f"packed_gemm: only float32 and float64 products, got {dtype.name}")
-    name = name or _name(dtype)
+    name = name or _name(dtype) + ("_ta" if trans_a else "")
     existing = module.globals.get(name)
     if existing is not None:
         return existing
-    return _Emitter(module, dtype, name).product()
+    return _Emitter(module, dtype, name, trans_a).product()
 
 
 def _index(value: int) -> ir.Constant:
@@ -103,10 +105,11 @@ class _Emitter:
     """The product and its two helpers (the register block and the panel copy) for one dtype
     on the current target."""
 
-    def __init__(self, module: ir.Module, dtype: np.dtype, name: str):
+    def __init__(self, module: ir.Module, dtype: np.dtype, name: str, trans_a: bool = False):
         self.module = module
         self.dtype = dtype
         self.name = name
+        self.trans_a = trans_a
         self.lanes, self.rows = _layout(dtype)
         self.width = VECTORS * self.lanes
         self.kc = KC[dtype.itemsize]
@@ -196,10 +199,13 @@ class _Emitter:
             [entry_alloca(builder, self.vector, f"acc{r}_{v}") for v in range(vectors)]
             for r in range(self.rows)
         ]
-        # Missing rows read the last real row again (never past a), and are not stored.
+        # Missing rows read the last real row again (never past a), and are not stored. Row
+        # r's element kk is at a + r * lda + kk, or with trans_a (a stored transposed) at
+        # a + r + kk * lda.
         last = builder.sub(rows, _index(1))
+        row_stride, depth_stride = (_index(1), lda) if self.trans_a else (lda, _index(1))
         a_rows = [
-            self._gep(builder, a, builder.mul(self._min(builder, _index(r), last), lda))
+            self._gep(builder, a, builder.mul(self._min(builder, _index(r), last), row_stride))
             for r in range(self.rows)
         ]
         c_tiles = [
@@ -254,9 +260,10 @@ class _Emitter:
                 )
                 for v in range(vectors)
             ]
+            a_offset = kk if not self.trans_a else builder.mul(kk, depth_stride)
             for r in range(self.rows):
                 element = builder.load(
-                    self._gep(builder, a_rows[r], kk), typ=self.scalar, align=self.align
+                    self._gep(builder, a_rows[r], a_offset), typ=self.scalar, align=self.align
                 )
                 element = self._splat(builder, element, self.vector)
                 for v in range(vectors):
@@ -360,7 +367,11 @@ class _Emitter:
                 first = builder.icmp_signed("==", pc, _index(0))
                 with for_range(builder, _index(0), m, "i0", step=self.rows) as i0:
                     rows = self._min(builder, _index(self.rows), builder.sub(m, i0))
-                    a_block = self._gep(builder, a, builder.add(builder.mul(i0, lda), pc))
+                    if self.trans_a:  # (a's element (i0, pc) is at pc * lda + i0)
+                        a_start = builder.add(builder.mul(pc, lda), i0)
+                    else:
+                        a_start = builder.add(builder.mul(i0, lda), pc)
+                    a_block = self._gep(builder, a, a_start)
                     c_block = self._gep(builder, c, builder.add(builder.mul(i0, ldc), jc))
                     with for_range(builder, _index(0), columns, "j0", step=self.width) as j0:
                         read = builder.and_(in_place, builder.icmp_signed("<", j0, whole_columns))
