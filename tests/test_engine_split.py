@@ -166,3 +166,37 @@ def _child_many_kernels():
     # A new function: nothing of it is loaded in this process yet.
     out = kiln.jit(lambda a, b: many_kernels(a * 1.0, b))(x, w)
     return [np.asarray(o) for o in out]
+
+
+def test_a_failure_while_emitting_leaves_no_stream_behind(monkeypatch):
+    # Emission fails after the helper has started on the first part: the error reaches the
+    # caller, the helper is released (a later split compile runs), and the switch interval
+    # the stream shortened is restored.
+    import sys
+
+    import pytest
+
+    from kiln.codegen.llvm import emit
+
+    monkeypatch.setattr(config, "native_strict", True)
+    monkeypatch.setattr(config, "num_threads", 2)
+    kiln.clear_caches()
+    interval = sys.getswitchinterval()
+    calls = []
+    original = emit.emit_kernels
+
+    def failing(program, names):
+        calls.append(program)
+        if len(calls) >= 2:  # (every time: a failed group is retried segment by segment)
+            raise RuntimeError("emission failed on purpose")
+        return original(program, names)
+
+    monkeypatch.setattr(emit, "emit_kernels", failing)
+    with pytest.raises(RuntimeError, match="on purpose"):
+        kiln.jit(lambda a, b: many_kernels(a + 0.5, b))(*_inputs())
+    assert len(calls) >= 2
+    assert sys.getswitchinterval() == interval
+    monkeypatch.setattr(emit, "emit_kernels", original)
+    out = kiln.jit(lambda a, b: many_kernels(a + 0.0, b))(*_inputs())
+    for got, want in zip(out, _numpy_many_kernels(*_inputs())):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-4, atol=2e-4)
