@@ -200,3 +200,19 @@ def test_a_failure_while_emitting_leaves_no_stream_behind(monkeypatch):
     out = kiln.jit(lambda a, b: many_kernels(a + 0.0, b))(*_inputs())
     for got, want in zip(out, _numpy_many_kernels(*_inputs())):
         np.testing.assert_allclose(np.asarray(got), want, rtol=2e-4, atol=2e-4)
+
+
+def test_a_split_groups_ir_and_assembly_cover_every_part(monkeypatch):
+    _compile_and_run(monkeypatch, 2)
+    split = [
+        native
+        for native in list(engine.engine()._programs.values())
+        if native.llvm_ir and engine.MODULE_SEPARATOR in native.llvm_ir
+    ]
+    assert split
+    native = split[0]
+    parts = native.llvm_ir.count(engine.MODULE_SEPARATOR) + 1
+    assert parts >= 2
+    assembly = native.asm
+    assert assembly.count(engine.MODULE_SEPARATOR) == parts - 1
+    assert native.symbol in assembly

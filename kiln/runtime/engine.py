@@ -292,6 +292,8 @@ _side_thread = llvm_threads.side_thread
 #: kernels each, compiled as they are emitted.
 SPLIT_KERNELS = 8
 PART_KERNELS = 4
+#: Between the modules' texts in a split group's llvm_ir (and their assembly).
+MODULE_SEPARATOR = "\n; ---- kiln: the next module of this group ----\n"
 
 
 # --- the engine --------------------------------------------------------------------------------
@@ -546,16 +548,20 @@ class Engine:
         *others, (_, object_bytes) = compiled
         library = load_object(object_bytes, self.target, what, [data for _, data in others])
         texts = [optimized for optimized, _ in compiled]
-        optimized = None if None in texts else "\n".join(texts)
+        optimized = None if None in texts else MODULE_SEPARATOR.join(texts)
         return [
             NativeProgram(unit.program, unit.symbol, library, unit.unoptimized, optimized, self)
             for unit in units
         ]
 
     def assembly(self, llvm_ir: str) -> str:
-        """Assembly of a module's text for this engine's target."""
+        """Assembly of a module's text (or of a split group's, MODULE_SEPARATOR between
+        them) for this engine's target."""
         with self._lock:
-            return self._machine.emit_assembly(llvm.parse_assembly(llvm_ir))
+            return MODULE_SEPARATOR.join(
+                self._machine.emit_assembly(llvm.parse_assembly(text))
+                for text in llvm_ir.split(MODULE_SEPARATOR)
+            )
 
     def live_programs(self) -> int:
         """How many compiled programs are loaded now."""
