@@ -345,3 +345,22 @@ def jit_module(module, symbol: str, signature):
     engine = llvm.create_mcjit_compiler(parsed, machine)
     engine.finalize_object()
     return engine, signature(engine.get_function_address(symbol)), code
+
+
+def results_in_threads(call: Callable, inputs: Sequence, repeats: int) -> list:
+    """call(*args) for each args of `inputs`, each on a thread of its own and `repeats` times
+    over (all threads at once): the last result of each, in the order of `inputs`."""
+    import threading
+
+    results: list = [None] * len(inputs)
+
+    def work(position: int) -> None:
+        for _ in range(repeats):
+            results[position] = call(*inputs[position])
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in range(len(inputs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results

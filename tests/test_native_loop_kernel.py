@@ -10,7 +10,6 @@ kernels may fuse a multiply and an add) agrees within rounding.
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import optree
@@ -22,7 +21,7 @@ from kiln import lax
 from kiln.codegen.llvm import emit
 from kiln.compiler import kir
 from kiln.runtime import native_loop_driver, native_loop_kernel
-from tests._testing import CODEGEN_TARGETS, use_codegen_target
+from tests._testing import CODEGEN_TARGETS, results_in_threads, use_codegen_target
 
 
 @pytest.fixture(autouse=True)
@@ -254,17 +253,8 @@ def test_threads_calling_one_small_loop_agree():
     f = kiln.jit(lambda x, n: lax.fori_loop(0, 300, lambda i, c: c * 0.99 + n, x))
     inputs = [np.full(3, float(k), np.float32) for k in range(6)]
     expected = [np.asarray(f(x, np.float32(k))) for k, x in enumerate(inputs)]
-    results = [None] * 6
-
-    def work(k):
-        for _ in range(50):
-            results[k] = np.asarray(f(inputs[k], np.float32(k)))
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    arguments = [(x, np.float32(k)) for k, x in enumerate(inputs)]
+    results = results_in_threads(lambda *a: np.asarray(f(*a)), arguments, repeats=50)
     for got, want in zip(results, expected):
         assert_same_bits([got], [want])
 

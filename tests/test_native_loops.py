@@ -432,22 +432,12 @@ def test_loop_only_program_compiles_natively():
 
 
 def test_threads_calling_one_loop_agree():
-    import threading
+    from tests._testing import results_in_threads
 
     f = kiln.jit(lambda x: lax.fori_loop(0, 200, lambda i, c: c * 0.99 + 1.0, x))
     inputs = [np.full(64, float(k), np.float32) for k in range(8)]
     expected = [np.asarray(f(x)) for x in inputs]
-    results = [None] * 8
-
-    def work(k):
-        for _ in range(20):
-            results[k] = np.asarray(f(inputs[k]))
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = results_in_threads(lambda x: np.asarray(f(x)), [(x,) for x in inputs], repeats=20)
     for got, want in zip(results, expected):
         np.testing.assert_array_equal(got, want)
 

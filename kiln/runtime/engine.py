@@ -285,7 +285,6 @@ def load_object(object_bytes: bytes, target_: target.Target, what: str = "an obj
 
 _optimizer = llvm_threads.Optimizer()
 atexit.register(_optimizer.close)
-_side_thread = llvm_threads.side_thread
 
 #: A group is split when it has at least this many kernels (below, one module compiles about
 #: as fast as parts on two threads); its kernels then go to parts (modules) of PART_KERNELS
@@ -426,10 +425,8 @@ class Engine:
             for part, positions in unit.parts:
                 names = {position: unit.side[position] for position in positions}
                 text = str(emit.emit_kernels(unit.program, names))
-                kernel_library.prefetch(text)
                 yield part, text, set(names.values())
             unit.unoptimized = str(emit.emit_program(unit.program, elsewhere=unit.side))
-        kernel_library.prefetch(unit.unoptimized)
 
     def emit_ir(self, program: kir.Program) -> str:
         """The LLVM IR (text) kiln emits for a program on this engine's target."""

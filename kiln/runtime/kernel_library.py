@@ -5,10 +5,10 @@ kiln/_prebuilt, where `make` builds the host's modules next to the package's byt
 else from the disk cache when KILN_CACHE_DIR has it, else compiled by LLVM. The compiler asks
 for a module when it lowers a product that will call it (prefetch_one: a stored module is read
 at once, a missing one compiles on the engine's helper thread while fusion and emission go
-on), the engine when it has emitted a module that calls one (prefetch), and linking at the
-latest (ensure). Its symbol is then registered with LLVM's symbol table for every later
-object. A loaded module lives as long as the process: objects bind its addresses when they
-link.
+on); linking an object that calls one makes sure it is loaded (ensure), waiting for it or
+making it then (a program decoded from the disk cache is not lowered again). Its symbol is
+then registered with LLVM's symbol table for every later object. A loaded module lives as long
+as the process: objects bind its addresses when they link.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import os
-import re
 import stat
 import threading
 from pathlib import Path
@@ -37,7 +36,6 @@ _lock = threading.Lock()
 _loaded: dict = {}
 #: (target cache tag, kernel, dtype) -> (future of its object bytes, the asking process's id)
 _pending: dict = {}
-_SYMBOL = re.compile(re.escape(gemm_library.PREFIX) + r"\w+")
 
 
 def _key(target: target_module.Target, kernel: str, dtype) -> tuple[str, str, np.dtype]:
@@ -116,17 +114,6 @@ def build(directory: Path = None, target: target_module.Target | None = None) ->
                 store.store(key, _compile(text, target), None)
                 built += 1
     return built
-
-
-def prefetch(ir_text: str | None) -> None:
-    """Start compiling every library module that an emitted module's text calls and that is
-    neither loaded nor on its way (see prefetch_one)."""
-    if not ir_text or gemm_library.PREFIX not in ir_text:
-        return
-    for name in set(_SYMBOL.findall(ir_text)):
-        found = gemm_library.parse(name)
-        if found is not None:
-            prefetch_one(*found)
 
 
 def prefetch_one(target: target_module.Target, kernel: str, dtype) -> None:

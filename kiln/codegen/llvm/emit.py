@@ -13,7 +13,6 @@ from typing import Sequence
 
 import numpy as np
 from llvmlite import ir
-from llvmlite.ir.values import FunctionAttributes
 
 from kiln.codegen.llvm import blas_calls, scalar_ops, target
 from kiln.codegen.llvm import types as T
@@ -59,20 +58,9 @@ ROUNDED_SUFFIX = "_rounded"
 _FAST_MATH_FLAGS = frozenset({"fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"})
 
 
-class _FunctionAttributes(FunctionAttributes):
-    """llvmlite's function attributes plus "key"="value" string attributes, which it lacks."""
-
-    def __init__(self, strings: dict[str, str]):
-        super().__init__()
-        self.strings = dict(strings)
-
-    def _to_list(self, ret_type):
-        return super()._to_list(ret_type) + [f'"{k}"="{v}"' for k, v in self.strings.items()]
-
-
 def _new_function(module: ir.Module, name: str, arg_count: int, internal: bool) -> ir.Function:
     function = ir.Function(module, ir.FunctionType(T.VOID, [T.PTR] * arg_count), name=name)
-    function.attributes = _FunctionAttributes(target.function_attributes())
+    function.attributes = target.kernel_attributes()
     function.attributes.add("nounwind")
     if internal:
         function.linkage = "internal"

@@ -39,7 +39,6 @@ from kiln.codegen.llvm.small_gemm import (
     MAX_RHS_BYTES,
     MAX_RHS_STRIDE,
     _layout,
-    _StringAttributes,
 )
 
 __all__ = ["KC", "NC", "define"]
@@ -128,10 +127,10 @@ class _Emitter:
         return function
 
     def _function(self, suffix: str, arguments: list, internal: bool = True) -> ir.Function:
-        from kiln.codegen.llvm.target import function_attributes
+        from kiln.codegen.llvm.target import kernel_attributes
 
         function = ir.Function(self.module, ir.FunctionType(T.VOID, arguments), self.name + suffix)
-        function.attributes = _StringAttributes(function_attributes())
+        function.attributes = kernel_attributes()
         function.attributes.add("nounwind")
         if internal:
             function.linkage = "internal"

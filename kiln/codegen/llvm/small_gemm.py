@@ -36,17 +36,6 @@ MAX_RHS_BYTES = 1 << 20
 MAX_RHS_STRIDE = 4096
 
 
-class _StringAttributes(ir.FunctionAttributes):
-    """Function attributes plus "key"="value" ones (the target's), which llvmlite lacks."""
-
-    def __init__(self, strings: dict[str, str]):
-        super().__init__()
-        self.strings = dict(strings)
-
-    def _to_list(self, ret_type):
-        return super()._to_list(ret_type) + [f'"{k}"="{v}"' for k, v in self.strings.items()]
-
-
 def _layout(dtype: np.dtype) -> tuple[int, int]:
     """(vector lanes, rows per block) for the target: 2 * rows accumulators plus the two rhs
     vectors and a broadcast must fit its vector registers (32 with AVX-512, else 16)."""
@@ -83,14 +72,14 @@ def define(module: ir.Module, name: str, dtype) -> ir.Function:
     (fits checks it). It lives in kiln's kernel library (gemm_library), compiled once per target
     and called by every product that fits, rather than specialized per shape: one kernel for
     all shapes compiles once, where one per shape added LLVM time to every new program."""
-    from kiln.codegen.llvm.target import function_attributes
+    from kiln.codegen.llvm.target import kernel_attributes
 
     dtype = np.dtype(dtype)
     lanes, rows = _layout(dtype)
     scalar = T.FLOAT if dtype == np.float32 else T.DOUBLE
     vector = ir.VectorType(scalar, lanes)
     function = ir.Function(module, ir.FunctionType(T.VOID, [T.PTR] * 3 + [T.I64] * 6), name=name)
-    function.attributes = _StringAttributes(function_attributes())
+    function.attributes = kernel_attributes()
     function.attributes.add("nounwind")
     for argument in function.args[:3]:
         argument.add_attribute("noalias")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import llvmlite
 import llvmlite.binding as llvm
+from llvmlite import ir
 
 from kiln.codegen.llvm import llvm_pipeline
 from kiln.config import config
@@ -232,6 +233,24 @@ def compiling_for(target: Target):
         yield target
     finally:
         _pinned.target = previous
+
+
+class StringAttributes(ir.FunctionAttributes):
+    """llvmlite's function attributes plus "key"="value" string attributes, which it cannot
+    spell (the target's, a vector variant's name, stack probing)."""
+
+    def __init__(self, strings: dict[str, str]):
+        super().__init__()
+        self.strings = dict(strings)
+
+    def _to_list(self, ret_type):
+        return super()._to_list(ret_type) + [f'"{k}"="{v}"' for k, v in self.strings.items()]
+
+
+def kernel_attributes() -> StringAttributes:
+    """A fresh attribute set for a generated function: the target's strings (see
+    function_attributes); callers add their own flags."""
+    return StringAttributes(function_attributes())
 
 
 def function_attributes() -> dict[str, str]:

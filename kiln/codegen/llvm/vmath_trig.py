@@ -12,6 +12,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from . import vmath_base as base
+from .target import StringAttributes
 from .vmath_base import Emitter
 
 # sin(r) = r + r**3 * S(r**2) and cos(r) = 1 - r**2/2 + r**4 * C(r**2) on |r| <= pi/4 plus a
@@ -207,17 +208,6 @@ def _reduce_exact(em: Emitter, x):
     return r, b.and_(quadrant, ir.Constant(_I64, 3))
 
 
-class _Attributes(ir.FunctionAttributes):
-    """Function attributes plus "key"="value" string ones, which llvmlite cannot spell."""
-
-    def __init__(self, strings: dict[str, str]):
-        super().__init__()
-        self.strings = dict(strings)
-
-    def _to_list(self, ret_type):
-        return super()._to_list(ret_type) + [f'"{k}"="{v}"' for k, v in self.strings.items()]
-
-
 def _variant_lanes(em: Emitter) -> int:
     """The vector width the loop vectorizer picks for this float type on the current target
     (its widest registers: 512 bits with AVX-512, else 256). Only that width gets a masked
@@ -247,7 +237,7 @@ def _large_function(em: Emitter, op: str, body) -> ir.Function:
     lanes = _variant_lanes(em)
     variant_name = f"{name}_m{lanes}"
     fn = ir.Function(module, ir.FunctionType(scalar, [scalar]), name)
-    fn.attributes = _Attributes(
+    fn.attributes = StringAttributes(
         {"vector-function-abi-variant": f"_ZGV_LLVM_M{lanes}v_{name}({variant_name})"}
     )
     fn.linkage = "internal"
