@@ -344,3 +344,31 @@ def test_every_pipeline_computes_the_same_values(pipeline):
     data = np.linspace(-4, 4, size, dtype=F32)
     expected = np.exp(data.astype(np.float64) * 0.25) / (data.astype(np.float64).sum() + 2000)
     np.testing.assert_allclose(native(data)[0], expected, rtol=2e-6)
+
+
+def test_product_kernels_compile_with_the_quick_pipeline(monkeypatch):
+    # A product kernel only calls the kernel library (or BLAS), which does the work whatever
+    # LLVM pipeline the call was compiled with: it gets the quick one, except in a loop body.
+    assert native_segment._pipeline(1 << 30, products=True) == "quick"
+    assert native_segment._pipeline(1 << 30) == "lean"
+    with native_segment.loop_body():
+        assert native_segment._pipeline(1 << 30, products=True) == "lean"
+    from kiln.config import config
+
+    monkeypatch.setattr(config, "num_threads", 2)  # (kernels of a parallel segment)
+    kiln.clear_caches()
+    chosen = []
+    original = native_segment._pipeline
+    monkeypatch.setattr(
+        native_segment,
+        "_pipeline",
+        lambda work, products=False: (
+            chosen.append((products, original(work, products))) or chosen[-1][1]
+        ),
+    )
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((256, 320), F32), rng.standard_normal((320, 160), F32)
+    got = np.asarray(kiln.jit(lambda a, b: jnp.tanh(a @ b) * 2.0)(x, w))
+    np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) @ w) * 2, rtol=1e-4, atol=1e-4)
+    assert (True, "quick") in chosen  # the product
+    assert any(not products for products, _ in chosen)  # the tanh

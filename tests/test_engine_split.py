@@ -7,6 +7,7 @@ worker process path compiles every module too."""
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 
 import numpy as np
@@ -216,3 +217,86 @@ def test_a_split_groups_ir_and_assembly_cover_every_part(monkeypatch):
     assembly = native.asm
     assert assembly.count(engine.MODULE_SEPARATOR) == parts - 1
     assert native.symbol in assembly
+
+
+# --- kernels inlined into their entries ----------------------------------------------------------
+
+
+def _chain(name: str, kernels: int, size: int = 96):
+    """y = x passed through `kernels` kernels (t = t * 1.5 + j each, through temps), and its
+    NumPy reference."""
+    from kiln.compiler.kir import Buffer, Kernel, Loop, Program, Store, Var
+
+    f32 = np.dtype(np.float32)
+    x = Buffer("x", f32, (size,))
+    y = Buffer("y", f32, (size,), "output")
+    temps = [Buffer(f"t{j}", f32, (size,), "temp") for j in range(kernels - 1)]
+    chain = [x] + temps + [y]
+    i = Var("i")
+    body = [
+        Kernel(f"k{j}", [Loop(i, 0, size, [Store(chain[j + 1], i, chain[j][i] * 1.5 + float(j))])])
+        for j in range(kernels)
+    ]
+
+    def reference(data):
+        # (in float64, rounded once per kernel, as the contracted multiply-add does)
+        for j in range(kernels):
+            data = (data.astype(np.float64) * 1.5 + j).astype(np.float32)
+        return data
+
+    return Program(name, [x, y] + temps, body), reference
+
+
+def _defined(module_text: str) -> list[str]:
+    return re.findall(r'^define [^@]*@"?([\w.]+)"?\(', module_text, re.M)
+
+
+def test_a_programs_kernels_are_inlined_into_its_entry():
+    # Each kernel is an internal always-inline function of the emitted module; once optimized
+    # only the entry is left: LLVM's cost per function is paid once per program.
+    program, reference = _chain("inlined_chain", 3)
+    native = engine.compile_program(program)
+    assert native.unoptimized_ir.count("alwaysinline") >= 1
+    assert len(_defined(native.unoptimized_ir)) == 4
+    assert _defined(native.llvm_ir) == [native.symbol]
+    data = np.linspace(-2, 2, 96, dtype=np.float32)
+    np.testing.assert_allclose(native(data)[0], reference(data), rtol=1e-6, atol=1e-6)
+
+
+def test_a_split_group_exports_only_the_kernels_another_part_calls(monkeypatch):
+    # Three programs of three kernels, in parts of PART_KERNELS (4) kernels: the second
+    # program's first kernel lies in part 0 but its entry in part 1, the third's first two in
+    # part 1 and its entry in part 2. Those kernels stay external functions of their parts;
+    # every other kernel is inlined into its entry.
+    monkeypatch.setattr(config, "num_threads", 2)
+    assert engine.PART_KERNELS == 4
+    host = engine.Engine(engine.engine().target)
+    chains = [_chain(f"split_chain_{n}", 3) for n in range(3)]
+    natives = host.compile_many([p for p, _ in chains], pipelines=["lean"] * 3)
+    modules = natives[0].llvm_ir.split(engine.MODULE_SEPARATOR)
+    assert len(modules) == 3 and host.stats["modules"] == 3
+    defined = [_defined(text) for text in modules]
+    first, second, third = (native.symbol for native in natives)
+    assert sorted(defined[0]) == sorted([first, f"{second}.k0"])
+    assert sorted(defined[1]) == sorted([second, f"{third}.k0", f"{third}.k1"])
+    assert defined[2] == [third]
+    data = np.linspace(-2, 2, 96, dtype=np.float32)
+    for native, (_, reference) in zip(natives, chains):
+        np.testing.assert_allclose(native(data)[0], reference(data), rtol=1e-6, atol=1e-6)
+
+
+def test_a_small_group_next_to_a_large_one_is_split_too(monkeypatch):
+    # Whether a group is split depends on the kernels of the whole compile: a group of a few
+    # costly kernels would otherwise be one module that one thread compiles alone while the
+    # other finishes the many small ones.
+    monkeypatch.setattr(config, "num_threads", 2)
+    host = engine.Engine(engine.engine().target)
+    lean, lean_reference = _chain("few_lean_kernels", 3)
+    quick = [_chain(f"many_quick_{n}", 2) for n in range(3)]
+    natives = host.compile_many([lean] + [p for p, _ in quick], pipelines=["lean"] + ["quick"] * 3)
+    # lean: 3 kernels, one part; quick: 6 kernels, two parts
+    assert host.stats["modules"] == 3
+    data = np.linspace(-2, 2, 96, dtype=np.float32)
+    np.testing.assert_allclose(natives[0](data)[0], lean_reference(data), rtol=1e-6, atol=1e-6)
+    for native, (_, reference) in zip(natives[1:], quick):
+        np.testing.assert_allclose(native(data)[0], reference(data), rtol=1e-6, atol=1e-6)

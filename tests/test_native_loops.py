@@ -533,7 +533,9 @@ def test_loop_bodies_compile_with_the_vectorizing_pipeline(monkeypatch):
     chosen = []
     original = native_segment._pipeline
     monkeypatch.setattr(
-        native_segment, "_pipeline", lambda work: chosen.append(original(work)) or chosen[-1]
+        native_segment,
+        "_pipeline",
+        lambda work, products=False: chosen.append(original(work, products)) or chosen[-1],
     )
     assert original(10) == "quick"  # a small kernel that runs once
     f = kiln.jit(lambda x: lax.fori_loop(0, 50, lambda i, c: c * 0.5 + 1.0, x) * 2.0)

@@ -344,12 +344,13 @@ class Engine:
             found = {unit.key: self._programs.get(unit.key) for unit in units}
             missing = list({u.key: u for u in units if found[u.key] is None}.values())
             pending = []  # groups to compile: (units, group key)
+            kernels = sum(len(u.program.kernels) for u in missing if u.unoptimized is None)
             for pipeline in llvm_pipeline.PIPELINES:
                 group_units = [unit for unit in missing if unit.pipeline == pipeline]
                 if not group_units:
                     continue
                 group = _group_key([unit.key for unit in group_units])
-                if self._assign_sides(group_units):
+                if self._assign_sides(group_units, kernels):
                     group += " split"  # (other objects than the same programs unsplit)
                 natives = self._load_cached(group_units, group)
                 if natives is None:
@@ -380,17 +381,19 @@ class Engine:
         return _Unit(program, key, unoptimized, pipeline)
 
     @staticmethod
-    def _assign_sides(units: list["_Unit"]) -> bool:
-        """Whether the units' kernels are split: when there are SPLIT_KERNELS kernels or more
-        and kiln may use two threads. Each unit's kernels then go, PART_KERNELS at a time in
-        order, to the group's parts under external names made from its unit's symbol, and its
-        entry to the part of its last kernel; units emitted already (keyed by their LLVM IR)
-        go whole to the part being filled. The choice depends only on the programs and the
-        thread count, so a process finds in the disk cache what another made."""
+    def _assign_sides(units: list["_Unit"], kernels: int) -> bool:
+        """Whether the units' kernels are split: when they are two or more, the compile they
+        are part of has SPLIT_KERNELS kernels or more (`kernels`, in all its groups: a group
+        of a few costly kernels next to one of many cheap ones is split too) and kiln may use
+        two threads. Each unit's kernels then go, PART_KERNELS at a time in order, to the
+        group's parts under external names made from its unit's symbol, and its entry to the
+        part of its last kernel; units emitted already (keyed by their LLVM IR) go whole to
+        the part being filled. The choice depends only on the programs and the thread
+        count, so a process finds in the disk cache what another made."""
         from kiln.runtime.native import num_threads
 
-        kernels = sum(len(u.program.kernels) for u in units if u.unoptimized is None)
-        if kernels < SPLIT_KERNELS or num_threads() < 2:
+        own = sum(len(u.program.kernels) for u in units if u.unoptimized is None)
+        if own < 2 or kernels < SPLIT_KERNELS or num_threads() < 2:
             return False
         count = 0
         for unit in units:
@@ -412,20 +415,24 @@ class Engine:
         count = 1 + max((part for u in units for part, _ in u.parts), default=-1)
         return [f"{group} part{i}" for i in range(count)] if count else [group]
 
-    def _emit(self, unit: "_Unit", verify: bool) -> Iterator[tuple[int, str, set]]:
+    def _emit(self, unit: "_Unit", verify: bool) -> Iterator[tuple[int, str, set, set]]:
         """Verify (if asked) and emit a unit's program, unless done: yields the text of each
-        piece of a part it has kernels in, as (part number, text, names it
-        defines), as soon as it is emitted; then sets its entry module's IR
-        (unit.unoptimized)."""
+        piece of a part it has kernels in, as (part number, text, names it defines, those of
+        them that other parts call), as soon as it is emitted; then sets its entry module's
+        IR (unit.unoptimized)."""
         if unit.unoptimized is not None:
             return
         if verify:
             kir.verify_program(unit.program)
+        last = unit.parts[-1][0] if unit.parts else None
         with target.compiling_for(self.target):
             for part, positions in unit.parts:
                 names = {position: unit.side[position] for position in positions}
                 text = str(emit.emit_kernels(unit.program, names))
-                yield part, text, set(names.values())
+                # The entry goes to the last part: there its kernels end internal (and are
+                # inlined into it); other parts export theirs for it.
+                defined = set(names.values())
+                yield part, text, defined, (defined if part != last else set())
             unit.unoptimized = str(emit.emit_program(unit.program, elsewhere=unit.side))
 
     def emit_ir(self, program: kir.Program) -> str:
@@ -434,16 +441,20 @@ class Engine:
             return str(emit.emit_program(program))
 
     @staticmethod
-    def _linked(texts: list[tuple[str, str | None, set]], name: str, context=None):
-        """One module from module texts: each text's entry (if any) renamed to the given
-        symbol, its other definitions made internal except the names in its exported set."""
+    def _linked(texts: list[tuple[str, str | None, set, set]], name: str, context=None):
+        """One module from module texts, each (text, symbol, kernels, exported): the text's
+        entry (if any) renamed to the given symbol, its other definitions made internal, its
+        kernels once the texts are linked (the entry that calls them may come from another
+        text) unless exported (called from another module)."""
         module = None
-        for text, symbol, exported in texts:
+        kernels: set = set()
+        for text, symbol, defined, exported in texts:
+            kernels |= defined - exported
             part = llvm.parse_assembly(text, context=context)
             for function in part.functions:
                 if symbol is not None and function.name == emit.ENTRY_NAME:
                     function.name = symbol
-                elif not function.is_declaration and function.name not in exported:
+                elif not function.is_declaration and function.name not in defined:
                     function.linkage = "internal"  # helpers never clash across modules
             for variable in part.global_variables:
                 # (llvm.* globals such as llvm.compiler.used have fixed linkage)
@@ -453,6 +464,8 @@ class Engine:
                 module = part
             else:
                 module.link_in(part)  # (the linker renames clashing internal names)
+        for kernel in kernels:
+            module.get_function(kernel).linkage = "internal"
         module.name = name
         return module
 
@@ -474,7 +487,7 @@ class Engine:
                     pass  # (no parts here)
             pipeline = units[0].pipeline
             machine = self._quick_machine if pipeline == "quick" else self._machine
-            module = self._linked([(u.unoptimized, u.symbol, set()) for u in units], group)
+            module = self._linked([(u.unoptimized, u.symbol, set(), set()) for u in units], group)
             optimized, object_bytes = _optimizer.optimize(module, self.target, machine, pipeline)
             self.stats["modules"] += 1
             natives = self._link(units, [(optimized, object_bytes)])
@@ -489,12 +502,12 @@ class Engine:
                 open_part = 0  # the parts before it are complete and on their way
                 pipeline = units[0].pipeline
                 for unit in units:
-                    for part, text, defined in self._emit(unit, verify):
+                    for part, text, defined, exported in self._emit(unit, verify):
                         for done in range(open_part, part):
                             stream.submit(names[done], self._builder(pieces[done]), pipeline)
                         open_part = max(open_part, part)
-                        pieces[part].append((text, None, defined))
-                    pieces[open_part].append((unit.unoptimized, unit.symbol, set()))
+                        pieces[part].append((text, None, defined, exported))
+                    pieces[open_part].append((unit.unoptimized, unit.symbol, set(), set()))
                 for part in range(open_part, len(names)):
                     stream.submit(names[part], self._builder(pieces[part]), pipeline)
         except BaseException:

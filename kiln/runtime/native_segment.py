@@ -86,13 +86,15 @@ def _compile_pending(needed: "NativeSegment") -> None:
         segment._compiled, natives = natives[:count], natives[count:]
 
 
-def _pipeline(work: int) -> str:
-    """The LLVM pipeline for a kernel (or a whole segment) of this much work. A loop body's
-    kernels run once per iteration, so they never get the quick one (a fori_loop of 1000
-    steps on 256 floats ran 3x slower with it)."""
+def _pipeline(work: int, products: bool = False) -> str:
+    """The LLVM pipeline for a kernel (or a whole segment) of this much work; `products`: it
+    only calls the kernel library or BLAS, which do the work whatever the pipeline, so it
+    gets the quick one (a tenth of the lean one's time for a product's few instructions).
+    A loop body's kernels run once per iteration, so they never get the quick one (a
+    fori_loop of 1000 steps on 256 floats ran 3x slower with it)."""
     if getattr(_local, "loop_body", False):
         return "lean"
-    return "quick" if work < QUICK_MAX_WORK else "lean"
+    return "quick" if products or work < QUICK_MAX_WORK else "lean"
 
 
 @contextlib.contextmanager
@@ -208,7 +210,8 @@ class NativeSegment:
                 )
                 original = {v: k for k, v in renamed.items()}
             self._programs = [program]
-            self._pipelines = [_pipeline(max(self.work, default=0))]
+            products = all(group.product is not None for group in plan.kernels)
+            self._pipelines = [_pipeline(max(self.work, default=0), products)]
             # A ctypes array: the call path writes a slot in half the time a NumPy one takes.
             self.table = (ctypes.c_int64 * max(len(program.arguments), 1))()
             self.table_address = ctypes.addressof(self.table)
@@ -289,7 +292,7 @@ class NativeSegment:
             if split is None:
                 kernel = _with_buffers(group.kernel, renamed)
                 self._programs.append(kir.Program(name, arguments + temps, [kernel]))
-                self._pipelines.append(_pipeline(work))
+                self._pipelines.append(_pipeline(work, group.product is not None))
                 self._layouts.append((originals, None, None, 1))
                 continue
             # A split kernel reads its chunk's loop bounds from a small int64 buffer (the
@@ -312,7 +315,9 @@ class NativeSegment:
                 chunk_entries = None
             # (The column loops kir_schedule writes run 15-20% faster unrolled: those get
             # the full pipeline.)
-            pipeline = "full" if chunk_entries is not None else _pipeline(work)
+            pipeline = (
+                "full" if chunk_entries is not None else _pipeline(work, group.product is not None)
+            )
             for start, stop, program_name in ranges:
                 stop = kir.index_add(start, stop) if isinstance(stop, int) else stop
                 chunk = fusion.chunked_kernel(plan, group, {dim: (start, stop)})

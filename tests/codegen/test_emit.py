@@ -974,7 +974,7 @@ def test_empty_buffers_run_no_iterations():
 
 
 def _kernel_ir(native) -> str:
-    return native.llvm_ir[native.llvm_ir.index("define internal") :]
+    return native.llvm_ir[native.llvm_ir.index("define ") :]
 
 
 def test_elementwise_and_row_sum_are_vectorized_to_512_bits():
