@@ -186,11 +186,11 @@ def test_a_failure_while_emitting_leaves_no_stream_behind(monkeypatch):
     calls = []
     original = emit.emit_kernels
 
-    def failing(program, names):
+    def failing(program, names, *more):
         calls.append(program)
         if len(calls) >= 2:  # (every time: a failed group is retried segment by segment)
             raise RuntimeError("emission failed on purpose")
-        return original(program, names)
+        return original(program, names, *more)
 
     monkeypatch.setattr(emit, "emit_kernels", failing)
     with pytest.raises(RuntimeError, match="on purpose"):

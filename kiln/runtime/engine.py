@@ -28,7 +28,7 @@ import logging
 import sys
 import threading
 import weakref
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -415,25 +415,23 @@ class Engine:
         count = 1 + max((part for u in units for part, _ in u.parts), default=-1)
         return [f"{group} part{i}" for i in range(count)] if count else [group]
 
-    def _emit(self, unit: "_Unit", verify: bool) -> Iterator[tuple[int, str, set, set]]:
-        """Verify (if asked) and emit a unit's program, unless done: yields the text of each
-        piece of a part it has kernels in, as (part number, text, names it defines, those of
-        them that other parts call), as soon as it is emitted; then sets its entry module's
-        IR (unit.unoptimized)."""
-        if unit.unoptimized is not None:
-            return
+    def _emit(self, unit: "_Unit", verify: bool, module_of: Callable) -> Iterator[int]:
+        """Verify (if asked) and emit a unit's program into its group's modules, module_of(
+        part) (part 0 for a group that is not split): its kernels into the parts that hold
+        them, internal (to be inlined) except those another part calls, then its entry,
+        under its symbol, into its last part. Yields each part number as the unit starts
+        emitting there."""
         if verify:
             kir.verify_program(unit.program)
-        last = unit.parts[-1][0] if unit.parts else None
+        last = unit.parts[-1][0] if unit.parts else 0
         with target.compiling_for(self.target):
             for part, positions in unit.parts:
+                yield part
                 names = {position: unit.side[position] for position in positions}
-                text = str(emit.emit_kernels(unit.program, names))
-                # The entry goes to the last part: there its kernels end internal (and are
-                # inlined into it); other parts export theirs for it.
-                defined = set(names.values())
-                yield part, text, defined, (defined if part != last else set())
-            unit.unoptimized = str(emit.emit_program(unit.program, elsewhere=unit.side))
+                exported = set(names.values()) if part != last else set()
+                emit.emit_kernels(unit.program, names, module_of(part), exported)
+            yield last
+            emit.emit_program(unit.program, unit.symbol, unit.side, module_of(last))
 
     def emit_ir(self, program: kir.Program) -> str:
         """The LLVM IR (text) kiln emits for a program on this engine's target."""
@@ -442,20 +440,20 @@ class Engine:
 
     @staticmethod
     def _linked(texts: list[tuple[str, str | None, set, set]], name: str, context=None):
-        """One module from module texts, each (text, symbol, kernels, exported): the text's
-        entry (if any) renamed to the given symbol, its other definitions made internal, its
-        kernels once the texts are linked (the entry that calls them may come from another
-        text) unless exported (called from another module)."""
+        """One module from module texts, each (text, symbol, kept, exported): the text's entry
+        (if any) renamed to the given symbol, its other definitions made internal (helpers
+        never clash across modules) except those in kept, and once the texts are linked,
+        those in kept that are not exported too."""
         module = None
-        kernels: set = set()
-        for text, symbol, defined, exported in texts:
-            kernels |= defined - exported
+        internal: set = set()
+        for text, symbol, kept, exported in texts:
+            internal |= kept - exported
             part = llvm.parse_assembly(text, context=context)
             for function in part.functions:
                 if symbol is not None and function.name == emit.ENTRY_NAME:
                     function.name = symbol
-                elif not function.is_declaration and function.name not in defined:
-                    function.linkage = "internal"  # helpers never clash across modules
+                elif not function.is_declaration and function.name not in kept:
+                    function.linkage = "internal"
             for variable in part.global_variables:
                 # (llvm.* globals such as llvm.compiler.used have fixed linkage)
                 if not variable.is_declaration and not variable.name.startswith("llvm."):
@@ -464,56 +462,77 @@ class Engine:
                 module = part
             else:
                 module.link_in(part)  # (the linker renames clashing internal names)
-        for kernel in kernels:
-            module.get_function(kernel).linkage = "internal"
+        for function in internal:
+            module.get_function(function).linkage = "internal"
         module.name = name
         return module
 
-    def _builder(self, texts: list):
-        """build(context) for a stream: the module _linked makes of these texts."""
-        return lambda context: self._linked(texts, "part", context)
-
     def _compile_fresh(self, pending: list[tuple[list["_Unit"], str]], verify: bool) -> list:
-        """Emit and compile the groups' modules and load them. A lone module is optimized
-        here as it always was; several (groups of other pipelines, the parts of a split
-        group) stream: each starts on the helper thread as soon as it is emitted. A split
-        group's part holds a few kernels and the entries of the programs whose last kernels
-        it holds."""
+        """Emit and compile the groups' modules and load them. Each module is emitted as one
+        LLVM module that its programs share (their helpers defined once), apart from
+        programs emitted already (keyed by their LLVM IR), which are linked in. A lone
+        module is optimized here as it always was; several (groups of other pipelines, the
+        parts of a split group) stream: each starts on the helper thread as soon as it is
+        emitted. A split group's part holds a few kernels and the entries of the programs
+        whose last kernels it holds."""
         modules = sum(len(self._module_names(units, group)) for units, group in pending)
-        if modules == 1:
-            units, group = pending[0]
-            for unit in units:
-                for _ in self._emit(unit, verify):
-                    pass  # (no parts here)
-            pipeline = units[0].pipeline
-            machine = self._quick_machine if pipeline == "quick" else self._machine
-            module = self._linked([(u.unoptimized, u.symbol, set(), set()) for u in units], group)
-            optimized, object_bytes = _optimizer.optimize(module, self.target, machine, pipeline)
-            self.stats["modules"] += 1
-            natives = self._link(units, [(optimized, object_bytes)])
-            if self.disk_cache is not None:
-                self.disk_cache.store(self._disk_key(group), object_bytes, optimized)
-            return [natives]
-        stream = _optimizer.stream(self.target, modules)
+        stream = _optimizer.stream(self.target, modules) if modules > 1 else None
+        built: list = []  # (module name, build(context), pipeline), for a lone module
         try:
             for units, group in pending:
                 names = self._module_names(units, group)
-                pieces: list[list] = [[] for _ in names]
+                shared: dict[int, object] = {}
+                kept: dict[int, set] = {part: set() for part in range(len(names))}
+                exported: dict[int, set] = {part: set() for part in range(len(names))}
+                others: dict[int, list] = {part: [] for part in range(len(names))}
+
+                def module_of(part, shared=shared, names=names):
+                    if part not in shared:
+                        with target.compiling_for(self.target):
+                            shared[part] = emit.new_module(names[part])
+                    return shared[part]
+
+                def build(part, shared=shared, kept=kept, exported=exported, others=others):
+                    texts = list(others[part])
+                    if part in shared:
+                        texts.insert(0, (str(shared[part]), None, kept[part], exported[part]))
+                    return lambda context: self._linked(texts, names[part], context)
+
+                def submit(part, names=names, pipeline=units[0].pipeline, build=build):
+                    if stream is None:
+                        built.append((names[part], build(part), pipeline))
+                    else:
+                        stream.submit(names[part], build(part), pipeline)
+
                 open_part = 0  # the parts before it are complete and on their way
-                pipeline = units[0].pipeline
                 for unit in units:
-                    for part, text, defined, exported in self._emit(unit, verify):
+                    if unit.unoptimized is not None:  # (emitted already: linked in)
+                        others[open_part].append((unit.unoptimized, unit.symbol, set(), set()))
+                        continue
+                    last = unit.parts[-1][0] if unit.parts else 0
+                    for part, positions in unit.parts:
+                        kept[part].update(unit.side[p] for p in positions)
+                        if part != last:
+                            exported[part].update(unit.side[p] for p in positions)
+                    kept[last].add(unit.symbol)
+                    exported[last].add(unit.symbol)
+                    for part in self._emit(unit, verify, module_of):
                         for done in range(open_part, part):
-                            stream.submit(names[done], self._builder(pieces[done]), pipeline)
+                            submit(done)
                         open_part = max(open_part, part)
-                        pieces[part].append((text, None, defined, exported))
-                    pieces[open_part].append((unit.unoptimized, unit.symbol, set(), set()))
                 for part in range(open_part, len(names)):
-                    stream.submit(names[part], self._builder(pieces[part]), pipeline)
+                    submit(part)
         except BaseException:
-            stream.abort()
+            if stream is not None:
+                stream.abort()
             raise
-        results = stream.finish()
+        if stream is None:
+            ((name, build_module, pipeline),) = built
+            machine = self._quick_machine if pipeline == "quick" else self._machine
+            module = build_module(None)
+            results = {name: _optimizer.optimize(module, self.target, machine, pipeline)}
+        else:
+            results = stream.finish()
         self.stats["modules"] += modules
         loaded = []
         for units, group in pending:

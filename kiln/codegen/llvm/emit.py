@@ -9,7 +9,7 @@ kernels in order and frees the temps: one native call per program run.
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+from typing import Container, Sequence
 
 import numpy as np
 from llvmlite import ir
@@ -85,19 +85,28 @@ def _new_module(name: str) -> ir.Module:
 
 
 def emit_program(
-    program: Program, entry_name: str = ENTRY_NAME, elsewhere: dict[int, str] | None = None
+    program: Program,
+    entry_name: str = ENTRY_NAME,
+    elsewhere: dict[int, str] | None = None,
+    module: ir.Module | None = None,
 ) -> ir.Module:
     """Emit a verified program as an LLVM module for the current target (column reductions are
-    strip-mined first, see kir_schedule). `elsewhere` maps kernel positions to the external
-    names under which emit_kernels defines them in another module: those are declared here,
-    and the entry calls them by that name."""
+    strip-mined first, see kir_schedule). `elsewhere` maps kernel positions to the names
+    under which emit_kernels defines them, in another module or (defined already) in
+    `module`: those are declared here if need be, and the entry calls them by that name.
+    `module`: emit into this module (which other programs' functions share) rather than a
+    new one."""
     elsewhere = elsewhere or {}
-    module = _new_module(program.name)
+    module = module or _new_module(program.name)
     functions = []
     for position, kernel in enumerate(program.kernels):
         if position in elsewhere:
-            kernel_type = ir.FunctionType(T.VOID, [T.PTR] * len(kernel.params))
-            functions.append(ir.Function(module, kernel_type, name=elsewhere[position]))
+            name = elsewhere[position]
+            function = module.globals.get(name)
+            if function is None:
+                kernel_type = ir.FunctionType(T.VOID, [T.PTR] * len(kernel.params))
+                function = ir.Function(module, kernel_type, name=name)
+            functions.append(function)
             continue
         name = f"{program.name}.{kernel.name}"
         functions.append(_KernelEmitter(module, schedule_kernel(kernel), name).emit())
@@ -105,14 +114,27 @@ def emit_program(
     return module
 
 
-def emit_kernels(program: Program, names: dict[int, str]) -> ir.Module:
-    """A module that defines only the kernels at the given positions, each an external
-    function of the given name (the other half of emit_program's `elsewhere`)."""
-    module = _new_module(f"{program.name}.kernels")
+def emit_kernels(
+    program: Program,
+    names: dict[int, str],
+    module: ir.Module | None = None,
+    exported: Container[str] | None = None,
+) -> ir.Module:
+    """A module that defines only the kernels at the given positions, each a function of the
+    given name (the other half of emit_program's `elsewhere`): external, or where `exported`
+    is given, internal unless named there. `module`: emit into this module rather than a new
+    one."""
+    module = module or _new_module(f"{program.name}.kernels")
     for position, name in sorted(names.items()):
         kernel = program.kernels[position]
-        _KernelEmitter(module, schedule_kernel(kernel), name, internal=False).emit()
+        internal = exported is not None and name not in exported
+        _KernelEmitter(module, schedule_kernel(kernel), name, internal=internal).emit()
     return module
+
+
+def new_module(name: str) -> ir.Module:
+    """An empty module for the current target, for emit_kernels and emit_program to share."""
+    return _new_module(name)
 
 
 def _emit_entry(
