@@ -37,6 +37,7 @@ The plan for a program, in three steps:
 from __future__ import annotations
 
 import bisect
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Container, Sequence
@@ -704,9 +705,20 @@ def _buffer_dependencies(stored, producers, materialized) -> dict:
 # The cost rule
 
 
+_counts_of: "weakref.WeakKeyDictionary[Kernel, dict]" = weakref.WeakKeyDictionary()
+
+
 def evaluation_counts(kernel: Kernel) -> dict:
     """How many times each node of a kernel runs: once per iteration of every loop down to the
-    deepest loop (or reduction) variable it depends on."""
+    deepest loop (or reduction) variable it depends on (kept per kernel: the planner's budget
+    check and the runtime's work estimate both ask)."""
+    counts = _counts_of.get(kernel)
+    if counts is None:
+        counts = _counts_of[kernel] = _evaluation_counts(kernel)
+    return counts
+
+
+def _evaluation_counts(kernel: Kernel) -> dict:
     chain: dict[Var, int] = {}
 
     def walk(stmts, outer: int):

@@ -191,13 +191,11 @@ class NativeSegment:
         self.scratch: list[kir.Buffer] = []
         if pass_temps:
             self.scratch = full if self.parallel else [b for b in full if b.nbytes > STACK_LIMIT]
-        self.scratch_kernels = {
-            b: (
-                min(k for k, kernel in enumerate(self.program.kernels) if b in kernel.params),
-                max(k for k, kernel in enumerate(self.program.kernels) if b in kernel.params),
-            )
-            for b in self.scratch
-        }
+        users: dict = {}  # buffer -> the kernels that take it, in order
+        for k, kernel in enumerate(self.program.kernels):
+            for b in kernel.params:
+                users.setdefault(b, []).append(k)
+        self.scratch_kernels = {b: (users[b][0], users[b][-1]) for b in self.scratch}
         if not self.parallel:
             program = self.program
             if self.scratch:
