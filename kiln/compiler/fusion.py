@@ -267,12 +267,14 @@ def plan_segment(
     called = set(products) | {a for v in products for a in producers[v].invars if a in producers}
     materialized = set(reads.materialized) | called
     build = dict(name=name, scalars=scalars, names=names, products=products)
+    previous = None
     while True:
-        plan = _build(eqns, producers, order, outputs, materialized, set(), **build)
+        plan = _build(eqns, producers, order, outputs, materialized, set(), previous, **build)
         extra = _over_budget(plan, eqns, producers, materialized)
         if not extra:
             break
         materialized |= extra
+        previous = (plan, extra)
     # Row-local fusion: a temp read only by one later kernel, and there only along the row
     # that kernel's outermost loop is on, moves into that loop as a one-row buffer.
     row_local = {
@@ -282,7 +284,7 @@ def plan_segment(
     }
     while row_local:
         try:
-            return _build(eqns, producers, order, outputs, materialized, row_local, **build)
+            return _build(eqns, producers, order, outputs, materialized, row_local, None, **build)
         except _NotRowLocal as failed:
             row_local.discard(failed.var)
     return plan
@@ -500,8 +502,21 @@ class _RowLocalBuilder(ExprBuilder):
 
 
 def _build(
-    eqns, producers, order, outputs, materialized, row_local, name, scalars, names, products
+    eqns,
+    producers,
+    order,
+    outputs,
+    materialized,
+    row_local,
+    previous,
+    name,
+    scalars,
+    names,
+    products,
 ) -> SegmentPlan:
+    """The segment's plan with these values stored. `previous`: (the plan built before, the
+    values stored now that it computed fused), whose kernels are reused where they are the
+    same (see _reused_body)."""
     naming = _BufferNames(names)
     inputs = _segment_inputs(eqns, producers, scalars)
     buffers: dict = {v: Buffer(naming(v), v.aval.dtype, v.aval.shape) for v in inputs}
@@ -528,8 +543,10 @@ def _build(
     )
     groups = _group(stored, producers, order, materialized, row_local, products)
     plan = SegmentPlan(None, [], list(outputs), temps, groups, buffers, builder, local)
+    reuse = _Reuse(previous, producers, materialized) if previous and not local else None
     for group in groups:
-        group.kernel = Kernel(group.kernel_name, kernel_body(plan, group))
+        body = reuse.body(group, builder) if reuse else None
+        group.kernel = Kernel(group.kernel_name, body or kernel_body(plan, group))
     kernels = [g.kernel for g in groups]
     used = {b for k in kernels for b in k.params}
     plan.inputs = [v for v in inputs if buffers[v] in used]
@@ -542,6 +559,57 @@ def _build(
     )
     plan.program = Program(name, program_buffers, kernels)
     return plan
+
+
+class _Reuse:
+    """Kernel bodies of the plan built before, for a rebuild that stores a few more values
+    (plan_segment's budget loop): a kernel that stores the same values, none of whose fused
+    values is stored now, is the same kernel. Its body is reused, and the nodes that stood for
+    its fused values in that kernel go to the new builder's nodes_of, which the budget check
+    reads (so it counts what it would count had the kernel been built again)."""
+
+    def __init__(self, previous, producers, materialized):
+        plan, self.stored_now = previous
+        self.before = {
+            tuple(group.parts[0]): group
+            for group in plan.kernels
+            if group.product is None and len(group.parts) == 1
+        }
+        self.nodes_before = plan.builder.nodes_of
+        self.producers = producers
+        self.materialized = materialized
+
+    def fused(self, values) -> set | None:
+        """The values a kernel storing `values` computes: theirs and, through their
+        operands, every value not stored; None if it reads a value stored now (which the
+        kernel built before computed)."""
+        found, stack = set(values), list(values)
+        while stack:
+            for atom in self.producers[stack.pop()].invars:
+                if type(atom) is Literal or atom in found or atom not in self.producers:
+                    continue
+                if atom in self.stored_now:
+                    return None
+                if atom not in self.materialized:
+                    found.add(atom)
+                    stack.append(atom)
+        return found
+
+    def body(self, group, builder) -> list | None:
+        if group.product is not None or len(group.parts) != 1:
+            return None
+        before = self.before.get(tuple(group.parts[0]))
+        if before is None:
+            return None
+        fused = self.fused(group.parts[0])
+        if fused is None:
+            return None
+        in_kernel = evaluation_counts(before.kernel)  # (its nodes; computed for the budget)
+        for value in fused:
+            nodes = [n for n in self.nodes_before.get(value, ()) if n in in_kernel]
+            if nodes:
+                builder.nodes_of.setdefault(value, set()).update(nodes)
+        return list(before.kernel.body)
 
 
 def _nest(shape, index: list, body: list, bounds: dict | None = None, first: int = 0) -> list:
