@@ -396,3 +396,59 @@ def test_wide_concatenate_runs_its_impl_between_native_segments():
     executable, compiled = compile_native(fn, x)
     assert [s.native for s in executable.stages] == [True, False, True]
     np.testing.assert_allclose(np.asarray(compiled(x)), np.exp(np.asarray(x)[:20]) * 2, rtol=1e-6)
+
+
+def _attention_loss(x, w):
+    # Causal softmax attention and a layernorm, differentiated: fusing makes some expensive
+    # values run more often than they have elements, so the planner stores them and plans
+    # again, more than once.
+    q, k, v = x @ w[0], x @ w[1], x @ w[2]
+    s = q @ jnp.swapaxes(k, -1, -2) / 4.0
+    s = jnp.where(jnp.tril(jnp.ones((s.shape[-1], s.shape[-1]), dtype=bool)), s, -1e9)
+    e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+    h = (e / jnp.sum(e, axis=-1, keepdims=True)) @ v + x
+    c = h - jnp.mean(h, axis=-1, keepdims=True)
+    return jnp.mean((c * jax_rsqrt(jnp.mean(c * c, axis=-1, keepdims=True) + 1e-5)) ** 2)
+
+
+def jax_rsqrt(z):
+    return kiln.lax.rsqrt(z)
+
+
+def test_replanning_reuses_unchanged_kernels_and_plans_the_same(monkeypatch):
+    x = f32(4, 32, 16, seed=3)
+    w = f32(3, 16, 16, seed=4) * 0.25
+    fun = kiln.value_and_grad(_attention_loss, argnums=(0, 1))
+
+    def plan(reuse: bool):
+        reused, builds = [], []
+        body = fusion._Reuse.body
+        monkeypatch.setattr(
+            fusion._Reuse,
+            "body",
+            (lambda self, g, b: reused.append(body(self, g, b)) or reused[-1])
+            if reuse
+            else (lambda self, g, b: None),
+        )
+        build = fusion._build
+        monkeypatch.setattr(fusion, "_build", lambda *a, **k: builds.append(a[6]) or build(*a, **k))
+        kiln.clear_caches()
+        executable, compiled = compile_native(fun, x, w)
+        names = {}
+
+        def canonical(text):  # (reduction variables are numbered per plan)
+            return re.sub(
+                r"\bk\d+\b", lambda m: names.setdefault(m.group(0), f"K{len(names)}"), text
+            )
+
+        kernels = [canonical(str(k)) for s in segments(executable) for k in s.program.kernels]
+        return kernels, compiled(x, w), sum(r is not None for r in reused), builds
+
+    kernels, (value, grads), reused, builds = plan(True)
+    fresh_kernels, (fresh_value, fresh_grads), none, _ = plan(False)
+    assert sum(b is not None for b in builds) >= 1  # planned again at least once
+    assert reused >= 1 and none == 0
+    assert kernels == fresh_kernels
+    np.testing.assert_array_equal(np.asarray(value), np.asarray(fresh_value))
+    for a, b in zip(grads, fresh_grads):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
