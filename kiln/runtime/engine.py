@@ -10,11 +10,14 @@ on disk (kiln.runtime.disk_cache) when KILN_CACHE_DIR is set.
 A program is known by the fingerprint of its kernel IR (kiln.runtime.kir_codec): one found
 loaded, or on disk, is linked without being verified or emitted as LLVM IR again.
 
-The modules one compile needs (one per optimization pipeline; a group of many kernels split
-into parts of a few kernels each) are optimized by the calling thread and a helper thread at
-once, each in an LLVM context and with a target machine of its own; the helper starts on each
-part as soon as it is emitted (llvm_threads.Stream). A group's objects link into one JIT
-instance, where the parts call each other's kernels.
+The modules one compile needs (one per optimization pipeline; a group split into parts of a
+few kernels each once the compile has many kernels) are optimized by the calling thread and a
+helper thread at once, each in an LLVM context and with a target machine of its own; the
+helper starts on each part as soon as it is emitted (llvm_threads.Stream). Each module is
+emitted as one llvmlite module that its programs share: a kernel is an internal always-inline
+function of the module that holds its program's entry (LLVM pays its cost per function once
+per program), and external only where another part's entry calls it. A group's objects link
+into one JIT instance, where the parts call each other's kernels.
 Products call kiln's kernel library (kernel_library), compiled once per process and target.
 """
 
