@@ -31,7 +31,12 @@ The plan for a program, in three steps:
 
 3. **Kernels.** Stored values of equal shape share one loop nest (multi-output fusion: one
    pass over the inputs feeds several outputs, and shared subexpressions are computed once);
-   a value that loads another stored value's buffer goes in a later kernel.
+   a value that loads another stored value's buffer goes in a later kernel. Then kernels
+   that share an outermost (row) loop merge: a temp read by one later kernel along its rows
+   becomes a one-row buffer inside that loop (row-local), and a stored value that a later
+   kernel reads only at the row being computed pulls that kernel into its own, keeping its
+   full buffer for the others (a layernorm's statistics, stored for its gradient, no longer
+   cost a kernel each).
 """
 
 from __future__ import annotations
@@ -269,7 +274,9 @@ def plan_segment(
     build = dict(name=name, scalars=scalars, names=names, products=products)
     previous = None
     while True:
-        plan = _build(eqns, producers, order, outputs, materialized, set(), previous, **build)
+        plan = _build(
+            eqns, producers, order, outputs, materialized, set(), previous, False, **build
+        )
         extra = _over_budget(plan, eqns, producers, materialized)
         if not extra:
             break
@@ -282,12 +289,19 @@ def plan_segment(
         for v in plan.temps
         if len(v.aval.shape) >= 2 and v not in called and reads.read_along_rows(v)
     }
+    # Then row merges: a stored value pulls the kernels that read it row by row into its own
+    # (_merge_row_reader), planned once the values to store are known.
     while row_local:
         try:
-            return _build(eqns, producers, order, outputs, materialized, row_local, None, **build)
+            return _build(
+                eqns, producers, order, outputs, materialized, row_local, None, True, **build
+            )
         except _NotRowLocal as failed:
             row_local.discard(failed.var)
-    return plan
+    # (The kernels that no merge changes are reused.)
+    return _build(
+        eqns, producers, order, outputs, materialized, set(), (plan, set()), True, **build
+    )
 
 
 def _plan_products(eqns, outputs) -> tuple[list, dict]:
@@ -509,6 +523,7 @@ def _build(
     materialized,
     row_local,
     previous,
+    merge_rows,
     name,
     scalars,
     names,
@@ -516,7 +531,8 @@ def _build(
 ) -> SegmentPlan:
     """The segment's plan with these values stored. `previous`: (the plan built before, the
     values stored now that it computed fused), whose kernels are reused where they are the
-    same (see _reused_body)."""
+    same (see _Reuse); `merge_rows`: merge kernels that read stored values row by row into
+    the kernels that store them (_merge_row_reader)."""
     naming = _BufferNames(names)
     inputs = _segment_inputs(eqns, producers, scalars)
     buffers: dict = {v: Buffer(naming(v), v.aval.dtype, v.aval.shape) for v in inputs}
@@ -541,9 +557,21 @@ def _build(
         if local
         else ExprBuilder(producers, loaded, scalars)
     )
-    groups = _group(stored, producers, order, materialized, row_local, products)
+    loaded_values = set(materialized) | set(inputs)
+    groups = _group(
+        stored,
+        producers,
+        order,
+        materialized,
+        row_local,
+        products,
+        (lambda values: _reads_of(values, producers, loaded_values, scalars))
+        if merge_rows
+        else None,
+    )
     plan = SegmentPlan(None, [], list(outputs), temps, groups, buffers, builder, local)
-    reuse = _Reuse(previous, producers, materialized) if previous and not local else None
+    # (Row-local values are read only by the kernel they merge into, never a reused one.)
+    reuse = _Reuse(previous, producers, materialized) if previous else None
     for group in groups:
         body = reuse.body(group, builder) if reuse else None
         group.kernel = Kernel(group.kernel_name, body or kernel_body(plan, group))
@@ -692,11 +720,19 @@ def _reads_any(node, buffers: set) -> bool:
 
 
 def _group(
-    stored, producers, order, materialized, row_local=frozenset(), products=None
+    stored,
+    producers,
+    order,
+    materialized,
+    row_local=frozenset(),
+    products=None,
+    reads_of: Callable | None = None,
 ) -> list[KernelPlan]:
     """Assign stored values to kernels: equal shapes share a nest unless one needs the other's
     buffer (then it goes in a later kernel); a BLAS product is a kernel of its own; then
-    row-local values pull their one consumer kernel into their own (see plan_segment)."""
+    row-local values pull their one consumer kernel into their own (see plan_segment), and
+    stored values the first kernel that reads them row by row (see _merge_row_reader;
+    `reads_of(values)` gives the indices the expressions of values read stored values at)."""
     products = products or {}
     deps = _buffer_dependencies(stored, producers, materialized)
     groups: list[KernelPlan] = []
@@ -720,6 +756,15 @@ def _group(
         group_of[var] = chosen
     for var in sorted(row_local, key=order.__getitem__):
         groups = _merge_row_local(var, groups, deps, row_local)
+    if reads_of is not None:
+        for var in sorted(stored, key=order.__getitem__):
+            if var not in row_local and len(var.aval.shape) >= 2 and 0 not in var.aval.shape:
+                skipped: set = set()
+                while True:  # (each reader that qualifies, in order)
+                    count = len(groups)
+                    groups = _merge_row_reader(var, groups, deps, reads_of, skipped)
+                    if len(groups) == count:
+                        break
     for number, group in enumerate(groups):
         group.kernel_name = f"{'product' if group.product else 'fusion'}_{number}"
     return groups
@@ -747,6 +792,71 @@ def _merge_row_local(var, groups: list, deps: dict, row_local) -> list:
                 raise _NotRowLocal(var)
     merged = KernelPlan(groups[home].shape, groups[home].parts + consumer.parts)
     return [merged if g == home else group for g, group in enumerate(groups) if g != reader]
+
+
+def _merge_row_reader(var, groups: list, deps: dict, reads_of: Callable, skipped: set) -> list:
+    """Move the first kernel that loads the stored value `var` (and is not in `skipped`, the
+    first values of kernels found not to qualify) into var's kernel, after its parts, where
+    that kernel reads every value of var's kernel at the row the outer loop is on only (so
+    each row it reads was stored earlier in the same iteration), all it depends on is computed
+    before, and its values have var's rows; else the groups unchanged. Unlike a row-local
+    value, var keeps its full buffer, for the kernels that read it later: a layernorm's mean,
+    which its gradient needs again, is computed in the kernel that normalizes with it.
+    """
+    home = next(g for g, group in enumerate(groups) if var in group.values)
+    if groups[home].product is not None:
+        return groups
+    home_values = set(groups[home].values)
+    rows = groups[home].shape[0]
+    outer = _RowLocalBuilder.OUTER
+    for reader, consumer in enumerate(groups):
+        if reader <= home or consumer.values[0] in skipped:
+            continue
+        if not any(var in deps[v] for v in consumer.values):
+            continue
+        if (
+            consumer.product is None
+            and all(v.aval.shape and v.aval.shape[0] == rows for v in consumer.values)
+            and all(
+                d in home_values
+                or next(g for g, group in enumerate(groups) if d in group.values) < home
+                for v in consumer.values
+                for d in deps[v]
+            )
+            and all(
+                index[0] is outer
+                for atom, indices in reads_of(consumer.values).items()
+                if atom in home_values
+                for index in indices
+            )
+        ):
+            merged = KernelPlan(groups[home].shape, groups[home].parts + consumer.parts)
+            return [merged if g == home else group for g, group in enumerate(groups) if g != reader]
+        skipped.add(consumer.values[0])
+    return groups
+
+
+def _reads_of(values, producers: dict, loaded: set, scalars: dict) -> dict:
+    """{stored value: the indices it is read at} over the expressions of `values`, each at its
+    own index (i0, i1, ...), with every value not in `loaded` fused (expanded at each index it
+    is read at)."""
+    found: dict = {}
+    recorder = _ReadRecorder(producers, scalars, {})
+    pending = [(v, tuple(Var(f"i{d}") for d in range(len(v.aval.shape)))) for v in values]
+    seen: set = set()
+    while pending:
+        var, index = pending.pop()
+        if (var, index) in seen:
+            continue
+        seen.add((var, index))
+        recorder.reads, recorder.placeholders = {}, {}
+        recorder.lower(var, index)
+        for atom, indices in recorder.reads.items():
+            if atom in loaded:
+                found.setdefault(atom, set()).update(indices)
+            else:
+                pending.extend((atom, i) for i in indices)
+    return found
 
 
 def _buffer_dependencies(stored, producers, materialized) -> dict:

@@ -434,9 +434,9 @@ def test_replanning_reuses_unchanged_kernels_and_plans_the_same(monkeypatch):
         monkeypatch.setattr(fusion, "_build", lambda *a, **k: builds.append(a[6]) or build(*a, **k))
         kiln.clear_caches()
         executable, compiled = compile_native(fun, x, w)
-        names = {}
 
         def canonical(text):  # (reduction variables are numbered per plan)
+            names: dict = {}
             return re.sub(
                 r"\bk\d+\b", lambda m: names.setdefault(m.group(0), f"K{len(names)}"), text
             )
@@ -452,3 +452,40 @@ def test_replanning_reuses_unchanged_kernels_and_plans_the_same(monkeypatch):
     np.testing.assert_array_equal(np.asarray(value), np.asarray(fresh_value))
     for a, b in zip(grads, fresh_grads):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_stored_row_values_pull_their_row_by_row_reader_into_their_kernel():
+    # The mean and variance are outputs (a gradient would need them again), so they are
+    # stored; the kernels that read them row by row still run in the kernel that stores them.
+    x = f32(16, 48)
+
+    def layernorm(x):
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
+        return (x - mean) * kiln.lax.rsqrt(var + 1e-5), mean, var
+
+    executable, compiled = compile_native(layernorm, x)
+    assert counts(executable)[0] == 1
+    xn = np.asarray(x, np.float64)
+    mean, var = xn.mean(-1, keepdims=True), xn.var(-1, keepdims=True)
+    y, got_mean, got_var = compiled(x)
+    np.testing.assert_allclose(np.asarray(y), (xn - mean) / np.sqrt(var + 1e-5), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(got_mean), mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(got_var), var, rtol=1e-5)
+
+
+def test_a_stored_row_value_read_at_other_rows_keeps_its_reader_apart():
+    # Row i reads the sum of row n-1-i, which the same pass has not stored yet.
+    x = f32(9, 20)
+
+    def reversed_rows(x):
+        total = jnp.sum(x, axis=1, keepdims=True)
+        return total, x - total[::-1]
+
+    executable, compiled = compile_native(reversed_rows, x)
+    assert counts(executable)[0] == 2
+    xn = np.asarray(x, np.float64)
+    total, shifted = compiled(x)
+    np.testing.assert_allclose(np.asarray(total), xn.sum(1, keepdims=True), rtol=1e-5)
+    expected = xn - xn.sum(1, keepdims=True)[::-1]
+    np.testing.assert_allclose(np.asarray(shifted), expected, rtol=1e-5, atol=1e-5)
