@@ -37,27 +37,30 @@ The plan for a program, in three steps:
    kernel reads only at the row being computed pulls that kernel into its own, keeping its
    full buffer for the others (a layernorm's statistics, stored for its gradient, no longer
    cost a kernel each).
+
+The read analysis of step 2 is in fusion_reads.py, the cost rule (how often a kernel's nodes
+run, a kernel's work) in fusion_cost.py.
 """
 
 from __future__ import annotations
 
 import bisect
-import weakref
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Container, Sequence
+from typing import Callable, Sequence
 
 from kiln.compiler import kir, kir_rewrite, lower
-from kiln.compiler.kir import Buffer, Const, Kernel, Loop, Program, Reduce, Store, Var
+from kiln.compiler.fusion_cost import evaluation_counts, kernel_work  # noqa: F401 (re-exported)
+from kiln.compiler.fusion_reads import (  # noqa: F401 (re-exported)
+    DUPLICATION_BUDGET,
+    MAX_READS,
+    ReadAnalysis,
+    reads_of,
+)
+from kiln.compiler.kir import Buffer, Kernel, Loop, Program, Reduce, Store, Var
 from kiln.compiler.lower import ExprBuilder, is_expensive
 from kiln.core.jaxpr import DropVar, JaxprEqn, Literal
 
-#: A value read at more distinct indices than this is stored, however cheap: it bounds how
-#: many copies of any fused expression a segment's kernels hold.
-MAX_READS = 8
-#: Below that, a value read at r distinct indices is recomputed at each of them while the
-#: r - 1 extra copies of its fused expression come to at most this many equations.
-DUPLICATION_BUDGET = 64
 #: The most work one native segment may hold, in equations (one with a transcendental op
 #: counts TRANSCENDENTAL_WEIGHT: LLVM spends about that much longer on its inline
 #: polynomial). LLVM's time grows faster than linearly with the size of a function, so a
@@ -342,128 +345,6 @@ def _default_namer():
     return name
 
 
-class ReadAnalysis:
-    """Which values fusing would copy too often (see the module docstring, step 2).
-
-    One pass over the equations from last to first. When a value is reached, every consumer
-    has already been expanded, so the distinct indices it is read at are all known; it is
-    either stored (its consumers then load it, and its own expression is needed once, at the
-    index of its own loop nest) or fused (its rule is expanded at each of those indices,
-    which names the indices its operands are read at). Rules are expanded through a builder
-    whose reads hand out placeholder nodes, so nothing is built and nothing recurses.
-
-    An equation with several results is expanded once per distinct index any of its outputs
-    is read at, and each expansion computes its whole body (the shared part of the outputs):
-    so it stays fused only when every read of every output is at one index; otherwise all
-    its read outputs are stored, by one loop nest that computes the body once per element.
-
-    materialized: the values to store; reads[v]: the distinct indices v is read at.
-    """
-
-    def __init__(
-        self,
-        eqns: Sequence[JaxprEqn],
-        producers: dict,
-        outputs: Sequence,
-        scalars: dict,
-        calls: Container = (),
-    ):
-        self.materialized: set = set()
-        self.reads: dict = {}
-        recorder = _ReadRecorder(producers, scalars, self.reads)
-        sizes = _fused_sizes(eqns, producers, scalars)
-        output_set = set(outputs)
-        for eqn in reversed(eqns):
-            if len(eqn.outvars) > 1:
-                self._multiple_results(eqn, producers, output_set, recorder)
-                continue
-            var = eqn.outvars[0]
-            if var not in producers or 0 in var.aval.shape:
-                continue
-            if var in calls:  # stored by a call that reads its operands from memory
-                self.materialized.add(var)
-                continue
-            indices = self.reads.setdefault(var, {})
-            own = tuple(Var(f"i{d}") for d in range(len(var.aval.shape)))
-            if var in output_set:
-                indices.setdefault(own)
-            count = len(indices)
-            if count > 1 and (count > MAX_READS or (count - 1) * sizes[var] > DUPLICATION_BUDGET):
-                self.materialized.add(var)
-                expand = [own]
-            else:
-                expand = list(indices)
-            for index in expand:
-                recorder.lower(var, index)
-
-    def _multiple_results(self, eqn, producers, output_set, recorder) -> None:
-        """Store or fuse the outputs of an equation with several results together."""
-        outs = [v for v in eqn.outvars if v in producers and 0 not in v.aval.shape]
-        if not outs:
-            return
-        own = tuple(Var(f"i{d}") for d in range(len(outs[0].aval.shape)))
-        read: dict = {}
-        for var in outs:
-            indices = self.reads.setdefault(var, {})
-            if var in output_set:
-                indices.setdefault(own)
-            if indices:
-                read[var] = indices
-        distinct = {index for indices in read.values() for index in indices}
-        if len(distinct) > 1:
-            self.materialized.update(read)
-            distinct = {own}
-        for var in read:
-            for index in distinct:
-                recorder.lower(var, index)
-
-    def read_along_rows(self, var) -> bool:
-        """Whether every read of var is at the row of the outermost loop (i0, ...)."""
-        outer = Var("i0")
-        return all(index[0] is outer for index in self.reads.get(var, ()))
-
-
-class _ReadRecorder(ExprBuilder):
-    """An ExprBuilder that builds nothing: a read notes the index and returns a placeholder."""
-
-    def __init__(self, producers: dict, scalars: dict, reads: dict):
-        super().__init__(producers, {}, scalars)
-        self.reads = reads
-        self.placeholders: dict = {}
-
-    def read(self, atom, index):
-        constant = self.constant_read(atom, index)
-        if constant is not None:
-            return constant
-        index = tuple(kir.as_index(i) for i in index)
-        node = self.placeholders.get((atom, index))
-        if node is None:
-            if atom in self.producers:
-                self.reads.setdefault(atom, {})[index] = None
-            stand_in = Buffer("pending", atom.aval.dtype, (1 << 62,))
-            node = kir.Load(stand_in, Const(len(self.placeholders), kir.INDEX))
-            self.placeholders[(atom, index)] = node
-        return node
-
-
-#: Sizes are capped: a fused tree's size can grow exponentially with depth.
-_SIZE_CAP = 1 << 30
-
-
-def _fused_sizes(eqns, producers, scalars) -> dict:
-    """For each value, the equations in its expression with every producer fused (a tree
-    count, so an upper bound where the expression shares subexpressions), loads counting one."""
-    sizes: dict = {}
-    for eqn in eqns:
-        total = 1
-        for atom in eqn.invars:
-            if type(atom) is not Literal and atom not in scalars:
-                total += sizes.get(atom, 1)
-        for var in eqn.outvars:
-            sizes[var] = min(total, _SIZE_CAP)
-    return sizes
-
-
 def _segment_inputs(eqns, producers, scalars) -> list:
     found: dict = {}
     for eqn in eqns:
@@ -565,7 +446,7 @@ def _build(
         materialized,
         row_local,
         products,
-        (lambda values: _reads_of(values, producers, loaded_values, scalars))
+        (lambda values: reads_of(values, producers, loaded_values, scalars))
         if merge_rows
         else None,
     )
@@ -836,29 +717,6 @@ def _merge_row_reader(var, groups: list, deps: dict, reads_of: Callable, skipped
     return groups
 
 
-def _reads_of(values, producers: dict, loaded: set, scalars: dict) -> dict:
-    """{stored value: the indices it is read at} over the expressions of `values`, each at its
-    own index (i0, i1, ...), with every value not in `loaded` fused (expanded at each index it
-    is read at)."""
-    found: dict = {}
-    recorder = _ReadRecorder(producers, scalars, {})
-    pending = [(v, tuple(Var(f"i{d}") for d in range(len(v.aval.shape)))) for v in values]
-    seen: set = set()
-    while pending:
-        var, index = pending.pop()
-        if (var, index) in seen:
-            continue
-        seen.add((var, index))
-        recorder.reads, recorder.placeholders = {}, {}
-        recorder.lower(var, index)
-        for atom, indices in recorder.reads.items():
-            if atom in loaded:
-                found.setdefault(atom, set()).update(indices)
-            else:
-                pending.extend((atom, i) for i in indices)
-    return found
-
-
 def _buffer_dependencies(stored, producers, materialized) -> dict:
     """For each stored value, the materialized values whose buffers its expression loads."""
     deps = {}
@@ -880,51 +738,7 @@ def _buffer_dependencies(stored, producers, materialized) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# The cost rule
-
-
-_counts_of: "weakref.WeakKeyDictionary[Kernel, dict]" = weakref.WeakKeyDictionary()
-
-
-def evaluation_counts(kernel: Kernel) -> dict:
-    """How many times each node of a kernel runs: once per iteration of every loop down to the
-    deepest loop (or reduction) variable it depends on (kept per kernel: the planner's budget
-    check and the runtime's work estimate both ask)."""
-    counts = _counts_of.get(kernel)
-    if counts is None:
-        counts = _counts_of[kernel] = _evaluation_counts(kernel)
-    return counts
-
-
-def _evaluation_counts(kernel: Kernel) -> dict:
-    chain: dict[Var, int] = {}
-
-    def walk(stmts, outer: int):
-        for stmt in stmts:
-            if isinstance(stmt, Loop):
-                count = outer * _static_extent(stmt.start, stmt.stop)
-                chain[stmt.var] = count
-                walk(stmt.body, count)
-
-    walk(kernel.body, 1)
-    roots = [e for s in kir.walk_stmts(kernel.body) for e in kir.stmt_exprs(s)]
-    nodes = kir.toposort(roots)
-    free: dict = {}
-    kir_rewrite.free_vars_in_order(nodes, free)
-
-    def depth_count(variables) -> int:
-        return max((chain.get(v, 1) for v in variables), default=1)
-
-    for node in reversed(nodes):  # parents first: an outer reduction's variable is known
-        if isinstance(node, Reduce):
-            chain[node.var] = depth_count(free[node]) * _static_extent(node.start, node.stop)
-    return {node: depth_count(free[node]) for node in nodes}
-
-
-def _static_extent(start, stop) -> int:
-    if isinstance(start, Const) and isinstance(stop, Const):
-        return max(stop.value - start.value, 0)
-    return 1
+# The budget (the cost rule is in fusion_cost)
 
 
 def _over_budget(plan: SegmentPlan, eqns, producers, materialized) -> set:
@@ -951,35 +765,6 @@ def _over_budget(plan: SegmentPlan, eqns, producers, materialized) -> set:
                 if type(a) is not Literal and a in producers and a not in materialized
             )
     return over - below
-
-
-def kernel_work(kernel: Kernel) -> int:
-    """A kernel's work: the trip count of its innermost iterations, plus four for each
-    transcendental op evaluation (an exp costs about as much as a few loads and stores)."""
-    counts = evaluation_counts(kernel)
-    iterations = max(counts.values(), default=1) + _product_work(kernel.body, 1)
-    heavy = sum(
-        count
-        for node, count in counts.items()
-        if isinstance(node, kir.Op) and node.op in kir.OpGroup.TRANSCENDENTAL
-    )
-    return iterations + 4 * heavy
-
-
-#: A BLAS multiply-add costs about this fraction of a fused loop iteration (it runs near the
-#: core's peak from cache): the weight of a product's work next to the other kernels'.
-MULTIPLY_ADDS_PER_ITERATION = 8
-
-
-def _product_work(body, outer: int) -> int:
-    total = 0
-    for stmt in body:
-        if isinstance(stmt, Loop):
-            total += _product_work(stmt.body, outer * _static_extent(stmt.start, stmt.stop))
-        elif isinstance(stmt, kir.MatMul):
-            extents = [e.value if isinstance(e, Const) else 1 for e in (stmt.m, stmt.n, stmt.k)]
-            total += outer * extents[0] * extents[1] * extents[2] // MULTIPLY_ADDS_PER_ITERATION
-    return total
 
 
 def chunked_kernel(plan: SegmentPlan, group: KernelPlan, bounds: dict) -> Kernel:
