@@ -480,9 +480,7 @@ class _Reuse:
     def __init__(self, previous, producers, materialized):
         plan, self.stored_now = previous
         self.before = {
-            tuple(group.parts[0]): group
-            for group in plan.kernels
-            if group.product is None and len(group.parts) == 1
+            tuple(group.parts[0]): group for group in plan.kernels if len(group.parts) == 1
         }
         self.nodes_before = plan.builder.nodes_of
         self.producers = producers
@@ -505,11 +503,13 @@ class _Reuse:
         return found
 
     def body(self, group, builder) -> list | None:
-        if group.product is not None or len(group.parts) != 1:
+        if len(group.parts) != 1:
             return None
         before = self.before.get(tuple(group.parts[0]))
-        if before is None:
+        if before is None or before.product is not group.product:
             return None
+        if group.product is not None:  # (a call on the same buffers)
+            return list(before.kernel.body)
         fused = self.fused(group.parts[0])
         if fused is None:
             return None
