@@ -66,3 +66,11 @@ def result_row(
     """One row of the combined report (benchmarks/run_all.py): seconds per call of each system,
     None where a system does not run the workload."""
     return {"name": name, "kiln": kiln, "numpy": numpy, "jax": jax, "note": note}
+
+
+def rows_of(results) -> list[dict]:
+    """Combined-report rows from (name, {system: seconds}) pairs, as print_table takes them."""
+    return [
+        result_row(name, times["kiln"], times.get("numpy"), times.get("jax"))
+        for name, times in results
+    ]

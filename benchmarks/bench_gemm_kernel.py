@@ -33,7 +33,7 @@ from llvmlite import ir  # noqa: E402
 from kiln.codegen.llvm import packed_gemm, small_gemm, target  # noqa: E402
 from kiln.codegen.llvm import types as T  # noqa: E402
 from kiln.primitives import blas  # noqa: E402
-from _harness import result_row  # noqa: E402
+from _harness import rows_of  # noqa: E402
 
 _ENGINES = []  # keeps the JIT engines (and so the code) alive
 _ROW_MAJOR, _NO_TRANS = 101, 111
@@ -256,10 +256,7 @@ def main(quick: bool = False) -> list[tuple[str, dict]]:
 
 def report_rows(quick: bool = False) -> list[dict]:
     """The two-thread rows in the combined report's format (benchmarks/run_all.py)."""
-    return [
-        result_row(name, times["kiln"], times.get("numpy"), times.get("jax"))
-        for name, times in main(quick)
-    ]
+    return rows_of(main(quick))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import kiln  # noqa: E402
 import kiln.numpy as knp  # noqa: E402
-from _harness import best_time, jax_available, print_table, result_row  # noqa: E402
+from _harness import best_time, jax_available, print_table, rows_of  # noqa: E402
 
 
 def _workloads(quick: bool):
@@ -89,10 +89,7 @@ def main(quick: bool = False) -> list:
 
 def report_rows(quick: bool = False) -> list[dict]:
     """The measured rows in the combined report's format."""
-    return [
-        result_row(name, times["kiln"], times.get("numpy"), times.get("jax"))
-        for name, times in main(quick)
-    ]
+    return rows_of(main(quick))
 
 
 if __name__ == "__main__":

@@ -472,8 +472,9 @@ def _build(
 
 class _Reuse:
     """Kernel bodies of the plan built before, for a rebuild that stores a few more values
-    (plan_segment's budget loop): a kernel that stores the same values, none of whose fused
-    values is stored now, is the same kernel. Its body is reused, and the nodes that stood for
+    (plan_segment's budget loop) or merges kernels (its last build): a kernel that stores the
+    same values, none of whose fused values is stored now, is the same kernel (a product: the
+    same call). Its body is reused, and the nodes that stood for
     its fused values in that kernel go to the new builder's nodes_of, which the budget check
     reads (so it counts what it would count had the kernel been built again)."""
 
@@ -612,7 +613,7 @@ def _group(
     """Assign stored values to kernels: equal shapes share a nest unless one needs the other's
     buffer (then it goes in a later kernel); a BLAS product is a kernel of its own; then
     row-local values pull their one consumer kernel into their own (see plan_segment), and
-    stored values the first kernel that reads them row by row (see _merge_row_reader;
+    stored values the kernels that read them row by row (see _merge_row_reader;
     `reads_of(values)` gives the indices the expressions of values read stored values at)."""
     products = products or {}
     deps = _buffer_dependencies(stored, producers, materialized)

@@ -418,12 +418,14 @@ class Engine:
         count = 1 + max((part for u in units for part, _ in u.parts), default=-1)
         return [f"{group} part{i}" for i in range(count)] if count else [group]
 
-    def _emit(self, unit: "_Unit", verify: bool, module_of: Callable) -> Iterator[int]:
+    def _emit(
+        self, unit: "_Unit", verify: bool, module_of: Callable, external: dict
+    ) -> Iterator[int]:
         """Verify (if asked) and emit a unit's program into its group's modules, module_of(
         part) (part 0 for a group that is not split): its kernels into the parts that hold
         them, internal (to be inlined) except those another part calls, then its entry,
-        under its symbol, into its last part. Yields each part number as the unit starts
-        emitting there."""
+        under its symbol, into its last part; the names that stay external go to
+        external[part]. Yields each part number as the unit starts emitting there."""
         if verify:
             kir.verify_program(unit.program)
         last = unit.parts[-1][0] if unit.parts else 0
@@ -432,8 +434,10 @@ class Engine:
                 yield part
                 names = {position: unit.side[position] for position in positions}
                 exported = set(names.values()) if part != last else set()
+                external[part] |= exported
                 emit.emit_kernels(unit.program, names, module_of(part), exported)
             yield last
+            external[last].add(unit.symbol)
             emit.emit_program(unit.program, unit.symbol, unit.side, module_of(last))
 
     def emit_ir(self, program: kir.Program) -> str:
@@ -442,15 +446,12 @@ class Engine:
             return str(emit.emit_program(program))
 
     @staticmethod
-    def _linked(texts: list[tuple[str, str | None, set, set]], name: str, context=None):
-        """One module from module texts, each (text, symbol, kept, exported): the text's entry
-        (if any) renamed to the given symbol, its other definitions made internal (helpers
-        never clash across modules) except those in kept, and once the texts are linked,
-        those in kept that are not exported too."""
+    def _linked(texts: list[tuple[str, str | None, set]], name: str, context=None):
+        """One module from module texts, each (text, symbol, kept): the text's entry (if any)
+        renamed to the given symbol, its other definitions made internal (helpers never clash
+        across modules) except those named in kept."""
         module = None
-        internal: set = set()
-        for text, symbol, kept, exported in texts:
-            internal |= kept - exported
+        for text, symbol, kept in texts:
             part = llvm.parse_assembly(text, context=context)
             for function in part.functions:
                 if symbol is not None and function.name == emit.ENTRY_NAME:
@@ -465,8 +466,6 @@ class Engine:
                 module = part
             else:
                 module.link_in(part)  # (the linker renames clashing internal names)
-        for function in internal:
-            module.get_function(function).linkage = "internal"
         module.name = name
         return module
 
@@ -485,8 +484,7 @@ class Engine:
             for units, group in pending:
                 names = self._module_names(units, group)
                 shared: dict[int, object] = {}
-                kept: dict[int, set] = {part: set() for part in range(len(names))}
-                exported: dict[int, set] = {part: set() for part in range(len(names))}
+                external: dict[int, set] = {part: set() for part in range(len(names))}
                 others: dict[int, list] = {part: [] for part in range(len(names))}
 
                 def module_of(part, shared=shared, names=names):
@@ -495,10 +493,10 @@ class Engine:
                             shared[part] = emit.new_module(names[part])
                     return shared[part]
 
-                def build(part, shared=shared, kept=kept, exported=exported, others=others):
+                def build(part, shared=shared, external=external, others=others, names=names):
                     texts = list(others[part])
                     if part in shared:
-                        texts.insert(0, (str(shared[part]), None, kept[part], exported[part]))
+                        texts.insert(0, (str(shared[part]), None, external[part]))
                     return lambda context: self._linked(texts, names[part], context)
 
                 def submit(part, names=names, pipeline=units[0].pipeline, build=build):
@@ -510,16 +508,9 @@ class Engine:
                 open_part = 0  # the parts before it are complete and on their way
                 for unit in units:
                     if unit.unoptimized is not None:  # (emitted already: linked in)
-                        others[open_part].append((unit.unoptimized, unit.symbol, set(), set()))
+                        others[open_part].append((unit.unoptimized, unit.symbol, set()))
                         continue
-                    last = unit.parts[-1][0] if unit.parts else 0
-                    for part, positions in unit.parts:
-                        kept[part].update(unit.side[p] for p in positions)
-                        if part != last:
-                            exported[part].update(unit.side[p] for p in positions)
-                    kept[last].add(unit.symbol)
-                    exported[last].add(unit.symbol)
-                    for part in self._emit(unit, verify, module_of):
+                    for part in self._emit(unit, verify, module_of, external):
                         for done in range(open_part, part):
                             submit(done)
                         open_part = max(open_part, part)

@@ -452,6 +452,18 @@ def test_replanning_reuses_unchanged_kernels_and_plans_the_same(monkeypatch):
     np.testing.assert_array_equal(np.asarray(value), np.asarray(fresh_value))
     for a, b in zip(grads, fresh_grads):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_allclose(float(value), _numpy_attention_loss(x, w), rtol=1e-4)
+
+
+def _numpy_attention_loss(x, w) -> float:
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    q, k, v = x @ w[0], x @ w[1], x @ w[2]
+    s = q @ np.swapaxes(k, -1, -2) / 4.0
+    s = np.where(np.tril(np.ones((s.shape[-1],) * 2, bool)), s, -1e9)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    h = (e / e.sum(-1, keepdims=True)) @ v + x
+    c = h - h.mean(-1, keepdims=True)
+    return float(np.mean((c / np.sqrt((c * c).mean(-1, keepdims=True) + 1e-5)) ** 2))
 
 
 def test_stored_row_values_pull_their_row_by_row_reader_into_their_kernel():

@@ -76,7 +76,8 @@ def _new_function(
     return function
 
 
-def _new_module(name: str) -> ir.Module:
+def new_module(name: str) -> ir.Module:
+    """An empty module for the current target (emit_kernels and emit_program can share one)."""
     current = target.current_target()
     module = ir.Module(name=name)
     module.triple = current.triple
@@ -97,7 +98,7 @@ def emit_program(
     `module`: emit into this module (which other programs' functions share) rather than a
     new one."""
     elsewhere = elsewhere or {}
-    module = module or _new_module(program.name)
+    module = module or new_module(program.name)
     functions = []
     for position, kernel in enumerate(program.kernels):
         if position in elsewhere:
@@ -124,17 +125,12 @@ def emit_kernels(
     given name (the other half of emit_program's `elsewhere`): external, or where `exported`
     is given, internal unless named there. `module`: emit into this module rather than a new
     one."""
-    module = module or _new_module(f"{program.name}.kernels")
+    module = module or new_module(f"{program.name}.kernels")
     for position, name in sorted(names.items()):
         kernel = program.kernels[position]
         internal = exported is not None and name not in exported
         _KernelEmitter(module, schedule_kernel(kernel), name, internal=internal).emit()
     return module
-
-
-def new_module(name: str) -> ir.Module:
-    """An empty module for the current target, for emit_kernels and emit_program to share."""
-    return _new_module(name)
 
 
 def _emit_entry(
