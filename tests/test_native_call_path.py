@@ -82,3 +82,53 @@ def test_small_outputs_next_to_reference_impl_equations():
     want_sign, want_logdet = np.linalg.slogdet(a.astype(np.complex128))
     np.testing.assert_allclose(complex(sign), want_sign, rtol=1e-5)
     np.testing.assert_allclose(float(logdet), want_logdet, rtol=1e-5)
+
+
+# --- large NumPy arguments are read in place -------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", [None, "interpret"])
+def test_outputs_never_share_a_borrowed_numpy_buffer(backend):
+    # A large NumPy argument is read in place; an output that is the argument itself, or a view
+    # of it (an interpreted reshape or slice), must still not change when the caller writes
+    # its array after the call.
+    options = {} if backend is None else {"backend": backend}
+    x = np.arange(1 << 16, dtype=np.float32)
+    reference = x.copy()
+    same = kiln.jit(lambda a: a, **options)
+    reshaped = kiln.jit(lambda a: a.reshape(256, 256), **options)
+    several = kiln.jit(lambda a: (a, a * 2.0, a[:10]), **options)
+    outputs = [same(x), reshaped(x), *several(x)]
+    x[:] = -1.0
+    np.testing.assert_array_equal(np.asarray(outputs[0]), reference)
+    np.testing.assert_array_equal(np.asarray(outputs[1]), reference.reshape(256, 256))
+    np.testing.assert_array_equal(np.asarray(outputs[2]), reference)
+    np.testing.assert_array_equal(np.asarray(outputs[3]), reference * 2.0)
+    np.testing.assert_array_equal(np.asarray(outputs[4]), reference[:10])
+
+
+def test_a_donated_numpy_argument_is_never_written():
+    x = np.linspace(-1.0, 1.0, 1 << 16, dtype=np.float32)
+    reference = x.copy()
+    out = kiln.jit(lambda a: a * 3.0 + 1.0, donate_argnums=0)(x)
+    np.testing.assert_array_equal(x, reference)
+    np.testing.assert_allclose(np.asarray(out), reference * 3.0 + 1.0, rtol=1e-6, atol=1e-6)
+
+
+def test_a_large_numpy_argument_is_not_copied():
+    import tracemalloc
+
+    x = np.ones((512, 512), np.float32)
+    f = kiln.jit(lambda a: jnp.sum(a * 2.0, axis=1))
+    np.testing.assert_array_equal(np.asarray(f(x)), np.full(512, 1024.0, np.float32))
+    tracemalloc.start()
+    try:
+        f(x)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < x.nbytes // 2  # a copy of x would be x.nbytes
+    # A mistyped or strided array is still converted (and the result is the same).
+    np.testing.assert_array_equal(np.asarray(f(x.astype(np.float64))), np.asarray(f(x)))
+    strided = np.ones((512, 1024), np.float32)[:, ::2]
+    np.testing.assert_array_equal(np.asarray(f(strided)), np.asarray(f(x)))

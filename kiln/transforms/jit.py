@@ -49,6 +49,7 @@ from kiln.transforms.jit_signature import (  # noqa: F401  (re-exported: moved t
     _aval_signature,
     _to_array,
     _convert_leaves,
+    _unshared,
     _short,
     _format_signature,
     _signature_str,
@@ -296,7 +297,13 @@ class JitWrapped:
             _stats.hits += 1
             if plain and leaves is args and entry.fast:
                 table.last = (tuple(sig), key[2], key[3], entry)
-            outs = entry.execute(leaves if plain else _convert_leaves(leaves, entry.in_avals))
+            if plain:
+                outs = entry.execute(leaves)
+            else:
+                converted, borrowed = _convert_leaves(leaves, entry.in_avals)
+                outs = entry.execute(converted)
+                if borrowed:
+                    outs = _unshared(outs, borrowed)
             if entry.single_output:
                 return outs[0]
             return _tree_unflatten(entry.out_tree, outs)
@@ -336,11 +343,13 @@ class JitWrapped:
         else:
             entry.stamp = next(_clock)
             _stats.hits += 1
-        flat_args = _convert_leaves(leaves, entry.in_avals)
+        flat_args, borrowed = _convert_leaves(leaves, entry.in_avals)
         if _config.check_special:  # debug_nans / debug_infs
             outs = debug_checks.execute_checked(self._name, entry, flat_args)
         else:
             outs = entry.execute(flat_args)
+        if borrowed:
+            outs = _unshared(outs, borrowed)
         return _tree_unflatten(entry.out_tree, outs)
 
     def _key(self, in_tree, nargs: int, has_kwargs: bool, sig: tuple, static_key) -> tuple:

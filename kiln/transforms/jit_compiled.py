@@ -15,6 +15,7 @@ from kiln.runtime import cache
 from kiln.transforms.jit_signature import (
     _canonical,
     _convert_leaves,
+    _unshared,
     _flatten_args,
     _leaf_signature,
     _short,
@@ -110,9 +111,11 @@ class Compiled:
                 f"({', '.join(_short(a) for a in entry.in_avals)}) but called with "
                 f"({', '.join(_signature_str(s) for s in sig)})."
             )
-        flat_args = _convert_leaves(leaves, entry.in_avals)
+        flat_args, borrowed = _convert_leaves(leaves, entry.in_avals)
         if _config.check_special:  # debug_nans / debug_infs
             outs = debug_checks.execute_checked(self._wrapped._name, entry, flat_args)
         else:
             outs = entry.execute(flat_args)
+        if borrowed:
+            outs = _unshared(outs, borrowed)
         return _tree_unflatten(entry.out_tree, outs)

@@ -90,8 +90,45 @@ def _to_array(x: Any, aval: ShapedArray) -> Array:
     return Array._wrap(np.array(x, dtype=aval.dtype), aval.weak_type)
 
 
-def _convert_leaves(leaves: list, in_avals: Sequence[ShapedArray]) -> list:
-    return [x if type(x) is Array else _to_array(x, aval) for x, aval in zip(leaves, in_avals)]
+#: NumPy arguments of at least this many bytes are read in place rather than copied (below it
+#: a copy costs less than the view and the check of the outputs that reading in place needs).
+BORROW_BYTES = 1 << 16
+
+
+def _convert_leaves(leaves: list, in_avals: Sequence[ShapedArray]) -> tuple[list, list]:
+    """(the leaves as Arrays, the NumPy buffers borrowed). Scalars and small or mistyped NumPy
+    arrays are copied; a large C-contiguous NumPy array of the input's dtype is borrowed: the
+    call reads it in place (calls are synchronous, and compiled code never writes its inputs)
+    through a read-only view, which no output may take as a donated buffer. The caller passes
+    the outputs through `_unshared` so that none of them keeps a view of a borrowed buffer."""
+    converted = []
+    borrowed = []
+    for x, aval in zip(leaves, in_avals):
+        if type(x) is Array:
+            converted.append(x)
+        elif (
+            type(x) is np.ndarray
+            and x.nbytes >= BORROW_BYTES
+            and x.dtype == aval.dtype
+            and x.flags.c_contiguous
+        ):
+            view = x.view()
+            view.flags.writeable = False
+            borrowed.append(view)
+            converted.append(Array._wrap(view, aval.weak_type))
+        else:
+            converted.append(_to_array(x, aval))
+    return converted, borrowed
+
+
+def _unshared(outs: list, borrowed: list) -> list:
+    """The outputs of a call that borrowed NumPy buffers, each one that may share memory with
+    a borrowed buffer (the argument returned as is, a view an interpreted reshape made) copied:
+    the caller may write its array after the call, and Arrays are immutable."""
+    for n, out in enumerate(outs):
+        if type(out) is Array and any(np.may_share_memory(out._value, b) for b in borrowed):
+            outs[n] = Array._wrap(np.array(out._value), out.weak_type)
+    return outs
 
 
 def _short(aval: ShapedArray) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from fractions import Fraction
 
 from llvmlite import ir
 
@@ -298,26 +297,46 @@ def _nearest(value, is_f64: bool) -> float:
     return float(value) if is_f64 else _round_f32(float(value))
 
 
+# The constants are exact rationals (numerator, denominator) in Python ints: int / int is
+# correctly rounded, so no rational type (and no import of one) is needed.
+def _rational(decimal_text: str) -> tuple[int, int]:
+    sign, digits = (-1, decimal_text[1:]) if decimal_text.startswith("-") else (1, decimal_text)
+    whole, _, fraction = digits.partition(".")
+    return sign * int(whole + fraction), 10 ** len(fraction)
+
+
+def _minus(exact: tuple[int, int], value: float) -> tuple[int, int]:
+    """exact - value, exactly."""
+    numerator, denominator = exact
+    p, q = value.as_integer_ratio()
+    return numerator * q - p * denominator, denominator * q
+
+
 @functools.lru_cache(maxsize=None)
 def split(decimal_text: str, is_f64: bool, head_bits: int | None = None) -> tuple[float, float]:
     """(head, tail) of a constant: head keeps head_bits significant bits (all by default)."""
-    exact = Fraction(decimal_text)
+    numerator, denominator = exact = _rational(decimal_text)
     if head_bits is None:
-        head = Fraction(_nearest(exact, is_f64))
+        head = _nearest(numerator / denominator, is_f64)
     else:
-        exponent = math.floor(math.log2(abs(exact)))
-        quantum = Fraction(2) ** (exponent + 1 - head_bits)
-        head = math.floor(exact / quantum) * quantum
-    return float(head), _nearest(exact - head, is_f64)
+        exponent = math.floor(math.log2(abs(numerator / denominator)))
+        shift = exponent + 1 - head_bits  # head = floor(exact / 2**shift) * 2**shift
+        if shift >= 0:
+            units = numerator // (denominator << shift)
+        else:
+            units = (numerator << -shift) // denominator
+        head = math.ldexp(units, shift)
+    numerator, denominator = _minus(exact, head)
+    return head, _nearest(numerator / denominator, is_f64)
 
 
 @functools.lru_cache(maxsize=None)
 def split3(decimal_text: str, is_f64: bool) -> tuple[float, float, float]:
     """A constant as three nearest-rounded parts (for Cody-Waite reduction with fma)."""
-    exact = Fraction(decimal_text)
+    exact = _rational(decimal_text)
     parts = []
     for _ in range(3):
-        part = _nearest(exact, is_f64)
+        part = _nearest(exact[0] / exact[1], is_f64)
         parts.append(part)
-        exact -= Fraction(part)
+        exact = _minus(exact, part)
     return tuple(parts)
