@@ -171,3 +171,22 @@ def test_the_environment_scanner_sees_every_form(tmp_path):
     )
     found = [what for _, what in _environment_reads(source)]
     assert sorted(found) == ["from os import environ", "os.environ", "os.environ", "os.getenv"]
+
+
+def test_import_kiln_leaves_heavy_optional_modules_unloaded():
+    # scipy.special (with numpy.testing and numpy.f2py behind it) took ~170 ms, half of what
+    # `import kiln` took; only the reference impls of special functions need it, on first use.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kiln, kiln.numpy, kiln.lax, kiln.nn, kiln.random\n"
+        "heavy = [m for m in ('scipy.special', 'numpy.f2py', 'fractions') if m in sys.modules]\n"
+        "import kiln.scipy.special as s; import numpy as np\n"
+        "value = float(s.erf(np.float32(0.5)))\n"
+        "print(heavy, 'scipy.special' in sys.modules, round(value, 6))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == ["[]", "True", "0.5205"]

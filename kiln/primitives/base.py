@@ -113,6 +113,20 @@ def ignore_fp_errors(fn: Callable) -> Callable:
     return wrapped
 
 
+def scipy_special(name: str) -> Callable:
+    """scipy.special.<name> as a function that imports scipy.special when first called: the
+    import takes ~170 ms (numpy.testing and numpy.f2py come with it), most of what
+    `import kiln` took, and only the reference impls of special functions need it."""
+
+    def call(*args, **kwargs):
+        import scipy.special
+
+        return getattr(scipy.special, name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
 def scalar_to_array(value, dtype: np.dtype, weak: bool = True):
     """A Python scalar as a (weakly typed) kiln constant of `dtype`, converted on the host."""
     return Array._wrap(np.asarray(value, dtype=dtype), weak)

@@ -14,7 +14,6 @@ import builtins
 import math
 
 import numpy as np
-import scipy.special
 
 from kiln.core import dtypes
 from kiln.core.avals import ShapedArray
@@ -29,6 +28,7 @@ from kiln.primitives.base import (
     elementwise_batching,
     lax_operands,
     standard_binop,
+    scipy_special,
     standard_unop,
 )
 from kiln.primitives.elementwise import (
@@ -235,22 +235,26 @@ defjvp(atanh_p, lambda g, x: div(g, mul(add(x, 1), sub(1, x))))
 
 
 def _logistic(x: np.ndarray) -> np.ndarray:
+    import scipy.special
+
     if x.dtype.kind == "c":
         return np.reciprocal(1 + np.exp(-x))
     return scipy.special.expit(x)  # stable for large |x|
 
 
 def _digamma(x: np.ndarray) -> np.ndarray:
+    import scipy.special
+
     # XLA gives NaN at the poles (0, -1, -2, ...), where scipy gives -inf or NaN.
     out = scipy.special.psi(x)
     return np.where((x <= 0) & (x == np.floor(x)), np.nan, out).astype(out.dtype)
 
 
 logistic_p = standard_unop("logistic", precise(_logistic), INEXACT)
-erf_p = standard_unop("erf", precise(scipy.special.erf), FLOAT)
-erfc_p = standard_unop("erfc", precise(scipy.special.erfc), FLOAT)
-erf_inv_p = standard_unop("erf_inv", precise(scipy.special.erfinv), FLOAT)
-lgamma_p = standard_unop("lgamma", precise(scipy.special.gammaln), FLOAT)
+erf_p = standard_unop("erf", precise(scipy_special("erf")), FLOAT)
+erfc_p = standard_unop("erfc", precise(scipy_special("erfc")), FLOAT)
+erf_inv_p = standard_unop("erf_inv", precise(scipy_special("erfinv")), FLOAT)
+lgamma_p = standard_unop("lgamma", precise(scipy_special("gammaln")), FLOAT)
 digamma_p = standard_unop("digamma", precise(_digamma), FLOAT)
 defjvp_from_result(logistic_p, lambda g, out, x: mul(g, mul(out, sub(1, out))))
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)  # erf'(x) = 2 / sqrt(pi) * exp(-x**2)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.special
 
 from kiln.primitives.base import (
     FLOAT,
@@ -23,6 +22,7 @@ from kiln.primitives.base import (
     defjvp,
     elementwise_batching,
     lax_operands,
+    scipy_special,
     standard_binop,
     standard_unop,
 )
@@ -64,6 +64,8 @@ __all__ = [
 def _gammainc_grad_a(a: np.ndarray, x: np.ndarray) -> np.ndarray:
     """d/da of the regularized lower incomplete gamma function P(a, x), in float64: central
     differences with steps h and 2h combined to cancel the h**2 error term."""
+    import scipy.special
+
     a, x = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(x, np.float64))
     h = 1e-3 * np.maximum(np.minimum(a, 1.0), 1e-30)
     near = scipy.special.gammainc(a + h, x) - scipy.special.gammainc(a - h, x)
@@ -77,18 +79,19 @@ def _gammainc_grad_a(a: np.ndarray, x: np.ndarray) -> np.ndarray:
 def _random_gamma_grad(a: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The derivative of a Gamma(a) sample x in a, holding the uniform behind it fixed:
     -(dP/da) / (dP/dx) at (a, x)."""
+    import scipy.special
+
     a, x = np.asarray(a, np.float64), np.asarray(x, np.float64)
     log_density = (a - 1) * np.log(x) - x - scipy.special.gammaln(a)
     return -_gammainc_grad_a(a, x) / np.exp(log_density)
 
 
-def _ndtri(p: np.ndarray) -> np.ndarray:
-    return scipy.special.ndtri(p)
+_ndtri = scipy_special("ndtri")
 
 
 # --- igamma, igammac, igamma_grad_a, random_gamma_grad ------------------------------------------
-igamma_p = standard_binop("igamma", precise(scipy.special.gammainc), FLOAT)
-igammac_p = standard_binop("igammac", precise(scipy.special.gammaincc), FLOAT)
+igamma_p = standard_binop("igamma", precise(scipy_special("gammainc")), FLOAT)
+igammac_p = standard_binop("igammac", precise(scipy_special("gammaincc")), FLOAT)
 igamma_grad_a_p = standard_binop("igamma_grad_a", precise(_gammainc_grad_a), FLOAT)
 random_gamma_grad_p = standard_binop("random_gamma_grad", precise(_random_gamma_grad), FLOAT)
 
@@ -118,7 +121,7 @@ def_non_differentiable(
 )
 
 # --- betainc ---------------------------------------------------------------------------------
-betainc_p = standard_binop("betainc", precise(scipy.special.betainc), FLOAT, nargs=3)
+betainc_p = standard_binop("betainc", precise(scipy_special("betainc")), FLOAT, nargs=3)
 
 
 def _betainc_jvp_shape(g, a, b, x):
@@ -144,7 +147,7 @@ defjvp(
 )
 
 # --- zeta ------------------------------------------------------------------------------------
-zeta_p = standard_binop("zeta", precise(scipy.special.zeta), FLOAT)
+zeta_p = standard_binop("zeta", precise(scipy_special("zeta")), FLOAT)
 
 
 def _zeta_jvp_s(g, s, q):
@@ -162,8 +165,8 @@ defjvp(
 )
 
 # --- bessel_i0e, bessel_i1e --------------------------------------------------------------------
-bessel_i0e_p = standard_unop("bessel_i0e", precise(scipy.special.i0e), FLOAT)
-bessel_i1e_p = standard_unop("bessel_i1e", precise(scipy.special.i1e), FLOAT)
+bessel_i0e_p = standard_unop("bessel_i0e", precise(scipy_special("i0e")), FLOAT)
+bessel_i1e_p = standard_unop("bessel_i1e", precise(scipy_special("i1e")), FLOAT)
 # i0e(x) = exp(-|x|) I0(x): i0e' = i1e - sign(x) i0e.
 defjvp(bessel_i0e_p, lambda g, x: mul(g, sub(bessel_i1e(x), mul(sign(x), bessel_i0e(x)))))
 
