@@ -681,9 +681,10 @@ def _merge_row_reader(var, groups: list, deps: dict, reads_of: Callable, skipped
     first values of kernels found not to qualify) into var's kernel, after its parts, where
     that kernel reads every value of var's kernel at the row the outer loop is on only (so
     each row it reads was stored earlier in the same iteration), all it depends on is computed
-    before, and its values have var's rows; else the groups unchanged. Unlike a row-local
-    value, var keeps its full buffer, for the kernels that read it later: a layernorm's mean,
-    which its gradient needs again, is computed in the kernel that normalizes with it.
+    before or by itself, and its values have var's rows; else the groups unchanged. Unlike a
+    row-local value, var keeps its full buffer, for the kernels that read it later: a
+    layernorm's mean, which its gradient needs again, is computed in the kernel that
+    normalizes with it.
     """
     home = next(g for g, group in enumerate(groups) if var in group.values)
     if groups[home].product is not None:
@@ -701,6 +702,7 @@ def _merge_row_reader(var, groups: list, deps: dict, reads_of: Callable, skipped
             and all(v.aval.shape and v.aval.shape[0] == rows for v in consumer.values)
             and all(
                 d in home_values
+                or d in consumer.values
                 or next(g for g, group in enumerate(groups) if d in group.values) < home
                 for v in consumer.values
                 for d in deps[v]

@@ -16,6 +16,8 @@ emitter computes it), so results do not change:
 
 from __future__ import annotations
 
+import weakref
+
 from typing import Sequence
 
 import numpy as np
@@ -60,7 +62,18 @@ def schedule_program(program: Program) -> Program:
 def schedule_kernel(kernel: Kernel) -> Kernel:
     """The kernel with argmax/argmin split into two vectorizable passes, nested reductions over
     adjacent axes merged and its column reductions rewritten (see the module docstring); the
-    kernel itself if nothing changed."""
+    kernel itself if nothing changed. Remembered while the kernel lives (the engine asks for
+    it before emission too, to weigh the kernel)."""
+    scheduled = _SCHEDULED.get(kernel)
+    if scheduled is None:
+        scheduled = _SCHEDULED[kernel] = _schedule(kernel)
+    return scheduled
+
+
+_SCHEDULED: "weakref.WeakKeyDictionary[Kernel, Kernel]" = weakref.WeakKeyDictionary()
+
+
+def _schedule(kernel: Kernel) -> Kernel:
     body = merge_nested_loops(merge_nested_reductions(split_arg_reductions(kernel.body)))
     names = {node.name for node in kir.toposort(_body_exprs(body)) if isinstance(node, Var)}
     names |= {stmt.var.name for stmt in kir.walk_stmts(body) if isinstance(stmt, Loop)}

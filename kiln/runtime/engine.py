@@ -59,7 +59,7 @@ class _Unit:
     """A program on its way to machine code: its key names its content (the fingerprint of
     its kernel IR, else its emitted LLVM IR), `unoptimized` is its LLVM IR once emitted."""
 
-    __slots__ = ("program", "key", "symbol", "unoptimized", "pipeline", "side", "parts")
+    __slots__ = ("program", "key", "symbol", "unoptimized", "pipeline", "side", "parts", "rows")
 
     def __init__(self, program, key: str, unoptimized: str | None, pipeline: str):
         self.program = program
@@ -72,6 +72,9 @@ class _Unit:
         #: Engine._assign_sides)
         self.side: dict[int, str] = {}
         self.parts: list[tuple[int, list[int]]] = []
+        #: {kernel position: (name, cut)} of the kernel whose row part (see emit_rows) module
+        #: 0 holds, the rest of the program module 1 (see Engine._assign_rows)
+        self.rows: dict[int, tuple[str, int]] = {}
 
 
 def _group_key(keys: Sequence[str]) -> str:
@@ -355,6 +358,8 @@ class Engine:
                 group = _group_key([unit.key for unit in group_units])
                 if self._assign_sides(group_units, kernels):
                     group += " split"  # (other objects than the same programs unsplit)
+                elif len(missing) == 1 and self._assign_rows(group_units):
+                    group += " rows"
                 natives = self._load_cached(group_units, group)
                 if natives is None:
                     pending.append((group_units, group))
@@ -412,10 +417,37 @@ class Engine:
         return True
 
     @staticmethod
+    def _assign_rows(units: list["_Unit"]) -> bool:
+        """Whether a lone program that would compile as one module is cut in two along its
+        heaviest kernel's row loop (see emit_rows): module 0 then holds that kernel's row
+        part, module 1 the rest of the program, and the two compile on two threads. Like
+        _assign_sides, the choice depends only on the program and the thread count."""
+        from kiln.codegen.llvm import emit_rows
+        from kiln.compiler.kir_schedule import schedule_kernel
+        from kiln.runtime.native import num_threads
+
+        (unit,) = units
+        if unit.unoptimized is not None or num_threads() < 2:
+            return False
+        kernels = [schedule_kernel(kernel) for kernel in unit.program.kernels]
+        weights = [emit_rows.kernel_weight(kernel) for kernel in kernels]
+        heaviest = max(range(len(kernels)), key=weights.__getitem__, default=None)
+        if heaviest is None:
+            return False
+        cut = emit_rows.split_point(kernels[heaviest], sum(weights) - weights[heaviest])
+        if cut is None:
+            return False
+        unit.rows = {heaviest: (f"{unit.symbol}.k{heaviest}.rows0", cut)}
+        return True
+
+    @staticmethod
     def _module_names(units: list["_Unit"], group: str) -> list[str]:
         """The names (and disk cache groups) of a group's modules, in order: the group's own
-        when it is whole, else one per part of a split group."""
+        when it is whole, else one per part of a split group (two when cut along a row
+        loop)."""
         count = 1 + max((part for u in units for part, _ in u.parts), default=-1)
+        if any(u.rows for u in units):
+            count = 2
         return [f"{group} part{i}" for i in range(count)] if count else [group]
 
     def _emit(
@@ -428,6 +460,16 @@ class Engine:
         external[part]. Yields each part number as the unit starts emitting there."""
         if verify:
             kir.verify_program(unit.program)
+        if unit.rows:
+            with target.compiling_for(self.target):
+                yield 0
+                for position, (name, cut) in unit.rows.items():
+                    external[0].add(name)
+                    emit.emit_row_part(unit.program, position, name, cut, module_of(0))
+                yield 1
+                external[1].add(unit.symbol)
+                emit.emit_program(unit.program, unit.symbol, None, module_of(1), unit.rows)
+            return
         last = unit.parts[-1][0] if unit.parts else 0
         with target.compiling_for(self.target):
             for part, positions in unit.parts:

@@ -59,9 +59,16 @@ _FAST_MATH_FLAGS = frozenset({"fast", "nnan", "ninf", "nsz", "arcp", "contract",
 
 
 def _new_function(
-    module: ir.Module, name: str, arg_count: int, internal: bool, kernel: bool = True
+    module: ir.Module,
+    name: str,
+    arg_count: int,
+    internal: bool,
+    kernel: bool = True,
+    indices: int = 0,
 ) -> ir.Function:
-    function = ir.Function(module, ir.FunctionType(T.VOID, [T.PTR] * arg_count), name=name)
+    """A function of arg_count pointers (and `indices` int64 values after them)."""
+    function_type = ir.FunctionType(T.VOID, [T.PTR] * arg_count + [T.I64] * indices)
+    function = ir.Function(module, function_type, name=name)
     function.attributes = target.kernel_attributes()
     function.attributes.add("nounwind")
     if kernel:
@@ -90,17 +97,24 @@ def emit_program(
     entry_name: str = ENTRY_NAME,
     elsewhere: dict[int, str] | None = None,
     module: ir.Module | None = None,
+    rows: dict[int, tuple[str, int]] | None = None,
 ) -> ir.Module:
     """Emit a verified program as an LLVM module for the current target (column reductions are
     strip-mined first, see kir_schedule). `elsewhere` maps kernel positions to the names
     under which emit_kernels defines them, in another module or (defined already) in
     `module`: those are declared here if need be, and the entry calls them by that name.
     `module`: emit into this module (which other programs' functions share) rather than a
-    new one."""
+    new one. `rows` maps kernel positions to (name, cut) of their row part, which
+    emit_row_part defines elsewhere: such a kernel is emitted as a driver calling it and
+    the rest of its row loop body for each row (see emit_rows)."""
     elsewhere = elsewhere or {}
+    rows = rows or {}
     module = module or new_module(program.name)
     functions = []
     for position, kernel in enumerate(program.kernels):
+        if position in rows:
+            functions.append(_emit_row_driver(module, program, position, *rows[position]))
+            continue
         if position in elsewhere:
             name = elsewhere[position]
             function = module.globals.get(name)
@@ -131,6 +145,45 @@ def emit_kernels(
         internal = exported is not None and name not in exported
         _KernelEmitter(module, schedule_kernel(kernel), name, internal=internal).emit()
     return module
+
+
+def emit_row_part(
+    program: Program, position: int, name: str, cut, module: ir.Module | None = None
+) -> ir.Module:
+    """A module defining the row part of the kernel at `position` (see emit_rows): its row's
+    reductions and the first statements of its row loop body (`cut`, an emit_rows.RowCut),
+    as the external function `name`(its parameters, a slot per passed reduction, the row).
+    `module`: emit into this module rather than a new one."""
+    module = module or new_module(f"{program.name}.rows")
+    kernel = schedule_kernel(program.kernels[position])
+    _RowPartEmitter(module, kernel, name, cut, first=True, internal=False).emit()
+    return module
+
+
+def _emit_row_driver(
+    module: ir.Module, program: Program, position: int, part_name: str, cut
+) -> ir.Function:
+    """The kernel at `position` as a driver of its two row parts: the first declared (defined
+    by emit_row_part under part_name), the second defined here; both are called for each
+    row of the kernel's row loop, with a stack slot for each reduction the first passes."""
+    kernel = schedule_kernel(program.kernels[position])
+    loop = kernel.body[0]
+    name = f"{program.name}.{kernel.name}"
+    first = module.globals.get(part_name)
+    if first is None:
+        arguments = [T.PTR] * (len(kernel.params) + len(cut.passed)) + [T.I64]
+        first = ir.Function(module, ir.FunctionType(T.VOID, arguments), name=part_name)
+    second = _RowPartEmitter(module, kernel, f"{name}.rows", cut, first=False).emit()
+    driver = _KernelEmitter(module, kernel, name)
+    builder = driver.builder
+    slots = [entry_alloca(builder, T.I64, f"row.{n}") for n in range(len(cut.passed))]
+    start, stop = driver.value(loop.start), driver.value(loop.stop)
+    pointers = [driver.pointers[b] for b in kernel.params]
+    with for_range(builder, start, stop, loop.var.name) as index:
+        for part in (first, second):
+            builder.call(part, [*pointers, *slots, index])
+    builder.ret_void()
+    return driver.function
 
 
 def _emit_entry(
@@ -172,9 +225,21 @@ class _KernelEmitter:
     hash-consed, so this is CSE), except values that read a buffer this kernel writes: those
     are recomputed at each use, as a store in between may have changed them."""
 
-    def __init__(self, module: ir.Module, kernel: Kernel, name: str, internal: bool = True):
+    def __init__(
+        self,
+        module: ir.Module,
+        kernel: Kernel,
+        name: str,
+        internal: bool = True,
+        slots: int = 0,
+        indices: int = 0,
+    ):
+        """`slots`, `indices`: pointers and int64 values the function takes after the
+        kernel's buffers (see _RowPartEmitter)."""
         self.kernel = kernel
-        self.function = _new_function(module, name, len(kernel.params), internal=internal)
+        self.function = _new_function(
+            module, name, len(kernel.params) + slots, internal=internal, indices=indices
+        )
         self.builder = ir.IRBuilder(self.function.append_basic_block("entry"))
         self.pointers: dict[Buffer, ir.Value] = {}
         for argument, buffer in zip(self.function.args, kernel.params):
@@ -197,6 +262,10 @@ class _KernelEmitter:
 
     def emit(self) -> ir.Function:
         self.emit_body(self.kernel.body)
+        return self.finish()
+
+    def finish(self) -> ir.Function:
+        """Free the scratch, return, and strip fast-math flags from a rounded kernel."""
         if any(self.scratch_to_free):
             free = scalar_ops.declare_function(self.builder, "free", T.VOID, [T.PTR])
             for pointer in filter(None, self.scratch_to_free):
@@ -475,6 +544,36 @@ class _KernelEmitter:
             self.emit_reduction_loop(first.var, begin, end, accumulators, block=True)
         if has_tail:
             self.emit_reduction_loop(first.var, whole_end, stop, accumulators, block=True)
+
+
+class _RowPartEmitter(_KernelEmitter):
+    """One of the two parts of a kernel's row loop body (see emit_rows) as a function of the
+    kernel's parameters, a slot per passed reduction and the row index. The first computes
+    the row's reductions, as the loop body would at its start, runs the statements before
+    the cut and stores the passed reductions in their slots; the second loads them from
+    there and runs the other statements."""
+
+    def __init__(self, module, kernel: Kernel, name: str, cut, first: bool, internal=True):
+        super().__init__(module, kernel, name, internal, slots=len(cut.passed), indices=1)
+        self.loop, self.cut, self.first = kernel.body[0], cut, first
+        self.function.args[-1].name = self.loop.var.name
+
+    def emit(self) -> ir.Function:
+        loop, cut, builder = self.loop, self.cut, self.builder
+        slots = self.function.args[len(self.kernel.params) : -1]
+        with self.scope({loop.var: self.function.args[-1]}):
+            if self.first:
+                self.hoist_invariant_reductions(
+                    [e for s in kir.walk_stmts(loop.body) for e in kir.stmt_exprs(s)]
+                )
+                self.emit_body(loop.body[: cut.statements])
+                for node, slot in zip(cut.passed, slots):
+                    builder.store(self.lookup(node), slot)
+            else:
+                for node, slot in zip(cut.passed, slots):
+                    self.scopes[-1][node] = builder.load(slot, typ=T.compute_type(node.dtype))
+                self.emit_body(loop.body[cut.statements :])
+        return self.finish()
 
 
 class _Accumulator:

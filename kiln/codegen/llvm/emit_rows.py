@@ -1,0 +1,145 @@
+"""Row parts: one large kernel compiled on two threads.
+
+LLVM optimizes and generates code for one function on one thread, so a program whose work is
+one large kernel (a layernorm and a softmax fused row by row, their gradient) kept the second
+compile thread idle. Such a kernel's row loop body is cut in two functions of the row index,
+each in a module of its own: the first (the "row part", exported from module 0) computes the
+row's reductions and runs the body's first statements; the second, inlined into the kernel
+(now a driver that calls both for each row of its chunk, in module 1 with the entry), runs
+the other statements with the reductions the first passed it in stack slots. The two modules
+compile at once (kiln.runtime.llvm_threads).
+
+The results are the same bits: each row runs the same statements in the same order, and each
+value is computed by the same code; the reductions the emitter computes once per row at the
+start of the row loop body (those that read no buffer the kernel writes) are computed there
+still, in the first part, grouped into loops as before.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kiln.codegen.llvm import types as T
+from kiln.compiler import kir, kir_rewrite
+from kiln.compiler.kir import Kernel, Loop, Op, Reduce
+
+#: Weights of compile cost: each loop LLVM vectorizes (a Loop or a Reduce) costs about as much
+#: as this many scalar ops, and a transcendental op (inlined vmath) as this many.
+LOOP_WEIGHT = 40
+TRANSCENDENTAL_WEIGHT = 40
+#: A kernel is cut only when each module would weigh at least this much (about three
+#: vectorized loops): below it LLVM's fixed cost per module outweighs the second thread.
+MIN_PART_WEIGHT = 120
+
+
+class RowCut(NamedTuple):
+    """Where a kernel's row loop body is cut: the first part runs statements [:statements]
+    after the row's reductions; `passed` are the reductions the second part uses, in the
+    order of their stack slots."""
+
+    statements: int
+    passed: tuple[Reduce, ...]
+
+
+def row_reductions(kernel: Kernel, loop: Loop) -> list[Reduce]:
+    """The reductions the emitter computes once per row at the start of the row loop body:
+    those that depend on the row and no inner variable and read no buffer the kernel writes."""
+    written = frozenset(kir.stored_buffers(kernel.body))
+    row = frozenset({loop.var})
+    free: dict = {}
+    stable: dict = {}
+    return [
+        node
+        for node in kir.toposort([e for s in kir.walk_stmts(loop.body) for e in kir.stmt_exprs(s)])
+        if isinstance(node, Reduce)
+        and kir_rewrite.free_vars(node, free) <= row
+        and kir_rewrite.is_stable(node, written, stable)
+    ]
+
+
+def row_loop(kernel: Kernel) -> Loop | None:
+    """The kernel's row loop when it can be cut: its whole body is one loop over rows, every
+    buffer it uses is a parameter (no scratch of its own to share), and none of its row
+    reductions is computed once per kernel instead (it would then run once per row) or has a
+    narrow float type (passed values keep their compute type); else None. `kernel` is
+    scheduled (kir_schedule.schedule_kernel)."""
+    if len(kernel.body) != 1 or not isinstance(kernel.body[0], Loop):
+        return None
+    loop = kernel.body[0]
+    if set(kir.buffers_of(kernel.body)) - set(kernel.params):
+        return None
+    written = frozenset(kir.stored_buffers(kernel.body))
+    free: dict = {}
+    stable: dict = {}
+    for node in kir.toposort([e for s in kir.walk_stmts(loop.body) for e in kir.stmt_exprs(s)]):
+        if not isinstance(node, Reduce) or not kir_rewrite.is_stable(node, written, stable):
+            continue
+        if loop.var not in kir_rewrite.free_vars(node, free) or T.is_narrow_float(node.dtype):
+            return None
+    return loop
+
+
+def _weigh(statements, skipped=frozenset(), extra=()) -> int:
+    """The compile weight of statements and everything nested in them, plus the expressions
+    `extra`; the reductions in `skipped` (and what only they use) left out of the statements'."""
+    nested = list(kir.walk_stmts(statements))
+    weight = LOOP_WEIGHT * sum(isinstance(s, Loop) for s in nested)
+    roots = [e for s in nested for e in kir.stmt_exprs(s)]
+    for node in _reachable(roots, skipped) + _reachable(extra, frozenset()):
+        if isinstance(node, Reduce):
+            weight += LOOP_WEIGHT
+        elif isinstance(node, Op):
+            weight += 1 + TRANSCENDENTAL_WEIGHT * (node.op in kir.OpGroup.TRANSCENDENTAL)
+    return weight
+
+
+def _reachable(roots, skipped) -> list:
+    """The nodes under roots, not descending into the nodes in skipped (nor counting them)."""
+    seen, stack, found = set(), list(roots), []
+    while stack:
+        node = stack.pop()
+        if node in seen or node in skipped:
+            continue
+        seen.add(node)
+        found.append(node)
+        stack.extend(kir.region_children(node))
+    return found
+
+
+def kernel_weight(kernel: Kernel) -> int:
+    """The compile weight of a scheduled kernel (see LOOP_WEIGHT)."""
+    return _weigh(kernel.body)
+
+
+def split_point(kernel: Kernel, elsewhere: int = 0) -> RowCut | None:
+    """Where to cut a scheduled kernel's row loop body, balancing the weights of module 0
+    (the row reductions and the first statements) and module 1 (the other statements, and
+    what else the compile holds: `elsewhere`, its weight); None when the kernel cannot be
+    cut or a module would weigh less than MIN_PART_WEIGHT."""
+    loop = row_loop(kernel)
+    if loop is None:
+        return None
+    reductions = row_reductions(kernel, loop)
+    skipped = frozenset(reductions)
+    first = _weigh([], extra=reductions)  # (the reductions' loops, each counted once)
+    weights = [_weigh([stmt], skipped) for stmt in loop.body]
+    total = first + sum(weights) + elsewhere
+    best, best_gap = None, None
+    before = first
+    for cut in range(len(weights)):
+        after = total - before
+        if min(before, after) >= MIN_PART_WEIGHT:
+            gap = abs(before - after)
+            if best_gap is None or gap < best_gap:
+                best, best_gap = cut, gap
+        before += weights[cut]
+    if best is None:
+        return None
+    used = frozenset(
+        node
+        for node in kir.toposort(
+            [e for s in kir.walk_stmts(loop.body[best:]) for e in kir.stmt_exprs(s)]
+        )
+        if node in skipped
+    )
+    return RowCut(best, tuple(r for r in reductions if r in used))

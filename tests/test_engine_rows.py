@@ -1,0 +1,210 @@
+"""Row parts (kiln.codegen.llvm.emit_rows): a lone program whose work is one large row kernel
+is compiled as two LLVM modules, the kernel's row reductions and first statements in one, the
+rest in the other, on two threads. The bits are those of the uncut kernel, the modules hold
+what they should, a warm start loads both, and kernels that cannot be cut are left whole."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+import kiln.numpy as jnp
+from kiln import lax
+from kiln.codegen.llvm import emit_rows
+from kiln.compiler import kir
+from kiln.compiler.kir import Buffer, Kernel, Loop, Reduce, ReduceKind, Store, Var
+from kiln.config import config
+from kiln.runtime import engine
+
+
+def layernorm_softmax(x, g, b):
+    c = x - jnp.mean(x, axis=-1, keepdims=True)
+    z = c * lax.rsqrt(jnp.mean(c * c, axis=-1, keepdims=True) + 1e-5) * g + b
+    z = z - lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True))
+    e = jnp.exp(z)
+    return e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+def _numpy_layernorm_softmax(x, g, b):
+    x = x.astype(np.float64)
+    c = x - x.mean(axis=-1, keepdims=True)
+    z = c / np.sqrt((c * c).mean(axis=-1, keepdims=True) + 1e-5) * g + b
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _inputs(rows=96, columns=160):
+    rng = np.random.default_rng(11)
+    return (
+        rng.standard_normal((rows, columns)).astype(np.float32),
+        (1 + 0.1 * rng.standard_normal(columns)).astype(np.float32),
+        (0.1 * rng.standard_normal(columns)).astype(np.float32),
+    )
+
+
+def _compile(monkeypatch, fun, args, threads: int):
+    """(outputs, modules compiled, the groups' names) of fun's first call on `threads`."""
+    monkeypatch.setattr(config, "num_threads", threads)
+    kiln.clear_caches()
+    before = engine.compile_stats()["modules"]
+    groups = []
+    original = engine.Engine._compile_fresh
+
+    def spy(self, pending, verify):
+        groups.extend(group for _, group in pending)
+        return original(self, pending, verify)
+
+    monkeypatch.setattr(engine.Engine, "_compile_fresh", spy)
+    out = kiln.jit(fun)(*args)
+    monkeypatch.setattr(engine.Engine, "_compile_fresh", original)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [np.asarray(o) for o in outs], engine.compile_stats()["modules"] - before, groups
+
+
+def test_a_row_kernel_compiles_as_two_modules_with_the_same_bits(monkeypatch):
+    args = _inputs()
+    cut, modules, groups = _compile(monkeypatch, layernorm_softmax, args, 2)
+    whole, whole_modules, whole_groups = _compile(monkeypatch, layernorm_softmax, args, 1)
+    assert modules == 2 and [g.endswith(" rows") for g in groups] == [True]
+    assert whole_modules == 1 and not whole_groups[0].endswith(" rows")
+    np.testing.assert_array_equal(cut[0], whole[0])
+    np.testing.assert_allclose(cut[0], _numpy_layernorm_softmax(*args), rtol=2e-5, atol=1e-7)
+
+
+def test_the_gradient_of_a_row_kernel_keeps_its_bits_when_cut(monkeypatch):
+    args = _inputs(64, 128)
+    target = np.random.default_rng(3).standard_normal(args[0].shape).astype(np.float32)
+
+    def loss(x, g, b):
+        return jnp.sum(layernorm_softmax(x, g, b) * target)
+
+    grad = kiln.grad(loss, argnums=(0, 1, 2))
+    cut, modules, groups = _compile(monkeypatch, grad, args, 2)
+    whole, _, _ = _compile(monkeypatch, grad, args, 1)
+    assert modules == 2 and groups[0].endswith(" rows")
+    for a, b in zip(cut, whole):
+        np.testing.assert_array_equal(a, b)
+    reference = kiln.jit(grad, backend="interpret")(*args)
+    for got, want in zip(cut, reference):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-6)
+
+
+def _defined(module_text: str) -> list[str]:
+    return re.findall(r'^define [^@]*@"?([\w.]+)"?\(', module_text, re.M)
+
+
+def test_module_zero_exports_only_the_row_part(monkeypatch):
+    _compile(monkeypatch, layernorm_softmax, _inputs(), 2)
+    (native,) = [
+        n
+        for n in list(engine.engine()._programs.values())
+        if n.llvm_ir and engine.MODULE_SEPARATOR in n.llvm_ir
+    ]
+    first, second = native.llvm_ir.split(engine.MODULE_SEPARATOR)
+    assert _defined(first) == [f"{native.symbol}.k0.rows0"]
+    assert _defined(second) == [native.symbol]  # (the driver and the rest inlined)
+    assert "alwaysinline" in native.unoptimized_ir
+
+
+def test_a_warm_start_loads_both_modules(monkeypatch, tmp_path):
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
+    args = _inputs()
+    first, modules, _ = _compile(monkeypatch, layernorm_softmax, args, 2)
+    assert modules == 2
+    engine._ENGINES.clear()  # (a new engine finds both objects on disk)
+    again, modules, _ = _compile(monkeypatch, layernorm_softmax, args, 2)
+    assert modules == 0
+    np.testing.assert_array_equal(first[0], again[0])
+
+
+# --- where a kernel is cut ---------------------------------------------------------------------
+
+F32 = np.dtype(np.float32)
+
+
+def _row_kernel(per_kernel_sum: bool = False, columns: int = 64):
+    """Three loops over each row that use the row's max and sum of squares of x (the last
+    the max alone); with per_kernel_sum, a sum of w that no row changes is used too."""
+    x = Buffer("x", F32, (32, columns))
+    w = Buffer("w", F32, (columns,))
+    y = Buffer("y", F32, (32, columns), "output")
+    z = Buffer("z", F32, (32, columns), "output")
+    i, j, k, m = Var("i"), Var("j"), Var("k"), Var("m")
+    row_max = Reduce(ReduceKind.MAX, k, 0, columns, x[i, k])
+    row_sum = Reduce(ReduceKind.SUM, m, 0, columns, x[i, m] * x[i, m])
+    scale = kir.Op(kir.ScalarOp.EXP, [x[i, j] - row_max])
+    if per_kernel_sum:
+        scale = scale * Reduce(ReduceKind.SUM, m, 0, columns, w[m])
+    body = [
+        Loop(j, 0, columns, [Store(y, (i, j), kir.Op(kir.ScalarOp.TANH, [scale]) / row_sum)]),
+        Loop(j, 0, columns, [Store(z, (i, j), kir.Op(kir.ScalarOp.LOG1P, [y[i, j] * w[j]]))]),
+        Loop(j, 0, columns, [Store(y, (i, j), kir.Op(kir.ScalarOp.TANH, [z[i, j]]) * row_max)]),
+    ]
+    return Kernel("rows", [Loop(i, 0, 32, body)])
+
+
+def test_a_cut_passes_the_reductions_the_second_part_uses():
+    cut = emit_rows.split_point(_row_kernel())
+    assert cut is not None
+    # The first part computes both row reductions; the second uses those its statements read.
+    assert 0 <= cut.statements < 3
+    second = _row_kernel().body[0].body[cut.statements :]
+    used = {n for n in kir.toposort([e for s in kir.walk_stmts(second) for e in kir.stmt_exprs(s)])}
+    kernel = _row_kernel()
+    reductions = emit_rows.row_reductions(kernel, kernel.body[0])
+    assert len(reductions) == 2
+    assert set(cut.passed) == {r for r in reductions if r in used}
+
+
+def test_kernels_that_cannot_be_cut_are_left_whole():
+    # A reduction no row changes would run once per row in the first part instead of once.
+    assert emit_rows.split_point(_row_kernel(per_kernel_sum=True)) is None
+    # Too light for two modules.
+    x = Buffer("x", F32, (8, 4))
+    y = Buffer("y", F32, (8, 4), "output")
+    i, j = Var("i"), Var("j")
+    light = Kernel("light", [Loop(i, 0, 8, [Loop(j, 0, 4, [Store(y, (i, j), x[i, j] + 1.0)])] * 2)])
+    assert emit_rows.split_point(light) is None
+    # Not one loop over rows.
+    assert emit_rows.row_loop(Kernel("flat", [Store(y, 0, x[0, 0])])) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float16])
+def test_narrow_float_row_reductions_are_not_passed(dtype):
+    x = Buffer("x", np.dtype(dtype), (16, 32))
+    y = Buffer("y", np.dtype(dtype), (16, 32), "output")
+    i, j, k = Var("i"), Var("j"), Var("k")
+    total = Reduce(ReduceKind.SUM, k, 0, 32, x[i, k])
+    body = [Loop(j, 0, 32, [Store(y, (i, j), kir.Op(kir.ScalarOp.EXP, [x[i, j] / total]))])] * 4
+    assert emit_rows.row_loop(Kernel("narrow", [Loop(i, 0, 16, body)])) is None
+
+
+def test_a_cut_after_a_statement_runs_it_in_the_first_part(monkeypatch):
+    # The synthetic kernel is cut after its first statement (y), so the first part writes y,
+    # which the second reads; compiled whole and cut, the bits agree, and match NumPy's.
+    kernel = _row_kernel()
+    assert emit_rows.split_point(kernel).statements == 1
+    x, w = (Buffer("x", F32, (32, 64)), Buffer("w", F32, (64,)))
+    y, z = (Buffer("y", F32, (32, 64), "output"), Buffer("z", F32, (32, 64), "output"))
+    program = kir.Program("cut_rows", [x, w, y, z], [kernel])
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((32, 64)).astype(np.float32)
+    ws = rng.uniform(0.5, 1.5, 64).astype(np.float32)
+    results = {}
+    for threads in (2, 1):
+        monkeypatch.setattr(config, "num_threads", threads)
+        host = engine.Engine(engine.engine().target)
+        (native,) = host.compile_many([program], pipelines=["lean"])
+        results[threads] = native(xs, ws)
+        assert host.stats["modules"] == (2 if threads == 2 else 1)
+    for a, b in zip(results[2], results[1]):
+        np.testing.assert_array_equal(a, b)
+    x64 = xs.astype(np.float64)
+    top = x64.max(axis=1, keepdims=True)
+    ys = np.tanh(np.exp(x64 - top)) / (x64 * x64).sum(axis=1, keepdims=True)
+    zs = np.log1p(ys * ws)
+    np.testing.assert_allclose(results[2][1], zs, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(results[2][0], np.tanh(zs) * top, rtol=1e-5, atol=1e-6)
