@@ -372,26 +372,3 @@ def test_product_kernels_compile_with_the_quick_pipeline(monkeypatch):
     np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) @ w) * 2, rtol=1e-4, atol=1e-4)
     assert (True, "quick") in chosen  # the product
     assert any(not products for products, _ in chosen)  # the tanh
-
-
-def test_llvm_is_warmed_up_once_per_process_and_target(monkeypatch):
-    # The first program of a process starts a throw-away compile on the helper thread while it
-    # is planned; later programs (and a second call) start none.
-    from kiln.runtime import llvm_threads
-
-    host = target.host_target()
-    monkeypatch.setattr(llvm_threads, "_warmed", set())
-    first = llvm_threads.warm_up(host)
-    assert first is not None
-    assert llvm_threads.warm_up(host) is None
-    first.result(timeout=60)  # compiled without error
-    submitted = []
-    pool = llvm_threads.side_thread()
-    original_submit = pool.submit
-    monkeypatch.setattr(
-        pool, "submit", lambda fn, *a: submitted.append(fn) or original_submit(fn, *a)
-    )
-    x = np.arange(300, dtype=F32)
-    got = kiln.jit(lambda a: jnp.exp(a * 0.01) + 3.0)(x)
-    np.testing.assert_allclose(np.asarray(got), np.exp(x * 0.01) + 3.0, rtol=1e-6)
-    assert not submitted  # (warmed already; one module: compiled on this thread)

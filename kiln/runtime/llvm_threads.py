@@ -50,65 +50,6 @@ def side_thread():
         return _side_pool[0]
 
 
-#: A small loop with a multiply-add, a select and a sum: what warm_up compiles.
-_WARM_UP_IR = """
-define void @kiln_warm_up(ptr noalias %x, ptr noalias %y, ptr noalias %total, i64 %n) #0 {
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %loop ]
-  %sum = phi float [ 0.0, %entry ], [ %added, %loop ]
-  %at = getelementptr inbounds float, ptr %x, i64 %i
-  %value = load float, ptr %at, align 4
-  %product = fmul contract float %value, %value
-  %shifted = fadd contract float %product, 1.0
-  %negative = fcmp olt float %value, 0.0
-  %chosen = select i1 %negative, float %shifted, float %value
-  %to = getelementptr inbounds float, ptr %y, i64 %i
-  store float %chosen, ptr %to, align 4
-  %added = fadd reassoc contract float %sum, %chosen
-  %next = add nuw nsw i64 %i, 1
-  %done = icmp eq i64 %next, %n
-  br i1 %done, label %exit, label %loop
-exit:
-  store float %added, ptr %total, align 4
-  ret void
-}
-attributes #0 = { nounwind ATTRIBUTES }
-"""
-_warmed: set = set()
-_warmed_lock = threading.Lock()
-
-
-def warm_up(target_: target_module.Target):
-    """Compile a small module on the helper thread, once per process and target, and throw
-    it away (returns its Future; None when done before). A process's first compile pays ~6 ms
-    more than the next ones (LLVM's code and tables paged in, ~1000 page faults); a program's
-    should not. Called when a first program starts compiling (kiln.runtime.native), so that
-    this runs while that program is traced and fused; a stream that starts meanwhile queues
-    behind it."""
-    key = (target_.cache_tag, os.getpid())
-    with _warmed_lock:
-        if key in _warmed or config.llvm_in_process_compiles <= 0:
-            return None
-        _warmed.add(key)
-    attributes = " ".join(f'"{k}"="{v}"' for k, v in target_module.function_attributes().items())
-    text = _WARM_UP_IR.replace("ATTRIBUTES", attributes)
-
-    def compile_it():
-        context = llvm.create_context()
-        module = llvm.parse_assembly(text, context=context)
-        module.triple = target_.triple
-        machine = llvm_pipeline.create_machine(
-            target_.triple, target_.cpu_name, target_.features, llvm_pipeline.CODEGEN_LEVELS["lean"]
-        )
-        llvm_pipeline.optimize(module, machine, "lean", concurrent=True)
-        llvm_pipeline.emit_object_unlocked(module, machine)
-        del module  # (before its context)
-
-    return side_thread().submit(compile_it)  # (a Future; nobody needs to wait for it)
-
-
 def _compile_private(
     built: tuple, target_: target_module.Target, pipeline: str
 ) -> tuple[str, bytes]:

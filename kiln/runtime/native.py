@@ -98,9 +98,6 @@ class NativeExecutable(Executable):
             raise NotImplementedError(str(err)) from err
 
     def _build(self, program: ClosedJaxpr, name: str) -> None:
-        from kiln.runtime import engine, llvm_threads
-
-        llvm_threads.warm_up(engine.engine().target)  # (once: meanwhile this plans its code)
         jaxpr = program.jaxpr
         self._names = _Names()
         pp_jaxpr(jaxpr, self._names)  # name variables as the printed jaxpr does
