@@ -70,6 +70,9 @@ class Config:
         self.native_strict = os.environ.get("KILN_NATIVE_STRICT", "") == "1"
         # Threads a large native kernel is split across (None: one per core).
         self.num_threads = _env_int("KILN_NUM_THREADS")
+        # Freeze the cycle collector's heap before the process's first native compile (see
+        # kiln/runtime/native.py, freeze_heap_once); KILN_FREEZE_HEAP=0 leaves it alone.
+        self.freeze_heap = _env_bool("KILN_FREEZE_HEAP", True)
         # Raise FloatingPointError when an operation produces a NaN (an infinity); see
         # kiln/core/debug_checks.py. check_special is True while either is on.
         self._special_listeners: list[Callable[[], None]] = []

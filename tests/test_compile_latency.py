@@ -7,6 +7,8 @@ adjacent axes merge into one loop; every pipeline computes what the interpreter 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -372,3 +374,27 @@ def test_product_kernels_compile_with_the_quick_pipeline(monkeypatch):
     np.testing.assert_allclose(got, np.tanh(x.astype(np.float64) @ w) * 2, rtol=1e-4, atol=1e-4)
     assert (True, "quick") in chosen  # the product
     assert any(not products for products, _ in chosen)  # the tanh
+
+
+@pytest.mark.parametrize("setting, frozen", [(None, True), ("0", False)])
+def test_the_first_native_compile_freezes_the_heap(setting, frozen):
+    # A full collection during a first compile walked ~50 thousand import-time objects (~18
+    # ms); the first native compile freezes them (gc.freeze) unless KILN_FREEZE_HEAP=0.
+    import subprocess
+    import sys
+
+    code = (
+        "import gc, numpy as np, kiln\n"
+        "before = gc.get_freeze_count()\n"
+        "out = kiln.jit(lambda x: x * 2.0 + 1.0)(np.arange(4.0, dtype=np.float32))\n"
+        "kiln.jit(lambda x: x - 1.0)(np.arange(4.0, dtype=np.float32))\n"
+        "print(before, gc.get_freeze_count() > 0, np.asarray(out).tolist())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KILN_FREEZE_HEAP"}
+    if setting is not None:
+        env["KILN_FREEZE_HEAP"] = setting
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.split(maxsplit=2)
+    assert out[0] == "0" and out[1] == str(frozen)
+    assert out[2].strip() == "[1.0, 3.0, 5.0, 7.0]"
