@@ -19,6 +19,23 @@ def _env_bool(name: str, default: bool = False) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """The process environment with `values` set within the block, then as it was: for a
+    native library whose initializers read it (kiln/primitives/blas.py loads scipy's
+    OpenBLAS with one thread so that it starts no spinning workers)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name)
     return int(value) if value else None

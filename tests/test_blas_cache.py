@@ -39,3 +39,30 @@ def test_blas_objects_load_from_the_disk_cache_in_a_new_process(tmp_path):
     second = run()
     assert second.returncode == 0, second.stderr
     assert int(second.stdout.split()[-1]) > 0  # it linked cached objects
+
+
+def test_scipy_openblas_loads_without_spinning_workers():
+    # Loaded with its default thread count, OpenBLAS starts a worker per core that spins for
+    # ~0.2 s, taking a core from the compile that asked for the library. It is loaded with
+    # one thread (OPENBLAS_NUM_THREADS=1 while it loads), and the environment is as it was.
+    script = textwrap.dedent(
+        """
+        import os, time, numpy as np, kiln, kiln.numpy as jnp
+        from kiln.primitives import blas
+        tasks = lambda: len(os.listdir(f"/proc/{os.getpid()}/task"))
+        before, start = tasks(), os.times()
+        assert blas.scipy_openblas() is not None
+        time.sleep(0.3)
+        end = os.times()
+        busy = (end.user + end.system) - (start.user + start.system)
+        a = np.arange(64 * 48, dtype=np.float32).reshape(64, 48) / 1000
+        got = np.asarray(kiln.jit(lambda a: a @ a.T)(a))
+        assert np.allclose(got, a.astype(np.float64) @ a.T, rtol=1e-5)
+        print(tasks() - before, round(busy, 2) < 0.05, os.environ.get("OPENBLAS_NUM_THREADS"))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env
+    ).stdout.split()
+    assert out == ["0", "True", "None"]

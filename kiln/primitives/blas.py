@@ -22,6 +22,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from kiln.config import environment
+
 _SETTERS = (
     "scipy_openblas_set_num_threads64_",
     "scipy_openblas_set_num_threads",
@@ -61,13 +63,23 @@ def scipy_openblas():
     """SciPy's bundled OpenBLAS (a ctypes handle, the library scipy.linalg calls), or None when
     SciPy uses another BLAS. kiln's compiled products and batched LAPACK impls call it."""
     if not _SCIPY_OPENBLAS:
-        import scipy
+        # Found without importing scipy (~12 ms): its wheel keeps the library next to it.
+        import importlib.util
 
-        libs_dir = os.path.join(os.path.dirname(os.path.dirname(scipy.__file__)), "scipy.libs")
+        spec = importlib.util.find_spec("scipy")
         found = None
+        if spec is None or not spec.submodule_search_locations:
+            _SCIPY_OPENBLAS.append(None)
+            return None
+        package = list(spec.submodule_search_locations)[0]
+        libs_dir = os.path.join(os.path.dirname(package), "scipy.libs")
         for path in sorted(glob.glob(os.path.join(libs_dir, "*openblas*"))):
+            # One thread from the start: OpenBLAS reads this as it loads, and otherwise starts
+            # a worker per core that spins for ~0.2 s (kiln pins it to one thread anyway),
+            # taking a core from the compile that asked for it.
             try:
-                found = ctypes.CDLL(path)
+                with environment({"OPENBLAS_NUM_THREADS": "1"}):
+                    found = ctypes.CDLL(path)
                 break
             except OSError:
                 continue
