@@ -653,27 +653,34 @@ def _group(
 
 
 def _merge_row_local(var, groups: list, deps: dict, row_local) -> list:
-    """Move the one kernel that loads `var` into var's kernel, after var's part; raise
-    _NotRowLocal when that is not possible."""
-    home = next(g for g, group in enumerate(groups) if var in group.values)
-    readers = {g for g, group in enumerate(groups) for v in group.values if var in deps[v]}
-    if len(readers) != 1 or home in readers:
-        raise _NotRowLocal(var)
-    (reader,) = readers
+    """Move the kernels that load `var` into var's kernel, after var's part, one after the
+    other (a row's sum and the values scaled by it are two kernels reading the same row);
+    raise _NotRowLocal when that is not possible."""
     rows = var.aval.shape[0]
-    consumer = groups[reader]
-    if any(not v.aval.shape or v.aval.shape[0] != rows for v in consumer.values):
-        raise _NotRowLocal(var)
-    home_values = set(groups[home].values)
-    for v in consumer.values:
-        for d in deps[v]:
-            if d is var or (d in row_local and d in home_values):
-                continue
-            position = next(g for g, group in enumerate(groups) if d in group.values)
-            if position >= home:
-                raise _NotRowLocal(var)
-    merged = KernelPlan(groups[home].shape, groups[home].parts + consumer.parts)
-    return [merged if g == home else group for g, group in enumerate(groups) if g != reader]
+    while True:
+        home = next(g for g, group in enumerate(groups) if var in group.values)
+        readers = sorted(
+            {g for g, group in enumerate(groups) for v in group.values if var in deps[v]} - {home}
+        )
+        if not readers:
+            return groups
+        reader = readers[0]
+        if reader < home:
+            raise _NotRowLocal(var)
+        consumer = groups[reader]
+        if any(not v.aval.shape or v.aval.shape[0] != rows for v in consumer.values):
+            raise _NotRowLocal(var)
+        home_values = set(groups[home].values)
+        own = set(consumer.values)  # (computed by the consumer itself, in order)
+        for v in consumer.values:
+            for d in deps[v]:
+                if d is var or d in own or (d in row_local and d in home_values):
+                    continue
+                position = next(g for g, group in enumerate(groups) if d in group.values)
+                if position >= home:
+                    raise _NotRowLocal(var)
+        merged = KernelPlan(groups[home].shape, groups[home].parts + consumer.parts)
+        groups = [merged if g == home else group for g, group in enumerate(groups) if g != reader]
 
 
 def _merge_row_reader(var, groups: list, deps: dict, reads_of: Callable, skipped: set) -> list:

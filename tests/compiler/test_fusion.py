@@ -501,3 +501,26 @@ def test_a_stored_row_value_read_at_other_rows_keeps_its_reader_apart():
     np.testing.assert_allclose(np.asarray(total), xn.sum(1, keepdims=True), rtol=1e-5)
     expected = xn - xn.sum(1, keepdims=True)[::-1]
     np.testing.assert_allclose(np.asarray(shifted), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_value_two_kernels_read_stays_one_row():
+    # In a layernorm+softmax gradient, e = exp(z) is read by two kernels: the one summing it
+    # over the row and the one scaling each element by that sum (which needs the first's
+    # row value). Both are pulled into e's kernel and e is kept one row at a time; only what
+    # the column sums of the g and b gradients read stays a full temp.
+    x, g, b, t = f32(24, 40), f32(40, seed=1), f32(40, seed=2), f32(24, 40, seed=3)
+
+    def loss(x, g, b):
+        c = x - jnp.mean(x, axis=-1, keepdims=True)
+        z = c * kiln.lax.rsqrt(jnp.mean(c * c, axis=-1, keepdims=True) + 1e-5) * g + b
+        e = jnp.exp(z - kiln.lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True)))
+        return jnp.sum(e / jnp.sum(e, axis=-1, keepdims=True) * t)
+
+    grad = kiln.grad(loss, argnums=(0, 1, 2))
+    executable, compiled = compile_native(grad, x, g, b)
+    plan = segments(executable)[0].plan
+    full = [v for v in plan.temps if v.aval.shape == (24, 40)]
+    assert counts(executable)[0] == 2 and len(full) == 2
+    reference = kiln.jit(grad, backend="interpret")(x, g, b)
+    for got, want in zip(compiled(x, g, b), reference):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-6)
