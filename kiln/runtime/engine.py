@@ -72,9 +72,9 @@ class _Unit:
         #: Engine._assign_sides)
         self.side: dict[int, str] = {}
         self.parts: list[tuple[int, list[int]]] = []
-        #: {kernel position: (name, cut)} of the kernel whose row part (see emit_rows) module
-        #: 0 holds, the rest of the program module 1 (see Engine._assign_rows)
-        self.rows: dict[int, tuple[str, int]] = {}
+        #: {kernel position: (name, emit_rows.RowCut)} of the kernel whose row part module 0
+        #: holds, the rest of the program module 1 (see Engine._assign_rows)
+        self.rows: dict = {}
 
 
 def _group_key(keys: Sequence[str]) -> str:

@@ -97,16 +97,16 @@ def emit_program(
     entry_name: str = ENTRY_NAME,
     elsewhere: dict[int, str] | None = None,
     module: ir.Module | None = None,
-    rows: dict[int, tuple[str, int]] | None = None,
+    rows: dict | None = None,
 ) -> ir.Module:
     """Emit a verified program as an LLVM module for the current target (column reductions are
     strip-mined first, see kir_schedule). `elsewhere` maps kernel positions to the names
     under which emit_kernels defines them, in another module or (defined already) in
     `module`: those are declared here if need be, and the entry calls them by that name.
     `module`: emit into this module (which other programs' functions share) rather than a
-    new one. `rows` maps kernel positions to (name, cut) of their row part, which
-    emit_row_part defines elsewhere: such a kernel is emitted as a driver calling it and
-    the rest of its row loop body for each row (see emit_rows)."""
+    new one. `rows` maps kernel positions to (name, cut: an emit_rows.RowCut) of their
+    row part, which emit_row_part defines elsewhere: such a kernel is emitted as a driver
+    calling it and the rest of its row loop body for each row (see emit_rows)."""
     elsewhere = elsewhere or {}
     rows = rows or {}
     module = module or new_module(program.name)
