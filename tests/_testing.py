@@ -364,3 +364,30 @@ def results_in_threads(call: Callable, inputs: Sequence, repeats: int) -> list:
     for thread in threads:
         thread.join()
     return results
+
+
+def first_compile(monkeypatch, fun: Callable, args: Sequence, threads: int):
+    """(outputs as NumPy arrays, LLVM modules compiled, [(units, group name)] for each group
+    of programs compiled) of fun's first call, jitted with empty caches on `threads` threads
+    (kiln.runtime.engine's view of the compile, for the split and row-cut tests)."""
+    from kiln.config import config
+    from kiln.runtime import engine
+
+    monkeypatch.setattr(config, "num_threads", threads)
+    kiln.clear_caches()
+    before = engine.compile_stats()["modules"]
+    groups = []
+    original = engine.Engine._compile_fresh
+
+    def spy(self, pending, verify):
+        groups.extend(pending)
+        return original(self, pending, verify)
+
+    monkeypatch.setattr(engine.Engine, "_compile_fresh", spy)
+    try:
+        out = kiln.jit(fun)(*args)
+    finally:
+        monkeypatch.setattr(engine.Engine, "_compile_fresh", original)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    modules = engine.compile_stats()["modules"] - before
+    return [np.asarray(o) for o in outs], modules, groups

@@ -18,6 +18,7 @@ from kiln.compiler import kir
 from kiln.compiler.kir import Buffer, Kernel, Loop, Reduce, ReduceKind, Store, Var
 from kiln.config import config
 from kiln.runtime import engine
+from tests._testing import first_compile
 
 
 def layernorm_softmax(x, g, b):
@@ -47,21 +48,8 @@ def _inputs(rows=96, columns=160):
 
 def _compile(monkeypatch, fun, args, threads: int):
     """(outputs, modules compiled, the groups' names) of fun's first call on `threads`."""
-    monkeypatch.setattr(config, "num_threads", threads)
-    kiln.clear_caches()
-    before = engine.compile_stats()["modules"]
-    groups = []
-    original = engine.Engine._compile_fresh
-
-    def spy(self, pending, verify):
-        groups.extend(group for _, group in pending)
-        return original(self, pending, verify)
-
-    monkeypatch.setattr(engine.Engine, "_compile_fresh", spy)
-    out = kiln.jit(fun)(*args)
-    monkeypatch.setattr(engine.Engine, "_compile_fresh", original)
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    return [np.asarray(o) for o in outs], engine.compile_stats()["modules"] - before, groups
+    outs, modules, groups = first_compile(monkeypatch, fun, args, threads)
+    return outs, modules, [group for _, group in groups]
 
 
 def test_a_row_kernel_compiles_as_two_modules_with_the_same_bits(monkeypatch):

@@ -16,7 +16,7 @@ import kiln
 import kiln.numpy as jnp
 from kiln.config import config
 from kiln.runtime import engine
-from tests._testing import run_script_json
+from tests._testing import first_compile, run_script_json
 
 
 def many_kernels(x, w):
@@ -44,23 +44,13 @@ def _inputs():
 
 
 def _compile_and_run(monkeypatch, threads: int):
-    monkeypatch.setattr(config, "num_threads", threads)
-    kiln.clear_caches()
-    before = engine.compile_stats()["modules"]
-    split_groups = []
-    original = engine.Engine._compile_fresh
-
-    def spy(self, pending, verify):
-        for units, group in pending:  # the parts of a split group, 0 for a whole one
-            split = any(unit.parts for unit in units)
-            split_groups.append(len(self._module_names(units, group)) if split else 0)
-        return original(self, pending, verify)
-
-    monkeypatch.setattr(engine.Engine, "_compile_fresh", spy)
-    out = kiln.jit(many_kernels)(*_inputs())
-    modules = engine.compile_stats()["modules"] - before
-    # (A copy: a later call's spy wraps this one, which would go on recording.)
-    return [np.asarray(o) for o in out], modules, list(split_groups)
+    """(outputs, modules compiled, for each group compiled its parts: 0 when whole)."""
+    outs, modules, groups = first_compile(monkeypatch, many_kernels, _inputs(), threads)
+    parts = [
+        len(engine.Engine._module_names(units, group)) if any(u.parts for u in units) else 0
+        for units, group in groups
+    ]
+    return outs, modules, parts
 
 
 def test_split_group_gives_the_same_bits_as_unsplit(monkeypatch):
