@@ -341,11 +341,26 @@ class Const(Expr):
     __slots__ = ("value",)
 
     def __new__(cls, value, dtype) -> "Const":
+        if type(value) is int and dtype is INDEX:  # (most constants: index arithmetic's)
+            node = _INDEX_CONSTS.get(value)
+            if node is not None:
+                return node
         dtype = as_dtype(dtype)
         if isinstance(value, np.generic):
             value = value.item()
         value = _normalize_const(value, dtype)
-        return _intern(cls, _const_key(value, dtype), dtype=dtype, value=value)
+        node = _intern(cls, _const_key(value, dtype), dtype=dtype, value=value)
+        if dtype is INDEX and type(value) is int:
+            if len(_INDEX_CONSTS) >= _INDEX_CONSTS_MAX:
+                _INDEX_CONSTS.clear()
+            _INDEX_CONSTS[value] = node
+        return node
+
+
+#: Index constants by value, the interned nodes held (a fast path: index arithmetic builds
+#: thousands of them while a program is planned), cleared when it grows past its bound.
+_INDEX_CONSTS: dict[int, Const] = {}
+_INDEX_CONSTS_MAX = 1 << 14
 
 
 class Var(Expr):
@@ -388,13 +403,20 @@ class Op(Expr):
                     f"{op.value}: operand {arg!r} is not an Expr; wrap literals in "
                     f"Const(value, dtype)"
                 )
-        result = check_op(op, [a.dtype for a in args], dtype)
+        signature = (op, tuple(a.dtype for a in args), dtype)
+        result = _CHECKED_OPS.get(signature)
+        if result is None:
+            result = _CHECKED_OPS[signature] = check_op(op, signature[1], dtype)
         if nsw and result != INDEX:
             raise KirError("nsw (no signed wrap) only applies to int64 index arithmetic")
         return _intern(cls, (op, args, result, nsw), dtype=result, op=op, args=args, nsw=bool(nsw))
 
     def children(self):
         return self.args
+
+
+#: check_op's result by (op, operand dtypes, requested dtype): a signature checked once.
+_CHECKED_OPS: dict = {}
 
 
 class ReduceKind(enum.Enum):

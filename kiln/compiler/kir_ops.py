@@ -155,6 +155,10 @@ class ScalarOp(enum.Enum):
     BITCAST = "bitcast"
     FMA = "fma"
 
+    # Members are singletons compared by identity: hashing them by identity too skips Enum's
+    # Python-level __hash__ (hash of the name), which every interned Op key pays.
+    __hash__ = object.__hash__
+
 
 class OpGroup:
     """Named groups of ScalarOps (tinygrad's GroupOp) used by the tables here and in codegen."""
