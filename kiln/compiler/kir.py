@@ -620,11 +620,13 @@ def accumulate(buffer: Buffer, index, value: Expr, kind: ReduceKind = ReduceKind
 def as_index(value) -> Expr:
     """An int, or an integer Expr, as an int64 index expression."""
     if isinstance(value, Expr):
-        if value.dtype == INDEX:
+        if value.dtype is INDEX or value.dtype == INDEX:
             return value
         if dtype_family(value.dtype) in INT_FAMILIES or value.dtype == BOOL:
             return cast(value, INDEX)
         raise TypeError(f"an index must be an integer, got a {short_name(value.dtype)} value")
+    if type(value) is int:
+        return Const(value, INDEX)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"an index must be an int or an integer Expr, got {value!r}")
     return Const(int(value), INDEX)

@@ -167,6 +167,7 @@ class ExprBuilder:
         # Loop variables a rule asked for at a given (value, index), so a rerun of the rule
         # builds the same reduction (and so reads its operands at the indices just built).
         self._fresh_of: dict[tuple, list[Var]] = {}
+        self._supported: dict[int, object] = {}  # equations whose types were checked
 
     def fresh_var(self, prefix: str) -> Var:
         attempt = self._attempt
@@ -189,7 +190,7 @@ class ExprBuilder:
         constant = self.constant_read(atom, index)
         if constant is not None:
             return constant
-        index = tuple(kir.as_index(i) for i in index)
+        index = tuple(map(kir.as_index, index))
         key = (atom, index)
         node = self.memo.get(key)
         if node is not None:
@@ -294,8 +295,10 @@ class ExprBuilder:
         rule = lowering_rules.get(eqn.primitive)
         if rule is None:
             raise NotLowerable(f"{eqn.primitive} has no lowering rule")
-        if not all(_supported_aval(a.aval) for a in (*eqn.invars, *eqn.outvars)):
-            raise NotLowerable(f"{eqn.primitive} has an operand of a dtype the backend lacks")
+        if id(eqn) not in self._supported:
+            if not all(_supported_aval(a.aval) for a in (*eqn.invars, *eqn.outvars)):
+                raise NotLowerable(f"{eqn.primitive} has an operand of a dtype the backend lacks")
+            self._supported[id(eqn)] = eqn  # (kept: an id is only unique while it lives)
         node = rule(
             RuleContext(eqn, self), index, *[Operand(self, a) for a in eqn.invars], **eqn.params
         )
