@@ -49,7 +49,7 @@ from kiln.transforms.jit_signature import (  # noqa: F401  (re-exported: moved t
     _aval_signature,
     _to_array,
     _convert_leaves,
-    _unshared,
+    execute_leaves,
     _short,
     _format_signature,
     _signature_str,
@@ -300,10 +300,7 @@ class JitWrapped:
             if plain:
                 outs = entry.execute(leaves)
             else:
-                converted, borrowed = _convert_leaves(leaves, entry.in_avals)
-                outs = entry.execute(converted)
-                if borrowed:
-                    outs = _unshared(outs, borrowed)
+                outs = execute_leaves(entry, leaves, self._name)
             if entry.single_output:
                 return outs[0]
             return _tree_unflatten(entry.out_tree, outs)
@@ -343,13 +340,7 @@ class JitWrapped:
         else:
             entry.stamp = next(_clock)
             _stats.hits += 1
-        flat_args, borrowed = _convert_leaves(leaves, entry.in_avals)
-        if _config.check_special:  # debug_nans / debug_infs
-            outs = debug_checks.execute_checked(self._name, entry, flat_args)
-        else:
-            outs = entry.execute(flat_args)
-        if borrowed:
-            outs = _unshared(outs, borrowed)
+        outs = execute_leaves(entry, leaves, self._name)
         return _tree_unflatten(entry.out_tree, outs)
 
     def _key(self, in_tree, nargs: int, has_kwargs: bool, sig: tuple, static_key) -> tuple:

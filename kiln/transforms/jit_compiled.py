@@ -8,14 +8,11 @@ from typing import TYPE_CHECKING
 
 import optree
 
-from kiln.config import config as _config
-from kiln.core import debug_checks
 from kiln.core.jaxpr import ClosedJaxpr
 from kiln.runtime import cache
 from kiln.transforms.jit_signature import (
     _canonical,
-    _convert_leaves,
-    _unshared,
+    execute_leaves,
     _flatten_args,
     _leaf_signature,
     _short,
@@ -111,11 +108,5 @@ class Compiled:
                 f"({', '.join(_short(a) for a in entry.in_avals)}) but called with "
                 f"({', '.join(_signature_str(s) for s in sig)})."
             )
-        flat_args, borrowed = _convert_leaves(leaves, entry.in_avals)
-        if _config.check_special:  # debug_nans / debug_infs
-            outs = debug_checks.execute_checked(self._wrapped._name, entry, flat_args)
-        else:
-            outs = entry.execute(flat_args)
-        if borrowed:
-            outs = _unshared(outs, borrowed)
+        outs = execute_leaves(entry, leaves, self._wrapped._name)
         return _tree_unflatten(entry.out_tree, outs)

@@ -11,7 +11,7 @@ import optree
 
 from kiln import api_util
 from kiln.config import config as _config
-from kiln.core import dtypes
+from kiln.core import debug_checks, dtypes
 from kiln.core.array import Array
 from kiln.core.avals import ShapedArray
 from kiln.core.trace import Tracer
@@ -129,6 +129,18 @@ def _unshared(outs: list, borrowed: list) -> list:
         if type(out) is Array and any(np.may_share_memory(out._value, b) for b in borrowed):
             outs[n] = Array._wrap(np.array(out._value), out.weak_type)
     return outs
+
+
+def execute_leaves(entry, leaves: list, name: str) -> list:
+    """The outputs of entry's executable run on a call's flat leaves: scalars and NumPy
+    arrays converted (large ones borrowed, see _convert_leaves), and checked for NaN/inf
+    while debug_nans/debug_infs are on (debug_checks.execute_checked)."""
+    args, borrowed = _convert_leaves(leaves, entry.in_avals)
+    if _config.check_special:
+        outs = debug_checks.execute_checked(name, entry, args)
+    else:
+        outs = entry.execute(args)
+    return _unshared(outs, borrowed) if borrowed else outs
 
 
 def _short(aval: ShapedArray) -> str:
