@@ -10,7 +10,9 @@ from one run. --warm adds warm starts: each system first fills a fresh persisten
 the first call is timed in fresh processes that find every program there.
 
 Each figure is one first call of a freshly jitted function (trace, optimize, compile, run) in
-a fresh process, the median of --repeat processes. The workloads:
+a fresh process, the median of --repeat processes; the `import` row is the package's own
+import in those processes (kiln, kiln.numpy / jax, jax.numpy), the rest of a new process's
+time to its first result. The workloads:
   * layernorm + softmax on 4096x1024 float32, forward: softmax(layernorm(x) * g + b);
   * its gradient: jit(grad(sum(softmax(layernorm(x) * g + b) * t), argnums=(0, 1, 2)));
   * an MLP 784-512-512-10 on a batch of 128: value_and_grad of softmax cross-entropy and an
@@ -75,7 +77,9 @@ def timed(owner, name, phase):
     setattr(owner, name, wrapper)
 
 if system == "kiln":
+    started = time.perf_counter()
     import kiln, kiln.numpy as jnp
+    import_seconds = time.perf_counter() - started
     if cache_dir:
         kiln.config.update("jax_compilation_cache_dir", cache_dir)
     from kiln import lax
@@ -104,8 +108,10 @@ if system == "kiln":
     block = kiln.block_until_ready
     tree_map, stop_gradient = kiln.tree_util.tree_map, lax.stop_gradient
 else:
+    started = time.perf_counter()
     import jax, jax.numpy as jnp
     jax.config.update("jax_platforms", "cpu")
+    import_seconds = time.perf_counter() - started
     if cache_dir:
         jax.config.update("jax_compilation_cache_dir", cache_dir)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -192,7 +198,7 @@ first = time.perf_counter() - start
 start = time.perf_counter()
 block(fn(*args))
 second = time.perf_counter() - start
-result = {"first": first, "second": second}
+result = {"first": first, "second": second, "import": import_seconds}
 if system == "kiln":
     result["phases"] = dict(phases)
     stats = getattr(engine, "compile_stats", None)
@@ -254,12 +260,20 @@ def median_run(
             runs = [r for r in runs if r]
     if not runs:
         return None
+    imports = sorted(r.get("import", 0.0) for r in runs)
     runs.sort(key=lambda r: r["first"])
-    return runs[(len(runs) - 1) // 2]
+    chosen = runs[(len(runs) - 1) // 2]
+    chosen["import_median"] = imports[(len(imports) - 1) // 2]
+    return chosen
 
 
 def _seconds(value: float | None) -> str:
     return f"{value:8.3f} s" if value is not None else f"{'n/a':>10s}"
+
+
+def _median(values: list) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    return values[(len(values) - 1) // 2] if values else None
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -325,6 +339,20 @@ def main(
             phases = kiln_run["phases"]
             note = ", ".join(f"{name} {phases.get(name, 0.0) * 1e3:.0f} ms" for name in PHASES)
         report.append(result_row(f"first call: {title}", k, None, j, note=note))
+
+    # The package's own import, before any of that (kiln, kiln.numpy / jax, jax.numpy), in
+    # the same fresh processes: the rest of a new process's time to its first result.
+    cold = [runs for (_, mode), runs in results.items() if mode == "cold"]
+    k_import = _median([r[0]["import_median"] for r in cold if r[0]])
+    j_import = _median([r[2]["import_median"] for r in cold if r[2]])
+    line = f"{'import (fresh process)':42s}{_seconds(k_import)}{_seconds(j_import)}"
+    line += _ratio(k_import, j_import)
+    if before_root:
+        b_import = _median([r[1]["import_median"] for r in cold if r[1]])
+        line += f"{_seconds(b_import)}  {_ratio(b_import, j_import)}"
+        line += f"    {_ratio(k_import, b_import)}"
+    print(line)
+    report.append(result_row("first call: import kiln / jax", k_import, None, j_import))
 
     print("\nkiln's first call by phase (ms; 'run + rest' = first call - phases)")
     header = f"{'workload':42s}" + "".join(f"{p:>9s}" for p in PHASES) + f"{'run+rest':>10s}"
