@@ -18,7 +18,7 @@ from kiln.compiler import kir
 from kiln.compiler.kir import Buffer, Kernel, Loop, Reduce, ReduceKind, Store, Var
 from kiln.config import config
 from kiln.runtime import engine
-from tests._testing import first_compile
+from tests._testing import first_compile, use_codegen_target
 
 
 def layernorm_softmax(x, g, b):
@@ -170,9 +170,11 @@ def test_narrow_float_row_reductions_are_not_passed(dtype):
     assert emit_rows.row_loop(Kernel("narrow", [Loop(i, 0, 16, body)])) is None
 
 
-def test_a_cut_after_a_statement_runs_it_in_the_first_part(monkeypatch):
+@pytest.mark.parametrize("codegen_target", ["host", "x86-64-v3", "x86-64-v4"])
+def test_a_cut_after_a_statement_runs_it_in_the_first_part(monkeypatch, codegen_target):
     # The synthetic kernel is cut after its first statement (y), so the first part writes y,
-    # which the second reads; compiled whole and cut, the bits agree, and match NumPy's.
+    # which the second reads; compiled whole and cut, the bits agree, and match NumPy's, for
+    # the host and each baseline target this CPU can run.
     kernel = _row_kernel()
     assert emit_rows.split_point(kernel).statements == 1
     x, w = (Buffer("x", F32, (32, 64)), Buffer("w", F32, (64,)))
@@ -182,12 +184,13 @@ def test_a_cut_after_a_statement_runs_it_in_the_first_part(monkeypatch):
     xs = rng.standard_normal((32, 64)).astype(np.float32)
     ws = rng.uniform(0.5, 1.5, 64).astype(np.float32)
     results = {}
-    for threads in (2, 1):
-        monkeypatch.setattr(config, "num_threads", threads)
-        host = engine.Engine(engine.engine().target)
-        (native,) = host.compile_many([program], pipelines=["lean"])
-        results[threads] = native(xs, ws)
-        assert host.stats["modules"] == (2 if threads == 2 else 1)
+    with use_codegen_target(codegen_target) as current:
+        for threads in (2, 1):
+            monkeypatch.setattr(config, "num_threads", threads)
+            host = engine.Engine(current)
+            (native,) = host.compile_many([program], pipelines=["lean"])
+            results[threads] = native(xs, ws)
+            assert host.stats["modules"] == (2 if threads == 2 else 1)
     for a, b in zip(results[2], results[1]):
         np.testing.assert_array_equal(a, b)
     x64 = xs.astype(np.float64)

@@ -41,20 +41,23 @@ class RowCut(NamedTuple):
     passed: tuple[Reduce, ...]
 
 
+def _stable_reductions(kernel: Kernel, loop: Loop):
+    """(reduction, its free variables) for each reduction in the row loop body that reads no
+    buffer the kernel writes: those the emitter computes at the start of the scope that
+    binds their variables."""
+    written = frozenset(kir.stored_buffers(kernel.body))
+    free: dict = {}
+    stable: dict = {}
+    for node in kir.toposort([e for s in kir.walk_stmts(loop.body) for e in kir.stmt_exprs(s)]):
+        if isinstance(node, Reduce) and kir_rewrite.is_stable(node, written, stable):
+            yield node, kir_rewrite.free_vars(node, free)
+
+
 def row_reductions(kernel: Kernel, loop: Loop) -> list[Reduce]:
     """The reductions the emitter computes once per row at the start of the row loop body:
     those that depend on the row and no inner variable and read no buffer the kernel writes."""
-    written = frozenset(kir.stored_buffers(kernel.body))
     row = frozenset({loop.var})
-    free: dict = {}
-    stable: dict = {}
-    return [
-        node
-        for node in kir.toposort([e for s in kir.walk_stmts(loop.body) for e in kir.stmt_exprs(s)])
-        if isinstance(node, Reduce)
-        and kir_rewrite.free_vars(node, free) <= row
-        and kir_rewrite.is_stable(node, written, stable)
-    ]
+    return [node for node, free in _stable_reductions(kernel, loop) if free <= row]
 
 
 def row_loop(kernel: Kernel) -> Loop | None:
@@ -68,42 +71,25 @@ def row_loop(kernel: Kernel) -> Loop | None:
     loop = kernel.body[0]
     if set(kir.buffers_of(kernel.body)) - set(kernel.params):
         return None
-    written = frozenset(kir.stored_buffers(kernel.body))
-    free: dict = {}
-    stable: dict = {}
-    for node in kir.toposort([e for s in kir.walk_stmts(loop.body) for e in kir.stmt_exprs(s)]):
-        if not isinstance(node, Reduce) or not kir_rewrite.is_stable(node, written, stable):
-            continue
-        if loop.var not in kir_rewrite.free_vars(node, free) or T.is_narrow_float(node.dtype):
+    for node, free in _stable_reductions(kernel, loop):
+        if loop.var not in free or T.is_narrow_float(node.dtype):
             return None
     return loop
 
 
 def _weigh(statements, skipped=frozenset(), extra=()) -> int:
-    """The compile weight of statements and everything nested in them, plus the expressions
-    `extra`; the reductions in `skipped` (and what only they use) left out of the statements'."""
+    """The compile weight of statements and everything nested in them (reduction bodies
+    included), plus the expressions `extra`; the nodes in `skipped` (and what only they
+    use) left out of the statements'."""
     nested = list(kir.walk_stmts(statements))
     weight = LOOP_WEIGHT * sum(isinstance(s, Loop) for s in nested)
     roots = [e for s in nested for e in kir.stmt_exprs(s)]
-    for node in _reachable(roots, skipped) + _reachable(extra, frozenset()):
+    for node in kir.toposort(roots, skip=skipped) + kir.toposort(extra):
         if isinstance(node, Reduce):
             weight += LOOP_WEIGHT
         elif isinstance(node, Op):
             weight += 1 + TRANSCENDENTAL_WEIGHT * (node.op in kir.OpGroup.TRANSCENDENTAL)
     return weight
-
-
-def _reachable(roots, skipped) -> list:
-    """The nodes under roots, not descending into the nodes in skipped (nor counting them)."""
-    seen, stack, found = set(), list(roots), []
-    while stack:
-        node = stack.pop()
-        if node in seen or node in skipped:
-            continue
-        seen.add(node)
-        found.append(node)
-        stack.extend(kir.region_children(node))
-    return found
 
 
 def kernel_weight(kernel: Kernel) -> int:
