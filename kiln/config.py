@@ -90,6 +90,10 @@ class Config:
         # Freeze the cycle collector's heap before the process's first native compile (see
         # kiln/runtime/native.py, freeze_heap_once); KILN_FREEZE_HEAP=0 leaves it alone.
         self.freeze_heap = _env_bool("KILN_FREEZE_HEAP", True)
+        # Emit kernels' loops as explicit vector code, compiled with a short LLVM pipeline (see
+        # kiln/codegen/llvm/emit_vector.py); KILN_VECTOR_LOOPS=0 leaves them to LLVM's loop
+        # vectorizer.
+        self.vector_loops = _env_bool("KILN_VECTOR_LOOPS", True)
         # Raise FloatingPointError when an operation produces a NaN (an infinity); see
         # kiln/core/debug_checks.py. check_special is True while either is on.
         self._special_listeners: list[Callable[[], None]] = []

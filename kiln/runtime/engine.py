@@ -51,6 +51,17 @@ CODEGEN_SOURCES = ("codegen/", "compiler/kir", "runtime/engine.py", "runtime/kir
 ENTRY_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
+def _module_pipeline(pipeline: str, module, linked: list) -> str:
+    """The pipeline a module is optimized with: "vector" in place of a vectorizing one when
+    the emitter made vector code of every loop in it (emit_vector: none left for LLVM's
+    vectorizer, short strips unrolled, and no module emitted before linked in), else the one
+    its programs asked for."""
+    if pipeline in ("lean", "full") and module is not None and not linked:
+        if getattr(module, "scalar_loops", 1) == 0:
+            return "vector"
+    return pipeline
+
+
 class UnresolvedSymbolError(RuntimeError):
     """Generated code needs a symbol that nothing in the process provides."""
 
@@ -378,6 +389,8 @@ class Engine:
         """A program's unit, keyed by its kernel IR's fingerprint; a program the codec cannot
         serialize is verified and emitted now and keyed by its LLVM IR."""
         tag = self.target.cache_tag + ("" if pipeline == "full" else f" {pipeline}")
+        if not emit.vector_loops():  # (other code for the same kernel IR)
+            tag += " scalar loops"
         fingerprint = kir_codec.fingerprint(program)
         if fingerprint is not None:
             key = hashlib.sha256(f"kir {fingerprint} {tag}".encode()).hexdigest()
@@ -542,6 +555,7 @@ class Engine:
                     return lambda context: self._linked(texts, names[part], context)
 
                 def submit(part, names=names, pipeline=units[0].pipeline, build=build):
+                    pipeline = _module_pipeline(pipeline, shared.get(part), others[part])
                     if stream is None:
                         built.append((names[part], build(part), pipeline))
                     else:

@@ -14,7 +14,7 @@ from typing import Container, Sequence
 import numpy as np
 from llvmlite import ir
 
-from kiln.codegen.llvm import blas_calls, scalar_ops, target
+from kiln.codegen.llvm import blas_calls, emit_vector, scalar_ops, target
 from kiln.codegen.llvm import types as T
 from kiln.codegen.llvm.loops import entry_alloca, for_range, if_then
 from kiln.compiler import kir, kir_rewrite
@@ -56,6 +56,15 @@ _INDEX_INSTRUCTIONS = {ScalarOp.ADD: "add", ScalarOp.SUB: "sub", ScalarOp.MUL: "
 #: operation. (kiln/runtime/native_loop_kernel.py names so a loop compiled as one kernel.)
 ROUNDED_SUFFIX = "_rounded"
 _FAST_MATH_FLAGS = frozenset({"fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"})
+
+
+def vector_loops() -> bool:
+    """Whether kernels' loops are emitted as explicit vector code (emit_vector), as they are
+    unless config.vector_loops is off (KILN_VECTOR_LOOPS=0: LLVM's loop vectorizer then
+    widens the scalar loops, as it did before)."""
+    from kiln.config import config
+
+    return config.vector_loops
 
 
 def _new_function(
@@ -259,13 +268,19 @@ class _KernelEmitter:
         self.free: dict[Expr, frozenset[Var]] = {}
         self.vars: dict[Var, ir.Value] = {}
         self.scopes: list[dict] = [{}]
+        self.vectors = emit_vector.VectorLoops(self) if vector_loops() else None
 
     def emit(self) -> ir.Function:
         self.emit_body(self.kernel.body)
         return self.finish()
 
     def finish(self) -> ir.Function:
-        """Free the scratch, return, and strip fast-math flags from a rounded kernel."""
+        """Free the scratch, return, and strip fast-math flags from a rounded kernel. The
+        module counts the loops left to LLVM's vectorizer (`scalar_loops`, see emit_vector;
+        all of them when vector loops are off)."""
+        module = self.function.module
+        left = self.vectors.scalar_loops if self.vectors is not None else 1
+        module.scalar_loops = getattr(module, "scalar_loops", 0) + left
         if any(self.scratch_to_free):
             free = scalar_ops.declare_function(self.builder, "free", T.VOID, [T.PTR])
             for pointer in filter(None, self.scratch_to_free):
@@ -318,6 +333,8 @@ class _KernelEmitter:
             if isinstance(stmt, Store):
                 self.emit_store(stmt)
             elif isinstance(stmt, Loop):
+                if self.vectors is not None and self.vectors.loop(stmt):
+                    continue
                 start, stop = self.value(stmt.start), self.value(stmt.stop)
                 with for_range(self.builder, start, stop, stmt.var.name) as index:
                     with self.scope({stmt.var: index}):
@@ -492,9 +509,10 @@ class _KernelEmitter:
     ) -> None:
         for accumulator in accumulators if block else ():
             accumulator.begin_block()
-        with for_range(self.builder, start, stop, var.name) as index, self.scope({var: index}):
-            for accumulator in accumulators:
-                accumulator.step()
+        if self.vectors is None or not self.vectors.reduction(var, start, stop, accumulators):
+            with for_range(self.builder, start, stop, var.name) as index, self.scope({var: index}):
+                for accumulator in accumulators:
+                    accumulator.step()
         for accumulator in accumulators if block else ():
             accumulator.end_block()
 

@@ -16,10 +16,24 @@ from llvmlite.binding import ffi
 #: pipeline; "lean" vectorizes at O2 without unrolling or interleaving, in about two thirds of
 #: the time (kiln's kernels, vectorized along their inner loop, ran as fast with it); "quick"
 #: (with a code generator at level 0, see create_machine) is for kernels that run for
-#: microseconds: a fifth of the time.
-PIPELINES = {"full": (3, True, True), "lean": (2, True, False), "quick": (1, False, False)}
+#: microseconds: a fifth of the time. "vector" is for a module whose loops kiln emitted as
+#: vector code already (codegen/llvm/emit_vector.py): it inlines, promotes stack slots to
+#: registers and cleans up (VECTOR_PASSES), a tenth of the O2 pipeline's time.
+PIPELINES = {
+    "full": (3, True, True),
+    "lean": (2, True, False),
+    "quick": (1, False, False),
+    "vector": (2, False, False),
+}
 #: The code generator level each pipeline's modules are emitted with (create_machine's opt).
-CODEGEN_LEVELS = {"full": 3, "lean": 3, "quick": 0}
+CODEGEN_LEVELS = {"full": 3, "lean": 3, "quick": 0, "vector": 3}
+#: The "vector" pipeline's passes, in order (new pass manager methods of llvmlite's).
+VECTOR_PASSES = (
+    "add_always_inliner_pass",
+    "add_sroa_pass",
+    "add_instruction_combine_pass",
+    "add_simplify_cfg_pass",
+)
 
 
 def _unlocked(name: str):
@@ -49,11 +63,19 @@ def optimize(
     tuning.loop_unrolling = unroll
     tuning.loop_interleaving = unroll
     pass_builder = llvm.create_pass_builder(machine, tuning)
-    # vmath's vector variants (alwaysinline) stay out of line until the loop vectorizer calls
-    # them; inlining them afterwards puts their rarely taken branch in the loop, not a call.
-    late = llvm.create_new_module_pass_manager()
-    late.add_always_inliner_pass()
-    for manager in (pass_builder.getModulePassManager(), late):
+    if pipeline == "vector":
+        short = llvm.create_new_module_pass_manager()
+        for name in VECTOR_PASSES:
+            getattr(short, name)()
+        managers = (short,)
+    else:
+        # vmath's vector variants (alwaysinline) stay out of line until the loop vectorizer
+        # calls them; inlining them afterwards puts their rarely taken branch in the loop,
+        # not a call.
+        late = llvm.create_new_module_pass_manager()
+        late.add_always_inliner_pass()
+        managers = (pass_builder.getModulePassManager(), late)
+    for manager in managers:
         if concurrent:
             _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, pass_builder)
         else:

@@ -36,6 +36,20 @@ class UnsupportedOpError(NotImplementedError):
     """The backend cannot compile this op for this dtype; the caller should interpret it."""
 
 
+def shaped(like: ir.Value, ty: ir.Type) -> ir.Type:
+    """`ty`, or a vector of `ty` with as many lanes as `like` has when it is a vector (the
+    rules below emit the same instructions on scalars and on explicit vectors, see
+    emit_vector)."""
+    if isinstance(like.type, ir.VectorType):
+        return ir.VectorType(ty, like.type.count)
+    return ty
+
+
+def _width(ty: ir.Type) -> int:
+    """The bit width of an integer type or of a vector's integer lanes."""
+    return (ty.element if isinstance(ty, ir.VectorType) else ty).width
+
+
 def declare_function(
     builder: ir.IRBuilder, name: str, return_type: ir.Type, arg_types: Sequence[ir.Type]
 ) -> ir.Function:
@@ -71,7 +85,7 @@ def call_overloaded(
 def widen_from_memory(builder: ir.IRBuilder, value: ir.Value, dtype: np.dtype) -> ir.Value:
     """A loaded element as its compute value (bool byte -> i1, f16/bf16 -> float)."""
     if dtype == np.dtype(np.bool_):
-        return builder.icmp_unsigned("!=", value, ir.Constant(T.I8, 0))
+        return builder.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
     if dtype == _F16:
         if target.current_target().has_f16c:
             return builder.fpext(value, T.FLOAT)
@@ -85,7 +99,7 @@ def widen_from_memory(builder: ir.IRBuilder, value: ir.Value, dtype: np.dtype) -
 def narrow_to_memory(builder: ir.IRBuilder, value: ir.Value, dtype: np.dtype) -> ir.Value:
     """A compute value as the element to store (values are already rounded to the dtype)."""
     if dtype == np.dtype(np.bool_):
-        return builder.zext(value, T.I8)
+        return builder.zext(value, shaped(value, T.I8))
     if dtype == _F16:
         if target.current_target().has_f16c:
             return builder.fptrunc(value, T.HALF)
@@ -285,7 +299,7 @@ def _remainder_signed(builder, args, dtype, flags):
 
 
 def _safe_signed_divisor(builder, x, y, by_zero):
-    int_min = _int_const(x, -(1 << (x.type.width - 1)))
+    int_min = _int_const(x, -(1 << (_width(x.type) - 1)))
     overflow = builder.and_(
         builder.icmp_signed("==", x, int_min), builder.icmp_signed("==", y, _int_const(y, -1))
     )
@@ -310,7 +324,7 @@ def _remainder_unsigned(builder, args, dtype, flags):
 
 def _shift_in_range(builder, amount):
     # Amounts are read as unsigned, so negative ones count as too large (as XLA does).
-    return builder.icmp_unsigned("<", amount, _int_const(amount, amount.type.width))
+    return builder.icmp_unsigned("<", amount, _int_const(amount, _width(amount.type)))
 
 
 @_rule(O.SHIFT_LEFT, "sint", "uint")
@@ -335,7 +349,7 @@ def _shift_right_arithmetic(builder, args, dtype, flags):
     x, amount = args
     # Shifting by width - 1 fills with the sign bit, which is what any larger shift means.
     clamped = builder.select(
-        _shift_in_range(builder, amount), amount, _int_const(amount, amount.type.width - 1)
+        _shift_in_range(builder, amount), amount, _int_const(amount, _width(amount.type) - 1)
     )
     return builder.ashr(x, clamped)
 
@@ -489,10 +503,10 @@ for _op in OpGroup.TRANSCENDENTAL:
 
 
 def _int_resize(builder, value, src, dst):
-    source_type, target_type = value.type, T.compute_type(dst)
-    if source_type.width == target_type.width:
+    target_type = shaped(value, T.compute_type(dst))
+    if _width(value.type) == _width(target_type):
         return value
-    if source_type.width > target_type.width:
+    if _width(value.type) > _width(target_type):
         return builder.trunc(value, target_type)
     if dtype_family(src) == "sint":
         return builder.sext(value, target_type)
@@ -507,20 +521,21 @@ def _to_bool(builder, value, src, dst):
 
 def _int_to_float(builder, value, src, dst):
     if dtype_family(src) == "sint":
-        return builder.sitofp(value, T.compute_type(dst))
-    return builder.uitofp(value, T.compute_type(dst))
+        return builder.sitofp(value, shaped(value, T.compute_type(dst)))
+    return builder.uitofp(value, shaped(value, T.compute_type(dst)))
 
 
 def _float_to_int(builder, value, src, dst):
     name = "llvm.fptosi.sat" if dtype_family(dst) == "sint" else "llvm.fptoui.sat"
-    return call_overloaded(builder, name, [value], overload_types=[T.compute_type(dst), value.type])
+    overload_types = [shaped(value, T.compute_type(dst)), value.type]
+    return call_overloaded(builder, name, [value], overload_types=overload_types)
 
 
 def _float_to_float(builder, value, src, dst):
-    target = T.compute_type(dst)
+    target = shaped(value, T.compute_type(dst))
     if value.type == target:
         return value
-    if isinstance(value.type, ir.DoubleType):
+    if T.compute_type(src) == T.DOUBLE:
         return builder.fptrunc(value, target)
     return builder.fpext(value, target)
 
@@ -574,6 +589,18 @@ def op_supported(scalar_op: ScalarOp, dtype: np.dtype) -> bool:
     return True
 
 
+def op_vectorizes(scalar_op: ScalarOp, dtype: np.dtype) -> bool:
+    """Whether emit_op emits scalar_op on explicit vectors of dtype's compute type as well
+    (emit_vector): every rule above is written for both, except those of the narrow floats
+    (their widening and rounding are scalar), nextafter, and the libm fallbacks."""
+    dtype = np.dtype(dtype)
+    if dtype in T.NARROW_FLOATS or scalar_op is O.NEXTAFTER:
+        return False
+    if not op_supported(scalar_op, dtype):
+        return False
+    return scalar_op not in OpGroup.TRANSCENDENTAL or _vmath_supports(scalar_op)
+
+
 def emit_op(
     builder: ir.IRBuilder,
     scalar_op: ScalarOp,
@@ -589,7 +616,7 @@ def emit_op(
     if scalar_op is O.CAST:
         return emit_cast(builder, args[0], arg_dtypes[0], dtype)
     if scalar_op is O.BITCAST:
-        return builder.bitcast(args[0], T.compute_type(dtype))
+        return builder.bitcast(args[0], shaped(args[0], T.compute_type(dtype)))
     operand_dtype = arg_dtypes[-1]  # select's condition comes first
     rule = _RULES.get((scalar_op, dtype_family(operand_dtype)))
     if rule is None:

@@ -112,6 +112,17 @@ class Target:
         return flag if flag is not None else self.cpu_name in _AVX512_CPUS
 
     @property
+    def vector_bytes(self) -> int:
+        """The width of the vectors kernels compute in: the 512-bit registers where the
+        target has AVX-512 (see function_attributes), 256 bits with AVX2, else 128."""
+        if self.has_avx512:
+            return 64
+        flag = self._feature_flag("avx2")
+        if flag if flag is not None else self.cpu_name in BASELINES:
+            return 32
+        return 16
+
+    @property
     def has_f16c(self) -> bool:
         """float32 <-> float16 conversions in hardware (every x86-64-v3 CPU)."""
         flag = self._feature_flag("f16c")

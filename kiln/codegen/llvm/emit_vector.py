@@ -1,0 +1,378 @@
+"""Explicit vector loops: a kernel's innermost loops and contiguous reduction loops emitted as
+SIMD code over `lanes` consecutive iterations, then the remaining iterations as the scalar loop.
+
+A module whose loops all came out this way needs no loop vectorizer: it is optimized with the
+short "vector" pipeline (llvm_pipeline.PIPELINES), a few cleanup passes where the vectorizing
+O2 pipeline ran ~40 (LLVM spent ~3-5 ms per loop there; see COMPILER_NOTES). The emitter also
+does what that pipeline's loop passes did: values that do not change along the loop are
+computed (and broadcast) before it.
+
+What is vectorized: a loop whose body is stores only, or a reduction loop, when every value that
+changes along the loop is an element-wise op that scalar_ops emits on vectors
+(`op_vectorizes`), a load or store whose index moves by one element per iteration
+(contiguous), or the loop variable itself; a buffer the loop stores may be read only at the
+element being stored. Anything else (a gather, a nested reduction, a narrow float) leaves the
+loop to the scalar emitter, and its module to the vectorizing pipeline (`scalar_loops` counts
+those loops per module).
+
+Semantics: element-wise results are those of the scalar code (the same instructions and
+fast-math flags per lane). A vectorized reduction accumulates lane by lane (lane l takes
+iterations l, l + lanes, ...), then folds the lanes pairwise (halves, then quarters, ...), then
+adds the remainder in order: a fixed order, so every compile of the program, whatever the
+pipeline or code generator level, gives the same bits.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from kiln.codegen.llvm import scalar_ops, target
+from kiln.codegen.llvm import types as T
+from kiln.codegen.llvm.loops import entry_alloca, for_range
+from kiln.compiler import kir
+from kiln.compiler.kir import Const, Expr, Load, Loop, Op, ReduceKind, Store, Var
+from kiln.compiler.kir_schedule import affine_coefficient
+
+#: Element types a vector load or store may have (narrow floats widen one at a time).
+MEMORY_DTYPES = frozenset(
+    np.dtype(t)
+    for t in (
+        np.bool_, np.int8, np.int16, np.int32, np.int64,
+        np.uint8, np.uint16, np.uint32, np.uint64, np.float32, np.float64,
+    )
+)  # fmt: skip
+#: The reductions a vector accumulator computes, with each one's identity (what the lanes
+#: start from): by dtype family, a function of the dtype.
+_IDENTITIES = {
+    ReduceKind.SUM: {"float": lambda d: -0.0, "int": lambda d: 0},
+    ReduceKind.PROD: {"float": lambda d: 1.0, "int": lambda d: 1},
+    ReduceKind.MAX: {"float": lambda d: -np.inf, "int": lambda d: np.iinfo(d).min},
+    ReduceKind.MIN: {"float": lambda d: np.inf, "int": lambda d: np.iinfo(d).max},
+    ReduceKind.AND: {"int": lambda d: -1},
+    ReduceKind.OR: {"int": lambda d: 0},
+    ReduceKind.XOR: {"int": lambda d: 0},
+}
+#: A vector loop of constant length up to this many vector iterations is unrolled.
+UNROLL_LANES = 8
+_BOOL_IDENTITIES = {
+    ReduceKind.MAX: 0,
+    ReduceKind.MIN: 1,
+    ReduceKind.AND: 1,
+    ReduceKind.OR: 0,
+    ReduceKind.XOR: 0,
+}
+
+
+def _identity(kind: ReduceKind, dtype: np.dtype):
+    """The value a lane of `kind` starts from, or None if it has none here."""
+    family = kir.dtype_family(dtype)
+    if family == "bool":
+        return _BOOL_IDENTITIES.get(kind)
+    rule = _IDENTITIES.get(kind, {}).get("float" if family == "float" else "int")
+    return None if rule is None else rule(dtype)
+
+
+class VectorLoops:
+    """The vector loops of one kernel (owned by its _KernelEmitter, `kernel`)."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.bytes = target.current_target().vector_bytes
+        #: loops left to LLVM's loop vectorizer (see the module docstring)
+        self.scalar_loops = 0
+
+    # --- planning
+
+    def _lanes(self, var: Var, roots: Sequence[Expr], stores: Sequence[Store] = ()) -> int | None:
+        """The lane count for a loop over var computing roots (and storing `stores`), or None
+        when it cannot be vectorized. Lanes fill a vector register with the widest element
+        the loop loads or stores."""
+        free_vars = self.kernel.free_vars
+        written = {store.buffer: store.index for store in stores}
+        widest = 0
+        for store in stores:
+            if store.buffer.dtype not in MEMORY_DTYPES or affine_coefficient(store.index, var) != 1:
+                return None
+            widest = max(widest, store.buffer.dtype.itemsize)
+        seen: set = set()
+        stack = list(roots)
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if var not in free_vars(node):
+                if written and _reads(node, written):
+                    return None  # (the loop changes what it reads)
+                continue
+            if isinstance(node, Var):
+                continue
+            if isinstance(node, Load):
+                dtype = node.buffer.dtype
+                if dtype not in MEMORY_DTYPES or affine_coefficient(node.index, var) != 1:
+                    return None
+                if node.buffer in written and written[node.buffer] is not node.index:
+                    return None
+                widest = max(widest, dtype.itemsize)
+                continue  # (its index is computed for the first lane)
+            if isinstance(node, Op):
+                operand = node.args[-1].dtype
+                if node.dtype in T.NARROW_FLOATS or not scalar_ops.op_vectorizes(node.op, operand):
+                    return None
+                stack.extend(node.args)
+                continue
+            return None  # a reduction along var
+        lanes = self.bytes // max(widest, 4)
+        return lanes if lanes >= 2 else None
+
+    def _operands(self, var: Var, roots: Sequence[Expr]) -> list[Expr]:
+        """The values the loop's vector code reads that do not change along it (computed
+        once, before the loop): the loop-invariant operands of its varying ops."""
+        free_vars = self.kernel.free_vars
+        found: dict = {}
+        seen: set = set()
+        stack = list(roots)
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if var not in free_vars(node):
+                found[node] = None
+            elif isinstance(node, Op):
+                stack.extend(node.args)
+        return list(found)
+
+    # --- emission
+
+    def loop(self, stmt: Loop) -> bool:
+        """Emit a loop as vector code plus its scalar remainder; False (nothing emitted) if
+        it is not an innermost loop of stores that vectorizes."""
+        body = stmt.body
+        if not body or not all(isinstance(s, Store) for s in body):
+            if not any(isinstance(s, (Loop, kir.MatMul)) for s in kir.walk_stmts(body)):
+                self._scalar(stmt.start, stmt.stop)  # (an innermost loop with branches)
+            return False
+        lanes = self._lanes(stmt.var, [s.value for s in body], body)
+        if lanes is None:
+            self._scalar(stmt.start, stmt.stop)
+            return False
+        kernel = self.kernel
+        builder = kernel.builder
+        start, stop = kernel.value(stmt.start), kernel.value(stmt.stop)
+        vector_end, whole, rest = self._vector_end(start, stop, lanes)
+        if whole:
+            splats = self._prepare(stmt.var, [s.value for s in body], lanes, start, stop)
+            constant = isinstance(start, ir.Constant) and isinstance(vector_end, ir.Constant)
+            if constant and vector_end.constant - start.constant <= UNROLL_LANES * lanes:
+                # A short loop of constant length (a column strip) runs unrolled: its
+                # iterations are independent, and no loop control comes between them.
+                for first in range(start.constant, vector_end.constant, lanes):
+                    self._stores(stmt, ir.Constant(T.I64, first), lanes, splats)
+            else:
+                name = f"{stmt.var.name}.vec"
+                with for_range(builder, start, vector_end, name, lanes, unroll=False) as base:
+                    self._stores(stmt, base, lanes, splats)
+        if rest:
+            with for_range(builder, vector_end, stop, stmt.var.name) as index:
+                with kernel.scope({stmt.var: index}):
+                    for store in body:
+                        kernel.emit_store(store)
+        return True
+
+    def _stores(self, stmt: Loop, base: ir.Value, lanes: int, splats: dict) -> None:
+        """The loop body's stores for the `lanes` iterations from `base` on."""
+        kernel = self.kernel
+        builder = kernel.builder
+        with kernel.scope({stmt.var: base}):
+            lanes_of = _LaneValues(kernel, stmt.var, base, lanes, splats)
+            for store in stmt.body:
+                value = scalar_ops.narrow_to_memory(
+                    builder, lanes_of.value(store.value), store.buffer.dtype
+                )
+                pointer = kernel.element_pointer(store.buffer, kernel.value(store.index))
+                builder.store(
+                    value,
+                    _as_pointer_to(builder, pointer, value.type),
+                    align=store.buffer.dtype.itemsize,
+                )
+
+    def reduction(self, var: Var, start: ir.Value, stop: ir.Value, accumulators) -> bool:
+        """Emit a reduction loop's iterations from start to stop as vector accumulators (one
+        per reduction, folded into its scalar accumulator after the vector loop) plus the
+        scalar remainder; False (nothing emitted) if it does not vectorize."""
+        kinds_ok = all(
+            _identity(a.node.kind, a.dtype) is not None
+            and (a.reorderable or a.node.kind not in (ReduceKind.SUM, ReduceKind.PROD)
+                 or kir.dtype_family(a.dtype) != "float")
+            for a in accumulators
+        )  # fmt: skip
+        roots = [a.node.value for a in accumulators]
+        lanes = self._lanes(var, roots) if kinds_ok else None
+        if lanes is None:
+            if any(a.reorderable or kir.dtype_family(a.dtype) != "float" for a in accumulators):
+                self.scalar_loops += 1
+            return False
+        kernel = self.kernel
+        builder = kernel.builder
+        vector_end, whole, rest = self._vector_end(start, stop, lanes)
+        if whole:
+            splats = self._prepare(var, roots, lanes, start, stop)
+            slots = []
+            for a in accumulators:
+                ty = ir.VectorType(T.compute_type(a.dtype), lanes)
+                slot = entry_alloca(builder, ty, f"{var.name}.lanes")
+                builder.store(ir.Constant(ty, _identity(a.node.kind, a.dtype)), slot)
+                slots.append(slot)
+            name = f"{var.name}.vec"
+            with for_range(builder, start, vector_end, name, lanes, unroll=False) as base:
+                with kernel.scope({var: base}):
+                    lanes_of = _LaneValues(kernel, var, base, lanes, splats)
+                    for a, slot in zip(accumulators, slots):
+                        combined = scalar_ops.emit_op(
+                            builder,
+                            kir.REDUCE_COMBINER[a.node.kind],
+                            [builder.load(slot), lanes_of.value(a.node.value)],
+                            [a.dtype] * 2,
+                            a.dtype,
+                        )
+                        builder.store(combined, slot)
+            for a, slot in zip(accumulators, slots):
+                combiner = kir.REDUCE_COMBINER[a.node.kind]
+                folded = _fold(builder, builder.load(slot), combiner, a.dtype)
+                total = scalar_ops.emit_op(
+                    builder, combiner, [builder.load(a.target), folded], [a.dtype] * 2, a.dtype
+                )
+                builder.store(total, a.target)
+        if rest:
+            with for_range(builder, vector_end, stop, var.name) as index:
+                with kernel.scope({var: index}):
+                    for a in accumulators:
+                        a.step()
+        return True
+
+    def _scalar(self, start: Expr, stop: Expr) -> None:
+        """Count a loop left scalar, unless it is known to run fewer than two iterations."""
+        if isinstance(start, Const) and isinstance(stop, Const) and stop.value - start.value < 2:
+            return
+        self.scalar_loops += 1
+
+    def _vector_end(self, start: ir.Value, stop: ir.Value, lanes: int) -> tuple:
+        """(where the vector iterations end, whether there are any, whether any remain)."""
+        builder = self.kernel.builder
+        if isinstance(start, ir.Constant) and isinstance(stop, ir.Constant):
+            length = max(stop.constant - start.constant, 0)
+            whole = length - length % lanes
+            return ir.Constant(T.I64, start.constant + whole), whole > 0, whole < length
+        zero = ir.Constant(T.I64, 0)
+        length = builder.sub(stop, start)
+        length = builder.select(builder.icmp_signed("<", length, zero), zero, length)
+        whole = builder.and_(length, ir.Constant(T.I64, -lanes))
+        return builder.add(start, whole, flags=("nsw",)), True, True
+
+    def _prepare(
+        self, var: Var, roots: Sequence[Expr], lanes: int, start: ir.Value, stop: ir.Value
+    ) -> dict:
+        """Compute and broadcast the loop-invariant operands before the loop. One that loads
+        memory waits for the loop body unless the loop surely runs (a load before a loop of
+        no iterations might read past an empty buffer)."""
+        kernel = self.kernel
+        runs = (
+            isinstance(start, ir.Constant)
+            and isinstance(stop, ir.Constant)
+            and stop.constant > start.constant
+        )
+        splats = {}
+        for node in self._operands(var, roots):
+            if isinstance(node, Const):
+                splats[node] = ir.Constant(
+                    ir.VectorType(T.compute_type(node.dtype), lanes),
+                    T.constant(node.value, node.dtype).constant,
+                )
+            elif runs or not any(isinstance(n, Load) for n in kir.toposort([node])):
+                splats[node] = splat(kernel.builder, kernel.value(node), lanes)
+        return splats
+
+
+class _LaneValues:
+    """The vector values of one vector iteration (the loop variable bound to its first lane's
+    index, `base`), memoized; loop-invariant operands come broadcast (`splats`)."""
+
+    def __init__(self, kernel, var: Var, base: ir.Value, lanes: int, splats: dict):
+        self.kernel, self.var, self.base, self.lanes = kernel, var, base, lanes
+        self.memo = dict(splats)
+
+    def value(self, root: Expr) -> ir.Value:
+        kernel, memo = self.kernel, self.memo
+        builder = kernel.builder
+        stack = [(root, False)]
+        while stack:
+            node, children_done = stack.pop()
+            if node in memo:
+                continue
+            if self.var not in kernel.free_vars(node):
+                memo[node] = splat(builder, kernel.value(node), self.lanes)
+                continue
+            if isinstance(node, Op) and not children_done:
+                stack.append((node, True))
+                stack.extend((a, False) for a in node.args if a not in memo)
+                continue
+            if isinstance(node, Var):
+                steps = ir.Constant(ir.VectorType(T.I64, self.lanes), list(range(self.lanes)))
+                memo[node] = builder.add(splat(builder, self.base, self.lanes), steps)
+            elif isinstance(node, Load):
+                dtype = node.buffer.dtype
+                pointer = kernel.element_pointer(node.buffer, kernel.value(node.index))
+                vector_type = ir.VectorType(T.memory_type(dtype), self.lanes)
+                loaded = builder.load(
+                    _as_pointer_to(builder, pointer, vector_type),
+                    typ=vector_type,
+                    align=dtype.itemsize,
+                )
+                memo[node] = scalar_ops.widen_from_memory(builder, loaded, node.dtype)
+            else:
+                memo[node] = kernel.emit_op(node, [memo[a] for a in node.args])
+        return memo[root]
+
+
+def splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
+    """A vector of `lanes` copies of a scalar value."""
+    vector_type = ir.VectorType(value.type, lanes)
+    if isinstance(value, ir.Constant):
+        return ir.Constant(vector_type, value.constant)
+    undefined = ir.Constant(vector_type, ir.Undefined)
+    single = builder.insert_element(undefined, value, ir.Constant(T.I32, 0))
+    zeros = ir.Constant(ir.VectorType(T.I32, lanes), [0] * lanes)
+    return builder.shuffle_vector(single, undefined, zeros)
+
+
+def _fold(builder: ir.IRBuilder, vector: ir.Value, combiner, dtype: np.dtype) -> ir.Value:
+    """Combine a vector's lanes pairwise, halves first, into one scalar."""
+    lanes = vector.type.count
+    while lanes > 1:
+        half = lanes // 2
+        undefined = ir.Constant(ir.VectorType(vector.type.element, lanes), ir.Undefined)
+        low, high = (
+            builder.shuffle_vector(
+                vector, undefined, ir.Constant(ir.VectorType(T.I32, half), list(range(a, a + half)))
+            )
+            for a in (0, half)
+        )
+        vector = scalar_ops.emit_op(builder, combiner, [low, high], [dtype] * 2, dtype)
+        lanes = half
+    return builder.extract_element(vector, ir.Constant(T.I32, 0))
+
+
+def _as_pointer_to(builder: ir.IRBuilder, pointer: ir.Value, ty: ir.Type) -> ir.Value:
+    """The pointer as a pointer to `ty` (a typed element pointer, such as a stack scratch
+    row's, would not take a vector store)."""
+    if getattr(pointer.type, "is_opaque", False):
+        return pointer
+    return builder.bitcast(pointer, ir.PointerType(ty))
+
+
+def _reads(node: Expr, buffers: dict) -> bool:
+    return any(isinstance(n, Load) and n.buffer in buffers for n in kir.toposort([node]))

@@ -1,0 +1,250 @@
+"""Explicit vector loops (kiln/codegen/llvm/emit_vector.py), for each code generation target:
+element-wise loops give the bits of the scalar loops LLVM used to vectorize, reductions add in
+the documented order (checked bit for bit against a NumPy emulation), loops that cannot be
+vectorized stay scalar and correct, and a module's pipeline follows what its loops became."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.codegen.llvm import emit_vector
+from kiln.compiler import kir
+from kiln.compiler.kir import (
+    Buffer,
+    Kernel,
+    Loop,
+    Program,
+    Reduce,
+    ReduceKind,
+    ScalarOp,
+    Store,
+    Var,
+)
+from kiln.runtime import engine
+from kiln.runtime.engine import compile_program
+
+O = ScalarOp
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+I32, BOOL = np.dtype(np.int32), np.dtype(np.bool_)
+
+
+@pytest.fixture
+def pipelines(monkeypatch):
+    """The pipelines the modules compiled in the test were given, in order."""
+    chosen = []
+    original = engine._module_pipeline
+
+    def recording(*args):
+        chosen.append(original(*args))
+        return chosen[-1]
+
+    monkeypatch.setattr(engine, "_module_pipeline", recording)
+    return chosen
+
+
+def _both_ways(monkeypatch, program: Program, *arrays) -> tuple[list, list]:
+    """The program's outputs with vector loops, then with scalar loops (LLVM's vectorizer)."""
+    results = []
+    for vector in (True, False):
+        monkeypatch.setattr(kiln.config, "vector_loops", vector)
+        results.append([np.asarray(a) for a in compile_program(program)(*arrays)])
+    return results[0], results[1]
+
+
+def _lanes(itemsize: int) -> int:
+    from kiln.codegen.llvm import target
+
+    return target.current_target().vector_bytes // itemsize
+
+
+def _elementwise(name: str, n: int, dtype, build, out_dtype=None) -> Program:
+    x, y = Buffer("x", dtype, (n,)), Buffer("y", dtype, (n,))
+    z = Buffer("z", out_dtype or dtype, (n,), "output")
+    i = Var("i")
+    kernel = Kernel(name, [Loop(i, 0, n, [Store(z, i, build(x[i], y[i], i))])])
+    return Program(name, [x, y, z], [kernel])
+
+
+_CASES = {
+    # name: (dtype, expression of x[i], y[i] and i, output dtype, NumPy reference)
+    "fma_f32": (F32, lambda x, y, i: x * y + 1.5, None, lambda x, y: x * y + np.float32(1.5)),
+    "exp_div_f64": (F64, lambda x, y, i: kir.op(O.EXP, x) / (y * y + 1.0), None,
+                    lambda x, y: np.exp(x) / (y * y + 1.0)),
+    "select_max_f32": (F32, lambda x, y, i: kir.select(x < y, kir.op(O.MAX, x, y), x - y),
+                       None, lambda x, y: np.where(x < y, np.maximum(x, y), x - y)),
+    "iota_f32": (F32, lambda x, y, i: kir.op(O.CAST, i, dtype=F32) * x, None,
+                 lambda x, y: np.arange(len(x), dtype=np.float32) * x),
+    "int_ops": (I32, lambda x, y, i: kir.op(O.DIV, x, y) + kir.op(O.SHIFT_LEFT, x, y % 40), None,
+                None),
+    "compare_to_bool": (F32, lambda x, y, i: kir.op(O.GE, x, y), BOOL, lambda x, y: x >= y),
+    "f32_to_i32": (F32, lambda x, y, i: kir.op(O.CAST, x * 1e9, dtype=I32), I32, None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 100, 1003])
+@pytest.mark.parametrize("case", sorted(_CASES))
+def test_elementwise_loops_give_the_scalar_loops_bits(monkeypatch, case, n):
+    dtype, build, out_dtype, reference = _CASES[case]
+    rng = np.random.default_rng(n)
+    if dtype == I32:
+        x = rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(I32)
+        y = rng.integers(-5, 50, n).astype(I32)
+    else:
+        x, y = (rng.standard_normal(n).astype(dtype) for _ in range(2))
+        x[::7] = [np.nan, np.inf, -0.0][: len(x[::7])] + [1.0] * max(len(x[::7]) - 3, 0)
+    program = _elementwise(f"vector_{case}", n, dtype, build, out_dtype)
+    (vector,), (scalar,) = _both_ways(monkeypatch, program, x, y)
+    np.testing.assert_array_equal(vector, scalar)
+    if reference is not None:
+        with np.errstate(all="ignore"):
+            np.testing.assert_allclose(vector, reference(x, y).astype(vector.dtype), rtol=1e-5)
+
+
+def _sum(k, n, value):
+    return Reduce(ReduceKind.SUM, k, 0, n, value)
+
+
+def _emulated_sum(row: np.ndarray, lanes: int) -> np.float32:
+    """emit_vector's order: lane l adds elements l, l + lanes, ...; the lanes fold pairwise,
+    halves first, onto the initial 0; the remainder follows in order (in float32)."""
+    whole = len(row) - len(row) % lanes
+    total = np.float32(0.0)
+    if whole:
+        acc = np.full(lanes, -0.0, np.float32)
+        for start in range(0, whole, lanes):
+            acc = acc + row[start : start + lanes]
+        while len(acc) > 1:
+            acc = acc[: len(acc) // 2] + acc[len(acc) // 2 :]
+        total = total + acc[0]
+    for value in row[whole:]:
+        total = total + value
+    return total
+
+
+@pytest.mark.parametrize("n", [5, 64, 1000])
+def test_row_sums_add_in_the_documented_order(n):
+    rows = 6
+    m, s = Buffer("m", F32, (rows, n)), Buffer("s", F32, (rows,), "output")
+    k = Var("k")
+    program = Program(
+        f"ordered_sum_{n}",
+        [m, s],
+        [Kernel("sum", kir.loop_nest((rows,), lambda r: [Store(s, (r,), _sum(k, n, m[r, k]))]))],
+    )
+    values = np.random.default_rng(n).standard_normal((rows, n)).astype(np.float32) * 1e3
+    (sums,) = compile_program(program)(values)
+    expected = [_emulated_sum(row, _lanes(4)) for row in values]
+    np.testing.assert_array_equal(np.asarray(sums), np.array(expected, np.float32))
+
+
+@pytest.mark.parametrize(
+    "kind, dtype",
+    [(k, d) for k in (ReduceKind.MAX, ReduceKind.MIN, ReduceKind.SUM) for d in (F64, I32)]
+    + [(ReduceKind.AND, BOOL), (ReduceKind.MAX, BOOL)],
+    ids=str,
+)
+def test_reductions_of_each_kind(monkeypatch, kind, dtype):
+    n = 203
+    m, s = Buffer("m", dtype, (3, n)), Buffer("s", dtype, (3,), "output")
+    k = Var("k")
+    program = Program(
+        f"reduce_{kind.value}_{dtype.name}",
+        [m, s],
+        [
+            Kernel(
+                "r", kir.loop_nest((3,), lambda r: [Store(s, (r,), Reduce(kind, k, 0, n, m[r, k]))])
+            )
+        ],
+    )
+    rng = np.random.default_rng(1)
+    if dtype == BOOL:
+        values = rng.random((3, n)) < 0.995
+        values[2] = True
+    elif dtype == I32:
+        values = rng.integers(-(2**31), 2**31, (3, n), dtype=np.int64).astype(I32)
+    else:
+        values = rng.standard_normal((3, n))
+        values[1, 150] = np.nan  # (max and min propagate it, as np.max does)
+    (vector,), (scalar,) = _both_ways(monkeypatch, program, values)
+    numpy_reductions = {ReduceKind.MAX: np.max, ReduceKind.MIN: np.min, ReduceKind.SUM: np.sum}
+    reference = numpy_reductions.get(kind, np.all)(values, axis=1)
+    if dtype == F64 and kind is ReduceKind.SUM:
+        np.testing.assert_allclose(vector, reference, rtol=1e-13)
+    else:
+        np.testing.assert_array_equal(vector, reference.astype(dtype))
+        np.testing.assert_array_equal(vector, scalar)
+
+
+def test_a_loop_that_reads_what_it_wrote_stays_scalar(pipelines):
+    # z[i] = z[i - 1] + x[i]: a running sum, whose iterations must run one after another.
+    n = 100
+    x, z = Buffer("x", F32, (n,)), Buffer("z", F32, (n,), "output")
+    i = Var("i")
+    body = [Store(z, 0, x[0]), Loop(i, 1, n, [Store(z, i, z[i - 1] + x[i])])]
+    program = Program("running_sum", [x, z], [Kernel("running_sum", body)])
+    values = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    (out,) = compile_program(program)(values)
+    np.testing.assert_array_equal(np.asarray(out), np.cumsum(values, dtype=np.float32))
+    assert pipelines[-1] != "vector"
+
+
+def test_a_transposing_loop_stays_scalar_and_its_module_keeps_the_vectorizer(pipelines):
+    x, z = Buffer("x", F32, (40, 30)), Buffer("z", F32, (30, 40), "output")
+    program = Program(
+        "transpose",
+        [x, z],
+        [Kernel("t", kir.loop_nest((30, 40), lambda i, j: [Store(z, (i, j), x[j, i] * 2.0)]))],
+    )
+    values = np.random.default_rng(3).standard_normal((40, 30)).astype(np.float32)
+    (out,) = compile_program(program)(values)
+    np.testing.assert_array_equal(np.asarray(out), values.T * 2)
+    assert pipelines[-1] != "vector"
+
+
+def test_contiguous_loops_take_the_short_pipeline_and_short_strips_unroll(pipelines):
+    # A 48-wide strip (3 or 6 vector iterations): unrolled, no loop of its own.
+    x, z = Buffer("x", F32, (7, 48)), Buffer("z", F32, (7, 48), "output")
+    program = Program(
+        "strip",
+        [x, z],
+        [Kernel("s", kir.loop_nest((7, 48), lambda i, j: [Store(z, (i, j), x[i, j] + x[i, 0])]))],
+    )
+    values = np.random.default_rng(4).standard_normal((7, 48)).astype(np.float32)
+    native = compile_program(program)
+    np.testing.assert_array_equal(np.asarray(native(values)[0]), values + values[:, :1])
+    assert pipelines[-1] == "vector"
+    kernel = native.unoptimized_ir[native.unoptimized_ir.index("define internal") :]
+    assert f"<{_lanes(4)} x float>" in kernel and '"i1.vec.header"' not in kernel
+
+
+def test_jitted_programs_with_chunked_rows_match_the_scalar_loops(monkeypatch):
+    # Large enough to run in chunks on two threads: loop bounds come from a buffer.
+    monkeypatch.setattr(kiln.config, "num_threads", 2)
+    x = np.random.default_rng(5).standard_normal((517, 1031)).astype(np.float32)
+
+    def f(x):
+        centered = x - kiln.numpy.mean(x, axis=1, keepdims=True)
+        return kiln.numpy.tanh(centered) * 3.0, kiln.numpy.max(x, axis=1)
+
+    results = []
+    for vector in (True, False):
+        monkeypatch.setattr(kiln.config, "vector_loops", vector)
+        results.append([np.asarray(a) for a in kiln.jit(f)(x)])
+    (vector_tanh, vector_max), (scalar_tanh, scalar_max) = results
+    np.testing.assert_array_equal(vector_max, x.max(axis=1))
+    np.testing.assert_array_equal(vector_max, scalar_max)
+    reference = np.tanh(x.astype(F64) - x.astype(F64).mean(axis=1, keepdims=True)) * 3
+    np.testing.assert_allclose(vector_tanh, reference, rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(vector_tanh, scalar_tanh, rtol=2e-6, atol=1e-7)
+
+
+def test_splat_and_lane_counts():
+    from llvmlite import ir
+
+    function = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), []), "f")
+    builder = ir.IRBuilder(function.append_basic_block())
+    constant = emit_vector.splat(builder, ir.Constant(ir.FloatType(), 2.0), 4)
+    assert str(constant.type) == "<4 x float>" and isinstance(constant, ir.Constant)
+    assert _lanes(4) * 4 == _lanes(8) * 8 >= 32
