@@ -190,17 +190,68 @@ def test_a_loop_that_reads_what_it_wrote_stays_scalar(pipelines):
     assert pipelines[-1] != "vector"
 
 
-def test_a_transposing_loop_stays_scalar_and_its_module_keeps_the_vectorizer(pipelines):
+def test_a_transposing_read_is_a_gather(pipelines):
     x, z = Buffer("x", F32, (40, 30)), Buffer("z", F32, (30, 40), "output")
     program = Program(
-        "transpose",
+        "transpose_read",
         [x, z],
         [Kernel("t", kir.loop_nest((30, 40), lambda i, j: [Store(z, (i, j), x[j, i] * 2.0)]))],
     )
     values = np.random.default_rng(3).standard_normal((40, 30)).astype(np.float32)
+    native = compile_program(program)
+    np.testing.assert_array_equal(np.asarray(native(values)[0]), values.T * 2)
+    assert pipelines[-1] == "vector" and "llvm.masked.gather" in native.unoptimized_ir
+
+
+def test_a_transposing_store_stays_scalar_and_its_module_keeps_the_vectorizer(pipelines):
+    # z[j, i] = x[i, j] with j innermost: the stores are 30 elements apart (no scatters).
+    x, z = Buffer("x", F32, (40, 30)), Buffer("z", F32, (30, 40), "output")
+    program = Program(
+        "transpose_store",
+        [x, z],
+        [Kernel("t", kir.loop_nest((40, 30), lambda i, j: [Store(z, (j, i), x[i, j] - 1.0)]))],
+    )
+    values = np.random.default_rng(3).standard_normal((40, 30)).astype(np.float32)
     (out,) = compile_program(program)(values)
-    np.testing.assert_array_equal(np.asarray(out), values.T * 2)
+    np.testing.assert_array_equal(np.asarray(out), values.T - 1)
     assert pipelines[-1] != "vector"
+
+
+def test_gathered_rows_and_clamped_indices(monkeypatch):
+    # An embedding lookup: out[r, j] = table[ids[r], j] (the row index is loaded), and a
+    # shifted read with clamped indices, j from 0 to 100: x[min(j + 3, 99)].
+    table, ids = Buffer("table", F64, (50, 37)), Buffer("ids", I32, (9,))
+    x = Buffer("x", F64, (100,))
+    out, shifted = Buffer("out", F64, (9, 37), "output"), Buffer("shifted", F64, (100,), "output")
+    r, j = Var("r"), Var("j")
+    row = kir.clamp(kir.cast(ids[r], kir.INDEX), 0, 49)
+    clamped = kir.op(O.MIN, j + 3, kir.Const(99, kir.INDEX))
+    program = Program(
+        "gathers",
+        [table, ids, x, out, shifted],
+        [
+            Kernel(
+                "lookup",
+                [
+                    Loop(
+                        r,
+                        0,
+                        9,
+                        [Loop(j, 0, 37, [Store(out, (r, j), kir.Load(table, row * 37 + j))])],
+                    )
+                ],
+            ),
+            Kernel("shift", [Loop(j, 0, 100, [Store(shifted, j, x[clamped] * 0.5)])]),
+        ],
+    )
+    rng = np.random.default_rng(6)
+    values, indices, series = rng.standard_normal((50, 37)), rng.integers(0, 50, 9), rng.random(100)
+    (vector_out, vector_shifted), (scalar_out, scalar_shifted) = _both_ways(
+        monkeypatch, program, values, indices.astype(np.int32), series
+    )
+    np.testing.assert_array_equal(vector_out, values[indices])
+    np.testing.assert_array_equal(vector_shifted, series[np.minimum(np.arange(100) + 3, 99)] * 0.5)
+    np.testing.assert_array_equal(vector_shifted, scalar_shifted)
 
 
 def test_contiguous_loops_take_the_short_pipeline_and_short_strips_unroll(pipelines):

@@ -9,11 +9,12 @@ computed (and broadcast) before it.
 
 What is vectorized: a loop whose body is stores only, or a reduction loop, when every value that
 changes along the loop is an element-wise op that scalar_ops emits on vectors
-(`op_vectorizes`), a load or store whose index moves by one element per iteration
-(contiguous), or the loop variable itself; a buffer the loop stores may be read only at the
-element being stored. Anything else (a gather, a nested reduction, a narrow float) leaves the
-loop to the scalar emitter, and its module to the vectorizing pipeline (`scalar_loops` counts
-those loops per module).
+(`op_vectorizes`), a load (contiguous: a vector load; else a gather of a vector of indices),
+a store whose index moves by one element per iteration, or the loop variable itself; a
+buffer the loop stores may be read only at the element being stored. Anything else (a
+scatter, a narrow float) leaves the loop to the scalar emitter, and its module to the
+vectorizing pipeline (`scalar_loops` counts those loops per module); a loop around a
+reduction is not an innermost loop (its reduction loop is the one vectorized).
 
 Semantics: element-wise results are those of the scalar code (the same instructions and
 fast-math flags per lane). A vectorized reduction accumulates lane by lane (lane l takes
@@ -88,10 +89,16 @@ class VectorLoops:
 
     def _lanes(self, var: Var, roots: Sequence[Expr], stores: Sequence[Store] = ()) -> int | None:
         """The lane count for a loop over var computing roots (and storing `stores`), or None
-        when it cannot be vectorized. Lanes fill a vector register with the widest element
-        the loop loads or stores."""
+        when it cannot be vectorized (`nested` is then set if a reduction along var is why:
+        an inner loop, which no vectorizer would widen). Lanes fill a vector register with
+        the widest element the loop loads or stores. The loads whose index does not move by
+        one element per iteration become gathers (`gathers`)."""
+        self.nested = False
+        self.gathers = set()
         free_vars = self.kernel.free_vars
         written = {store.buffer: store.index for store in stores}
+        if len(written) < len(stores) and len({(s.buffer, s.index) for s in stores}) > len(written):
+            return None  # (one buffer stored at two places: the lanes could overlap)
         widest = 0
         for store in stores:
             if store.buffer.dtype not in MEMORY_DTYPES or affine_coefficient(store.index, var) != 1:
@@ -112,18 +119,22 @@ class VectorLoops:
                 continue
             if isinstance(node, Load):
                 dtype = node.buffer.dtype
-                if dtype not in MEMORY_DTYPES or affine_coefficient(node.index, var) != 1:
+                if dtype not in MEMORY_DTYPES:
                     return None
                 if node.buffer in written and written[node.buffer] is not node.index:
                     return None
                 widest = max(widest, dtype.itemsize)
-                continue  # (its index is computed for the first lane)
+                if affine_coefficient(node.index, var) != 1:
+                    self.gathers.add(node)  # (kir indices are always in bounds)
+                    stack.append(node.index)
+                continue  # (a contiguous load's index is computed for the first lane)
             if isinstance(node, Op):
                 operand = node.args[-1].dtype
                 if node.dtype in T.NARROW_FLOATS or not scalar_ops.op_vectorizes(node.op, operand):
                     return None
                 stack.extend(node.args)
                 continue
+            self.nested = isinstance(node, kir.Reduce)
             return None  # a reduction along var
         lanes = self.bytes // max(widest, 4)
         return lanes if lanes >= 2 else None
@@ -158,7 +169,8 @@ class VectorLoops:
             return False
         lanes = self._lanes(stmt.var, [s.value for s in body], body)
         if lanes is None:
-            self._scalar(stmt.start, stmt.stop)
+            if not self.nested:
+                self._scalar(stmt.start, stmt.stop)
             return False
         kernel = self.kernel
         builder = kernel.builder
@@ -188,7 +200,7 @@ class VectorLoops:
         kernel = self.kernel
         builder = kernel.builder
         with kernel.scope({stmt.var: base}):
-            lanes_of = _LaneValues(kernel, stmt.var, base, lanes, splats)
+            lanes_of = _LaneValues(kernel, stmt.var, base, lanes, splats, self.gathers)
             for store in stmt.body:
                 value = scalar_ops.narrow_to_memory(
                     builder, lanes_of.value(store.value), store.buffer.dtype
@@ -230,7 +242,7 @@ class VectorLoops:
             name = f"{var.name}.vec"
             with for_range(builder, start, vector_end, name, lanes, unroll=False) as base:
                 with kernel.scope({var: base}):
-                    lanes_of = _LaneValues(kernel, var, base, lanes, splats)
+                    lanes_of = _LaneValues(kernel, var, base, lanes, splats, self.gathers)
                     for a, slot in zip(accumulators, slots):
                         combined = scalar_ops.emit_op(
                             builder,
@@ -301,9 +313,10 @@ class _LaneValues:
     """The vector values of one vector iteration (the loop variable bound to its first lane's
     index, `base`), memoized; loop-invariant operands come broadcast (`splats`)."""
 
-    def __init__(self, kernel, var: Var, base: ir.Value, lanes: int, splats: dict):
+    def __init__(self, kernel, var: Var, base: ir.Value, lanes: int, splats: dict, gathers: set):
         self.kernel, self.var, self.base, self.lanes = kernel, var, base, lanes
         self.memo = dict(splats)
+        self.gathers = gathers
 
     def value(self, root: Expr) -> ir.Value:
         kernel, memo = self.kernel, self.memo
@@ -316,13 +329,17 @@ class _LaneValues:
             if self.var not in kernel.free_vars(node):
                 memo[node] = splat(builder, kernel.value(node), self.lanes)
                 continue
-            if isinstance(node, Op) and not children_done:
+            if not children_done and (isinstance(node, Op) or node in self.gathers):
                 stack.append((node, True))
-                stack.extend((a, False) for a in node.args if a not in memo)
+                children = node.args if isinstance(node, Op) else (node.index,)
+                stack.extend((a, False) for a in children if a not in memo)
                 continue
             if isinstance(node, Var):
                 steps = ir.Constant(ir.VectorType(T.I64, self.lanes), list(range(self.lanes)))
                 memo[node] = builder.add(splat(builder, self.base, self.lanes), steps)
+            elif node in self.gathers:
+                loaded = _gather(builder, kernel.pointers[node.buffer], memo[node.index], node)
+                memo[node] = scalar_ops.widen_from_memory(builder, loaded, node.dtype)
             elif isinstance(node, Load):
                 dtype = node.buffer.dtype
                 pointer = kernel.element_pointer(node.buffer, kernel.value(node.index))
@@ -364,6 +381,32 @@ def _fold(builder: ir.IRBuilder, vector: ir.Value, combiner, dtype: np.dtype) ->
         vector = scalar_ops.emit_op(builder, combiner, [low, high], [dtype] * 2, dtype)
         lanes = half
     return builder.extract_element(vector, ir.Constant(T.I32, 0))
+
+
+def _gather(builder: ir.IRBuilder, base: ir.Value, indices: ir.Value, load: Load) -> ir.Value:
+    """The elements of load's buffer at a vector of indices (llvm.masked.gather, every lane
+    on: kir's indices are always in bounds)."""
+    lanes = indices.type.count
+    element = T.memory_type(load.buffer.dtype)
+    if not getattr(base.type, "is_opaque", False):
+        base = builder.bitcast(base, ir.PointerType())
+    pointers = builder.gep(base, [indices], inbounds=True, source_etype=element)
+    pointers.type = ir.VectorType(ir.PointerType(), lanes)  # (llvmlite types it as one)
+    vector_type = ir.VectorType(element, lanes)
+    mask_type = ir.VectorType(T.I1, lanes)
+    gather = scalar_ops.declare_function(
+        builder,
+        f"llvm.masked.gather.{T.type_suffix(vector_type)}.v{lanes}p0",
+        vector_type,
+        [pointers.type, T.I32, mask_type, vector_type],
+    )
+    arguments = [
+        pointers,
+        ir.Constant(T.I32, load.buffer.dtype.itemsize),
+        ir.Constant(mask_type, [1] * lanes),
+        ir.Constant(vector_type, ir.Undefined),
+    ]
+    return builder.call(gather, arguments)
 
 
 def _as_pointer_to(builder: ir.IRBuilder, pointer: ir.Value, ty: ir.Type) -> ir.Value:
