@@ -542,10 +542,12 @@ class Engine:
                 external: dict[int, set] = {part: set() for part in range(len(names))}
                 others: dict[int, list] = {part: [] for part in range(len(names))}
 
-                def module_of(part, shared=shared, names=names):
+                def module_of(part, shared=shared, names=names, pipeline=units[0].pipeline):
                     if part not in shared:
                         with target.compiling_for(self.target):
                             shared[part] = emit.new_module(names[part])
+                        # (short vector loops unrolled where O3 would have unrolled them)
+                        shared[part].unroll_strips = pipeline == "full"
                     return shared[part]
 
                 def build(part, shared=shared, external=external, others=others, names=names):

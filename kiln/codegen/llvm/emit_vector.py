@@ -179,9 +179,12 @@ class VectorLoops:
         if whole:
             splats = self._prepare(stmt.var, [s.value for s in body], lanes, start, stop)
             constant = isinstance(start, ir.Constant) and isinstance(vector_end, ir.Constant)
-            if constant and vector_end.constant - start.constant <= UNROLL_LANES * lanes:
+            unroll = getattr(kernel.function.module, "unroll_strips", True)
+            if unroll and constant and vector_end.constant - start.constant <= UNROLL_LANES * lanes:
                 # A short loop of constant length (a column strip) runs unrolled: its
-                # iterations are independent, and no loop control comes between them.
+                # iterations are independent, and no loop control comes between them. Only
+                # in a module of the "full" pipeline's programs (see Engine._compile_fresh):
+                # the O3 pipeline unrolled such loops, the O2 one kept them.
                 for first in range(start.constant, vector_end.constant, lanes):
                     self._stores(stmt, ir.Constant(T.I64, first), lanes, splats)
             else:
@@ -235,7 +238,7 @@ class VectorLoops:
             splats = self._prepare(var, roots, lanes, start, stop)
             slots = []
             for a in accumulators:
-                ty = ir.VectorType(T.compute_type(a.dtype), lanes)
+                ty = T.vector(T.compute_type(a.dtype), lanes)
                 slot = entry_alloca(builder, ty, f"{var.name}.lanes")
                 builder.store(ir.Constant(ty, _identity(a.node.kind, a.dtype)), slot)
                 slots.append(slot)
@@ -301,7 +304,7 @@ class VectorLoops:
         for node in self._operands(var, roots):
             if isinstance(node, Const):
                 splats[node] = ir.Constant(
-                    ir.VectorType(T.compute_type(node.dtype), lanes),
+                    T.vector(T.compute_type(node.dtype), lanes),
                     T.constant(node.value, node.dtype).constant,
                 )
             elif runs or not any(isinstance(n, Load) for n in kir.toposort([node])):
@@ -335,7 +338,7 @@ class _LaneValues:
                 stack.extend((a, False) for a in children if a not in memo)
                 continue
             if isinstance(node, Var):
-                steps = ir.Constant(ir.VectorType(T.I64, self.lanes), list(range(self.lanes)))
+                steps = ir.Constant(T.vector(T.I64, self.lanes), list(range(self.lanes)))
                 memo[node] = builder.add(splat(builder, self.base, self.lanes), steps)
             elif node in self.gathers:
                 loaded = _gather(builder, kernel.pointers[node.buffer], memo[node.index], node)
@@ -343,7 +346,7 @@ class _LaneValues:
             elif isinstance(node, Load):
                 dtype = node.buffer.dtype
                 pointer = kernel.element_pointer(node.buffer, kernel.value(node.index))
-                vector_type = ir.VectorType(T.memory_type(dtype), self.lanes)
+                vector_type = T.vector(T.memory_type(dtype), self.lanes)
                 loaded = builder.load(
                     _as_pointer_to(builder, pointer, vector_type),
                     typ=vector_type,
@@ -357,12 +360,12 @@ class _LaneValues:
 
 def splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
     """A vector of `lanes` copies of a scalar value."""
-    vector_type = ir.VectorType(value.type, lanes)
+    vector_type = T.vector(value.type, lanes)
     if isinstance(value, ir.Constant):
         return ir.Constant(vector_type, value.constant)
     undefined = ir.Constant(vector_type, ir.Undefined)
     single = builder.insert_element(undefined, value, ir.Constant(T.I32, 0))
-    zeros = ir.Constant(ir.VectorType(T.I32, lanes), [0] * lanes)
+    zeros = ir.Constant(T.vector(T.I32, lanes), [0] * lanes)
     return builder.shuffle_vector(single, undefined, zeros)
 
 
@@ -371,10 +374,10 @@ def _fold(builder: ir.IRBuilder, vector: ir.Value, combiner, dtype: np.dtype) ->
     lanes = vector.type.count
     while lanes > 1:
         half = lanes // 2
-        undefined = ir.Constant(ir.VectorType(vector.type.element, lanes), ir.Undefined)
+        undefined = ir.Constant(T.vector(vector.type.element, lanes), ir.Undefined)
         low, high = (
             builder.shuffle_vector(
-                vector, undefined, ir.Constant(ir.VectorType(T.I32, half), list(range(a, a + half)))
+                vector, undefined, ir.Constant(T.vector(T.I32, half), list(range(a, a + half)))
             )
             for a in (0, half)
         )
@@ -391,9 +394,9 @@ def _gather(builder: ir.IRBuilder, base: ir.Value, indices: ir.Value, load: Load
     if not getattr(base.type, "is_opaque", False):
         base = builder.bitcast(base, ir.PointerType())
     pointers = builder.gep(base, [indices], inbounds=True, source_etype=element)
-    pointers.type = ir.VectorType(ir.PointerType(), lanes)  # (llvmlite types it as one)
-    vector_type = ir.VectorType(element, lanes)
-    mask_type = ir.VectorType(T.I1, lanes)
+    pointers.type = T.vector(ir.PointerType(), lanes)  # (llvmlite types it as one)
+    vector_type = T.vector(element, lanes)
+    mask_type = T.vector(T.I1, lanes)
     gather = scalar_ops.declare_function(
         builder,
         f"llvm.masked.gather.{T.type_suffix(vector_type)}.v{lanes}p0",

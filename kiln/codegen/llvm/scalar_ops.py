@@ -41,7 +41,7 @@ def shaped(like: ir.Value, ty: ir.Type) -> ir.Type:
     rules below emit the same instructions on scalars and on explicit vectors, see
     emit_vector)."""
     if isinstance(like.type, ir.VectorType):
-        return ir.VectorType(ty, like.type.count)
+        return T.vector(ty, like.type.count)
     return ty
 
 

@@ -24,6 +24,24 @@ PTR = ir.PointerType()
 
 _F16 = np.dtype(np.float16)
 
+
+class _VectorType(ir.VectorType):
+    """ir.VectorType whose constants of one repeated lane print as LLVM's `splat (x)`: a
+    16-lane constant otherwise prints every lane, and vector code is full of them (each
+    polynomial coefficient of vmath), text that llvmlite builds and LLVM parses."""
+
+    def format_constant(self, value):
+        first = value[0]
+        if all(lane is first for lane in value):  # (wrap_constant_value repeats one object)
+            return f"splat ({first.type} {first.get_reference()})"
+        return super().format_constant(value)
+
+
+def vector(element: ir.Type, lanes: int) -> ir.VectorType:
+    """The type of `lanes` lanes of `element` (emit_vector's vectors)."""
+    return _VectorType(element, lanes)
+
+
 #: How a dtype is laid out in a buffer (bool is one byte holding 0 or 1; bfloat16 is its bits).
 MEMORY_TYPE: dict[np.dtype, ir.Type] = {
     np.dtype(np.bool_): I8,

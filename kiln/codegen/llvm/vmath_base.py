@@ -13,6 +13,8 @@ import struct
 
 from llvmlite import ir
 
+from kiln.codegen.llvm.types import vector
+
 _F32 = ir.FloatType()
 _F64 = ir.DoubleType()
 
@@ -42,7 +44,7 @@ class Emitter:
         self.native_ldexp = native_ldexp()
 
     def _shaped(self, scalar: ir.Type) -> ir.Type:
-        return ir.VectorType(scalar, self.lanes) if self.lanes else scalar
+        return vector(scalar, self.lanes) if self.lanes else scalar
 
     def sibling(self, is_f64: bool) -> "Emitter":
         """An Emitter for the other float width with the same lane count (for f32 via f64)."""
