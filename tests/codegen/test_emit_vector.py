@@ -11,21 +11,12 @@ import pytest
 import kiln
 from kiln.codegen.llvm import emit_vector
 from kiln.compiler import kir
-from kiln.compiler.kir import (
-    Buffer,
-    Kernel,
-    Loop,
-    Program,
-    Reduce,
-    ReduceKind,
-    ScalarOp,
-    Store,
-    Var,
-)
+from kiln.compiler.kir import Buffer, Kernel, Loop, Program, Store, Var
 from kiln.runtime import engine
 from kiln.runtime.engine import compile_program
 
-O = ScalarOp
+O = kir.ScalarOp
+Reduce, ReduceKind = kir.Reduce, kir.ReduceKind
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 I32, BOOL = np.dtype(np.int32), np.dtype(np.bool_)
 
@@ -299,3 +290,23 @@ def test_splat_and_lane_counts():
     constant = emit_vector.splat(builder, ir.Constant(ir.FloatType(), 2.0), 4)
     assert str(constant.type) == "<4 x float>" and isinstance(constant, ir.Constant)
     assert _lanes(4) * 4 == _lanes(8) * 8 >= 32
+
+
+def test_a_loop_whose_invariant_operand_is_a_reduction_of_what_the_kernel_wrote():
+    # b[i] = 2 x[i], then z[i] = x[99 - i] * sum(b): the sum reads what the kernel wrote, so
+    # it is computed where the second loop needs it (a reduction loop of its own, planned
+    # while the second loop, a gather, is being emitted).
+    n = 100
+    x, b = Buffer("x", F32, (n,)), Buffer("b", F32, (n,), "temp")
+    z = Buffer("z", F32, (n,), "output")
+    i, k = Var("i"), Var("k")
+    total = Reduce(ReduceKind.SUM, k, 0, n, b[k])
+    body = [
+        Loop(i, 0, n, [Store(b, i, x[i] * 2.0)]),
+        Loop(i, 0, n, [Store(z, i, kir.Load(x, (n - 1) - i) * total)]),
+    ]
+    program = Program("reversed_scaled", [x, z, b], [Kernel("reversed_scaled", body)])
+    values = np.arange(n, dtype=np.float32) / 8
+    (out,) = compile_program(program)(values)
+    expected = values[::-1] * np.float32((values * 2).sum(dtype=np.float64))
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6)

@@ -25,7 +25,7 @@ pipeline or code generator level, gives the same bits.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 from llvmlite import ir
@@ -87,22 +87,25 @@ class VectorLoops:
 
     # --- planning
 
-    def _lanes(self, var: Var, roots: Sequence[Expr], stores: Sequence[Store] = ()) -> int | None:
-        """The lane count for a loop over var computing roots (and storing `stores`), or None
-        when it cannot be vectorized (`nested` is then set if a reduction along var is why:
-        an inner loop, which no vectorizer would widen). Lanes fill a vector register with
-        the widest element the loop loads or stores. The loads whose index does not move by
-        one element per iteration become gathers (`gathers`)."""
-        self.nested = False
-        self.gathers = set()
+    def _plan(
+        self, var: Var, roots: Sequence[Expr], stores: Sequence[Store] = ()
+    ) -> tuple["_Plan | None", bool]:
+        """(the plan of a vector loop over var computing roots and storing `stores`, or None
+        when it cannot be vectorized; whether a reduction along var is why: an inner loop,
+        which no vectorizer would widen). Lanes fill a vector register with the widest
+        element the loop loads or stores; a load whose index does not move by one element
+        per iteration becomes a gather. (A plan is a value, not state of this object:
+        emitting a loop's invariant operands may emit another loop.)"""
+        gathers: set = set()
+        invariants: dict = {}  # (in the order found)
         free_vars = self.kernel.free_vars
         written = {store.buffer: store.index for store in stores}
         if len(written) < len(stores) and len({(s.buffer, s.index) for s in stores}) > len(written):
-            return None  # (one buffer stored at two places: the lanes could overlap)
+            return None, False  # (one buffer stored at two places: the lanes could overlap)
         widest = 0
         for store in stores:
             if store.buffer.dtype not in MEMORY_DTYPES or affine_coefficient(store.index, var) != 1:
-                return None
+                return None, False
             widest = max(widest, store.buffer.dtype.itemsize)
         seen: set = set()
         stack = list(roots)
@@ -113,49 +116,33 @@ class VectorLoops:
             seen.add(node)
             if var not in free_vars(node):
                 if written and _reads(node, written):
-                    return None  # (the loop changes what it reads)
+                    return None, False  # (the loop changes what it reads)
+                invariants[node] = None
                 continue
             if isinstance(node, Var):
                 continue
             if isinstance(node, Load):
                 dtype = node.buffer.dtype
                 if dtype not in MEMORY_DTYPES:
-                    return None
+                    return None, False
                 if node.buffer in written and written[node.buffer] is not node.index:
-                    return None
+                    return None, False
                 widest = max(widest, dtype.itemsize)
                 if affine_coefficient(node.index, var) != 1:
-                    self.gathers.add(node)  # (kir indices are always in bounds)
+                    gathers.add(node)  # (kir indices are always in bounds)
                     stack.append(node.index)
                 continue  # (a contiguous load's index is computed for the first lane)
             if isinstance(node, Op):
                 operand = node.args[-1].dtype
                 if node.dtype in T.NARROW_FLOATS or not scalar_ops.op_vectorizes(node.op, operand):
-                    return None
+                    return None, False
                 stack.extend(node.args)
                 continue
-            self.nested = isinstance(node, kir.Reduce)
-            return None  # a reduction along var
+            return None, isinstance(node, kir.Reduce)  # (a reduction along var)
         lanes = self.bytes // max(widest, 4)
-        return lanes if lanes >= 2 else None
-
-    def _operands(self, var: Var, roots: Sequence[Expr]) -> list[Expr]:
-        """The values the loop's vector code reads that do not change along it (computed
-        once, before the loop): the loop-invariant operands of its varying ops."""
-        free_vars = self.kernel.free_vars
-        found: dict = {}
-        seen: set = set()
-        stack = list(roots)
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            if var not in free_vars(node):
-                found[node] = None
-            elif isinstance(node, Op):
-                stack.extend(node.args)
-        return list(found)
+        if lanes < 2:
+            return None, False
+        return _Plan(lanes, frozenset(gathers), tuple(invariants)), False
 
     # --- emission
 
@@ -167,17 +154,18 @@ class VectorLoops:
             if not any(isinstance(s, (Loop, kir.MatMul)) for s in kir.walk_stmts(body)):
                 self._scalar(stmt.start, stmt.stop)  # (an innermost loop with branches)
             return False
-        lanes = self._lanes(stmt.var, [s.value for s in body], body)
-        if lanes is None:
-            if not self.nested:
+        plan, nested = self._plan(stmt.var, [s.value for s in body], body)
+        if plan is None:
+            if not nested:
                 self._scalar(stmt.start, stmt.stop)
             return False
+        lanes = plan.lanes
         kernel = self.kernel
         builder = kernel.builder
         start, stop = kernel.value(stmt.start), kernel.value(stmt.stop)
         vector_end, whole, rest = self._vector_end(start, stop, lanes)
         if whole:
-            splats = self._prepare(stmt.var, [s.value for s in body], lanes, start, stop)
+            splats = self._prepare(plan, start, stop)
             constant = isinstance(start, ir.Constant) and isinstance(vector_end, ir.Constant)
             unroll = getattr(kernel.function.module, "unroll_strips", True)
             if unroll and constant and vector_end.constant - start.constant <= UNROLL_LANES * lanes:
@@ -186,11 +174,11 @@ class VectorLoops:
                 # in a module of the "full" pipeline's programs (see Engine._compile_fresh):
                 # the O3 pipeline unrolled such loops, the O2 one kept them.
                 for first in range(start.constant, vector_end.constant, lanes):
-                    self._stores(stmt, ir.Constant(T.I64, first), lanes, splats)
+                    self._stores(stmt, ir.Constant(T.I64, first), plan, splats)
             else:
                 name = f"{stmt.var.name}.vec"
                 with for_range(builder, start, vector_end, name, lanes, unroll=False) as base:
-                    self._stores(stmt, base, lanes, splats)
+                    self._stores(stmt, base, plan, splats)
         if rest:
             with for_range(builder, vector_end, stop, stmt.var.name) as index:
                 with kernel.scope({stmt.var: index}):
@@ -198,12 +186,12 @@ class VectorLoops:
                         kernel.emit_store(store)
         return True
 
-    def _stores(self, stmt: Loop, base: ir.Value, lanes: int, splats: dict) -> None:
-        """The loop body's stores for the `lanes` iterations from `base` on."""
+    def _stores(self, stmt: Loop, base: ir.Value, plan: "_Plan", splats: dict) -> None:
+        """The loop body's stores for the plan's lanes of iterations from `base` on."""
         kernel = self.kernel
         builder = kernel.builder
         with kernel.scope({stmt.var: base}):
-            lanes_of = _LaneValues(kernel, stmt.var, base, lanes, splats, self.gathers)
+            lanes_of = _LaneValues(kernel, stmt.var, base, plan.lanes, splats, plan.gathers)
             for store in stmt.body:
                 value = scalar_ops.narrow_to_memory(
                     builder, lanes_of.value(store.value), store.buffer.dtype
@@ -226,16 +214,17 @@ class VectorLoops:
             for a in accumulators
         )  # fmt: skip
         roots = [a.node.value for a in accumulators]
-        lanes = self._lanes(var, roots) if kinds_ok else None
-        if lanes is None:
+        plan = self._plan(var, roots)[0] if kinds_ok else None
+        if plan is None:
             if any(a.reorderable or kir.dtype_family(a.dtype) != "float" for a in accumulators):
                 self.scalar_loops += 1
             return False
         kernel = self.kernel
         builder = kernel.builder
+        lanes = plan.lanes
         vector_end, whole, rest = self._vector_end(start, stop, lanes)
         if whole:
-            splats = self._prepare(var, roots, lanes, start, stop)
+            splats = self._prepare(plan, start, stop)
             slots = []
             for a in accumulators:
                 ty = T.vector(T.compute_type(a.dtype), lanes)
@@ -245,7 +234,7 @@ class VectorLoops:
             name = f"{var.name}.vec"
             with for_range(builder, start, vector_end, name, lanes, unroll=False) as base:
                 with kernel.scope({var: base}):
-                    lanes_of = _LaneValues(kernel, var, base, lanes, splats, self.gathers)
+                    lanes_of = _LaneValues(kernel, var, base, lanes, splats, plan.gathers)
                     for a, slot in zip(accumulators, slots):
                         combined = scalar_ops.emit_op(
                             builder,
@@ -288,10 +277,9 @@ class VectorLoops:
         whole = builder.and_(length, ir.Constant(T.I64, -lanes))
         return builder.add(start, whole, flags=("nsw",)), True, True
 
-    def _prepare(
-        self, var: Var, roots: Sequence[Expr], lanes: int, start: ir.Value, stop: ir.Value
-    ) -> dict:
-        """Compute and broadcast the loop-invariant operands before the loop. One that loads
+    def _prepare(self, plan: "_Plan", start: ir.Value, stop: ir.Value) -> dict:
+        """Compute and broadcast the loop-invariant operands of the vector code (the values
+        it reads that do not change along the loop) before the loop. One that loads
         memory waits for the loop body unless the loop surely runs (a load before a loop of
         no iterations might read past an empty buffer)."""
         kernel = self.kernel
@@ -301,7 +289,8 @@ class VectorLoops:
             and stop.constant > start.constant
         )
         splats = {}
-        for node in self._operands(var, roots):
+        lanes = plan.lanes
+        for node in plan.invariants:
             if isinstance(node, Const):
                 splats[node] = ir.Constant(
                     T.vector(T.compute_type(node.dtype), lanes),
@@ -310,6 +299,15 @@ class VectorLoops:
             elif runs or not any(isinstance(n, Load) for n in kir.toposort([node])):
                 splats[node] = splat(kernel.builder, kernel.value(node), lanes)
         return splats
+
+
+class _Plan(NamedTuple):
+    """How a loop is vectorized (VectorLoops._plan): its lane count, its loads that gather,
+    and its vector code's loop-invariant operands."""
+
+    lanes: int
+    gathers: frozenset
+    invariants: tuple
 
 
 class _LaneValues:
