@@ -180,7 +180,7 @@ class VectorLoops:
                 with for_range(builder, start, vector_end, name, lanes, unroll=False) as base:
                     self._stores(stmt, base, plan, splats)
         if rest:
-            with for_range(builder, vector_end, stop, stmt.var.name) as index:
+            for index in self._remainder(vector_end, stop, stmt.var.name):
                 with kernel.scope({stmt.var: index}):
                     for store in body:
                         kernel.emit_store(store)
@@ -252,11 +252,24 @@ class VectorLoops:
                 )
                 builder.store(total, a.target)
         if rest:
-            with for_range(builder, vector_end, stop, var.name) as index:
+            for index in self._remainder(vector_end, stop, var.name):
                 with kernel.scope({var: index}):
                     for a in accumulators:
                         a.step()
         return True
+
+    def _remainder(self, start: ir.Value, stop: ir.Value, name: str):
+        """The scalar iterations after the vector ones: yields each iteration's index, with
+        the builder in its body. A few of constant count (a loop shorter than a vector, a
+        short tail) are emitted one after the other, as LLVM's pipelines fully unrolled
+        them; others as a loop."""
+        constant = isinstance(start, ir.Constant) and isinstance(stop, ir.Constant)
+        if constant and stop.constant - start.constant <= UNROLL_LANES:
+            for index in range(start.constant, stop.constant):
+                yield ir.Constant(T.I64, index)
+            return
+        with for_range(self.kernel.builder, start, stop, name) as index:
+            yield index
 
     def _scalar(self, start: Expr, stop: Expr) -> None:
         """Count a loop left scalar, unless it is known to run fewer than two iterations."""
