@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.codegen.llvm import emit_vector
 from kiln.compiler import kir
 from kiln.compiler.kir import Buffer, Kernel, Loop, Program, Store, Var
 from kiln.runtime import engine
@@ -68,10 +67,29 @@ _CASES = {
     "iota_f32": (F32, lambda x, y, i: kir.op(O.CAST, i, dtype=F32) * x, None,
                  lambda x, y: np.arange(len(x), dtype=np.float32) * x),
     "int_ops": (I32, lambda x, y, i: kir.op(O.DIV, x, y) + kir.op(O.SHIFT_LEFT, x, y % 40), None,
-                None),
+                lambda x, y: _int_ops_reference(x, y)),
     "compare_to_bool": (F32, lambda x, y, i: kir.op(O.GE, x, y), BOOL, lambda x, y: x >= y),
-    "f32_to_i32": (F32, lambda x, y, i: kir.op(O.CAST, x * 1e9, dtype=I32), I32, None),
+    "f32_to_i32": (F32, lambda x, y, i: kir.op(O.CAST, x * 1e9, dtype=I32), I32,
+                   lambda x, y: _saturating_int32(x * np.float32(1e9))),
 }  # fmt: skip
+
+
+def _int_ops_reference(x, y):
+    """lax's int32 x / y (truncating; x / 0 = -1, INT_MIN / -1 = INT_MIN) plus x << (y rem 40)
+    (0 for an amount outside [0, 32)), wrapping as int32 does."""
+    x64, y64 = x.astype(np.int64), y.astype(np.int64)
+    quotient = np.sign(x64) * np.sign(y64) * (np.abs(x64) // np.maximum(np.abs(y64), 1))
+    quotient = np.where(y64 == 0, -1, quotient)
+    amount = np.fmod(y64, 40)
+    shifted = (x64.astype(np.uint64) << np.clip(amount, 0, 31).astype(np.uint64)) & 0xFFFFFFFF
+    shifted = np.where((amount >= 0) & (amount < 32), shifted.astype(np.int64), 0)
+    return ((quotient + shifted) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def _saturating_int32(values):
+    """float -> int32 as lax converts: toward zero, saturating, NaN -> 0."""
+    wide = np.trunc(values.astype(np.float64))
+    return np.where(np.isnan(wide), 0, np.clip(np.nan_to_num(wide), -(2**31), 2**31 - 1))
 
 
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 100, 1003])
@@ -88,9 +106,12 @@ def test_elementwise_loops_give_the_scalar_loops_bits(monkeypatch, case, n):
     program = _elementwise(f"vector_{case}", n, dtype, build, out_dtype)
     (vector,), (scalar,) = _both_ways(monkeypatch, program, x, y)
     np.testing.assert_array_equal(vector, scalar)
-    if reference is not None:
-        with np.errstate(all="ignore"):
-            np.testing.assert_allclose(vector, reference(x, y).astype(vector.dtype), rtol=1e-5)
+    with np.errstate(all="ignore"):
+        expected = reference(x, y).astype(vector.dtype)
+    if vector.dtype.kind == "f":
+        np.testing.assert_allclose(vector, expected, rtol=1e-5)
+    else:
+        np.testing.assert_array_equal(vector, expected)
 
 
 def _sum(k, n, value):
@@ -282,14 +303,23 @@ def test_jitted_programs_with_chunked_rows_match_the_scalar_loops(monkeypatch):
     np.testing.assert_allclose(vector_tanh, scalar_tanh, rtol=2e-6, atol=1e-7)
 
 
-def test_splat_and_lane_counts():
+def test_splats_print_one_lane_and_lanes_fill_the_target_registers():
     from llvmlite import ir
 
-    function = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), []), "f")
+    from kiln.codegen.llvm import target
+    from kiln.codegen.llvm import types as T
+
+    function = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), [T.FLOAT]), "f")
     builder = ir.IRBuilder(function.append_basic_block())
-    constant = emit_vector.splat(builder, ir.Constant(ir.FloatType(), 2.0), 4)
-    assert str(constant.type) == "<4 x float>" and isinstance(constant, ir.Constant)
-    assert _lanes(4) * 4 == _lanes(8) * 8 >= 32
+    constant = T.splat(builder, ir.Constant(T.FLOAT, 2.0), 16)
+    assert str(constant) == "<16 x float> splat (float 0x4000000000000000)"
+    broadcast = T.splat(builder, function.args[0], 8)
+    assert str(broadcast.type) == "<8 x float>" and "shufflevector" in str(broadcast)
+    current = target.current_target()
+    # (the baselines by name; the host by the features LLVM reports for it)
+    host = 64 if "+avx512f" in current.features else 32 if "+avx2" in current.features else 16
+    expected = {"x86-64-v3": 32, "x86-64-v4": 64}.get(current.cpu_name, host)
+    assert current.vector_bytes == expected and _lanes(4) == expected // 4
 
 
 def test_a_loop_whose_invariant_operand_is_a_reduction_of_what_the_kernel_wrote():

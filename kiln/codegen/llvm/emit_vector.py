@@ -310,7 +310,7 @@ class VectorLoops:
                     T.constant(node.value, node.dtype).constant,
                 )
             elif runs or not any(isinstance(n, Load) for n in kir.toposort([node])):
-                splats[node] = splat(kernel.builder, kernel.value(node), lanes)
+                splats[node] = T.splat(kernel.builder, kernel.value(node), lanes)
         return splats
 
 
@@ -341,7 +341,7 @@ class _LaneValues:
             if node in memo:
                 continue
             if self.var not in kernel.free_vars(node):
-                memo[node] = splat(builder, kernel.value(node), self.lanes)
+                memo[node] = T.splat(builder, kernel.value(node), self.lanes)
                 continue
             if not children_done and (isinstance(node, Op) or node in self.gathers):
                 stack.append((node, True))
@@ -350,7 +350,7 @@ class _LaneValues:
                 continue
             if isinstance(node, Var):
                 steps = ir.Constant(T.vector(T.I64, self.lanes), list(range(self.lanes)))
-                memo[node] = builder.add(splat(builder, self.base, self.lanes), steps)
+                memo[node] = builder.add(T.splat(builder, self.base, self.lanes), steps)
             elif node in self.gathers:
                 loaded = _gather(builder, kernel.pointers[node.buffer], memo[node.index], node)
                 memo[node] = scalar_ops.widen_from_memory(builder, loaded, node.dtype)
@@ -367,17 +367,6 @@ class _LaneValues:
             else:
                 memo[node] = kernel.emit_op(node, [memo[a] for a in node.args])
         return memo[root]
-
-
-def splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
-    """A vector of `lanes` copies of a scalar value."""
-    vector_type = T.vector(value.type, lanes)
-    if isinstance(value, ir.Constant):
-        return ir.Constant(vector_type, value.constant)
-    undefined = ir.Constant(vector_type, ir.Undefined)
-    single = builder.insert_element(undefined, value, ir.Constant(T.I32, 0))
-    zeros = ir.Constant(T.vector(T.I32, lanes), [0] * lanes)
-    return builder.shuffle_vector(single, undefined, zeros)
 
 
 def _fold(builder: ir.IRBuilder, vector: ir.Value, combiner, dtype: np.dtype) -> ir.Value:

@@ -141,13 +141,6 @@ class _Emitter:
     def _zero(self) -> ir.Constant:
         return ir.Constant(self.vector, [ir.Constant(self.scalar, 0.0)] * self.lanes)
 
-    def _splat(self, builder: ir.IRBuilder, value: ir.Value, vector_type: ir.VectorType):
-        lanes = vector_type.count
-        undefined = ir.Constant(vector_type, ir.Undefined)
-        first = builder.insert_element(undefined, value, _index(0))
-        every = ir.Constant(ir.VectorType(T.I32, lanes), [0] * lanes)
-        return builder.shuffle_vector(first, undefined, every)
-
     def _gep(self, builder: ir.IRBuilder, pointer: ir.Value, offset: ir.Value) -> ir.Value:
         return builder.gep(pointer, [offset], source_etype=self.scalar)
 
@@ -155,7 +148,7 @@ class _Emitter:
         """Lane i is on when first + i < columns."""
         indices = ir.VectorType(T.I64, self.lanes)
         ramp = ir.Constant(indices, [first + i for i in range(self.lanes)])
-        return builder.icmp_signed("<", ramp, self._splat(builder, columns, indices))
+        return builder.icmp_signed("<", ramp, T.splat(builder, columns, self.lanes))
 
     def _masked_load(self, builder, pointer, mask):
         """Lanes under the mask from memory, zero elsewhere (other lanes are not read)."""
@@ -223,7 +216,7 @@ class _Emitter:
             """The lanes of each tile that are inside c[:rows, :columns]."""
             column_masks = [self._column_mask(builder, columns, v * lanes) for v in range(vectors)]
             for r in range(self.rows):
-                live = self._splat(builder, builder.icmp_signed("<", _index(r), rows), self.masks)
+                live = T.splat(builder, builder.icmp_signed("<", _index(r), rows), self.lanes)
                 yield r, [builder.and_(mask, live) for mask in column_masks]
 
         with builder.if_else(first) as (from_zero, from_c):
@@ -264,7 +257,7 @@ class _Emitter:
                 element = builder.load(
                     self._gep(builder, a_rows[r], a_offset), typ=self.scalar, align=self.align
                 )
-                element = self._splat(builder, element, self.vector)
+                element = T.splat(builder, element, self.lanes)
                 for v in range(vectors):
                     total = builder.load(slots[r][v], typ=self.vector)
                     total = builder.call(fmuladd, [element, b_vectors[v], total])

@@ -119,12 +119,7 @@ def define(module: ir.Module, name: str, dtype) -> ir.Function:
             for r in range(count):
                 pointer = builder.gep(a, [builder.add(a_rows[r], kk)], source_etype=scalar)
                 element = builder.load(pointer, typ=scalar, align=align)
-                splat = builder.insert_element(ir.Constant(vector, ir.Undefined), element, index(0))
-                splat = builder.shuffle_vector(
-                    splat,
-                    ir.Constant(vector, ir.Undefined),
-                    ir.Constant(ir.VectorType(T.I32, lanes), [0] * lanes),
-                )
+                splat = T.splat(builder, element, lanes)
                 for v in range(per_block):
                     total = builder.load(slots[r][v], typ=vector)
                     builder.store(builder.call(fmuladd, [splat, columns[v], total]), slots[r][v])

@@ -42,6 +42,16 @@ def vector(element: ir.Type, lanes: int) -> ir.VectorType:
     return _VectorType(element, lanes)
 
 
+def splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
+    """A vector of `lanes` copies of a scalar value (a constant one stays a constant)."""
+    vector_type = vector(value.type, lanes)
+    if isinstance(value, ir.Constant):
+        return ir.Constant(vector_type, value.constant)
+    undefined = ir.Constant(vector_type, ir.Undefined)
+    single = builder.insert_element(undefined, value, ir.Constant(I32, 0))
+    return builder.shuffle_vector(single, undefined, ir.Constant(vector(I32, lanes), [0] * lanes))
+
+
 #: How a dtype is laid out in a buffer (bool is one byte holding 0 or 1; bfloat16 is its bits).
 MEMORY_TYPE: dict[np.dtype, ir.Type] = {
     np.dtype(np.bool_): I8,
