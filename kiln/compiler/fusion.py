@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from kiln.compiler import kir, kir_rewrite, lower
@@ -78,12 +77,16 @@ MAX_CROSSING = 32
 # 1. stages
 
 
-@dataclass
 class Stage:
     """A run of equations: native ones are lowered together, interpreted ones run in order."""
 
-    native: bool
-    eqns: list = field(default_factory=list)
+    __slots__ = ("native", "eqns")
+
+    def __init__(self, native: bool, eqns: list | None = None):
+        self.native, self.eqns = native, [] if eqns is None else eqns
+
+    def __repr__(self) -> str:
+        return f"Stage(native={self.native}, eqns={self.eqns!r})"
 
 
 def partition(
@@ -204,7 +207,6 @@ def _split_heavy(
 # 2 and 3. a native segment's kernels
 
 
-@dataclass
 class KernelPlan:
     """One kernel: its stored values, as parts that run in order inside one outer loop.
 
@@ -214,20 +216,19 @@ class KernelPlan:
     `local_buffers` are those row buffers and the scalar temps of reductions over them.
     """
 
-    shape: tuple
-    parts: list
-    kernel: Kernel | None = None
-    local_buffers: list = field(default_factory=list)
-    kernel_name: str = "fusion"
-    #: a BLAS product's plan (lowering_linalg.Product) when the kernel is that call
-    product: object = None
+    def __init__(self, shape: tuple, parts: list, product: object = None):
+        self.shape, self.parts = shape, parts
+        self.kernel: Kernel | None = None
+        self.local_buffers: list = []
+        self.kernel_name = "fusion"
+        #: a BLAS product's plan (lowering_linalg.Product) when the kernel is that call
+        self.product = product
 
     @property
     def values(self) -> list:
         return [v for part in self.parts for v in part]
 
 
-@dataclass
 class SegmentPlan:
     """A native segment lowered to a kernel IR program.
 
@@ -235,14 +236,21 @@ class SegmentPlan:
     temps: values stored to full-size temps for the segment's own use.
     """
 
-    program: Program
-    inputs: list
-    outputs: list
-    temps: list
-    kernels: list[KernelPlan]
-    buffers: dict
-    builder: ExprBuilder
-    row_local: dict
+    def __init__(
+        self,
+        program: Program | None,
+        inputs: list,
+        outputs: list,
+        temps: list,
+        kernels: list[KernelPlan],
+        buffers: dict,
+        builder: ExprBuilder,
+        row_local: dict,
+    ):
+        self.program, self.inputs, self.outputs, self.temps = program, inputs, outputs, temps
+        self.kernels, self.buffers, self.builder, self.row_local = (
+            kernels, buffers, builder, row_local
+        )  # fmt: skip
 
 
 class _NotRowLocal(Exception):

@@ -20,8 +20,6 @@ The directory is created user-only, and one that others may write to is not trus
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import stat
@@ -29,11 +27,12 @@ import struct
 import tempfile
 import threading
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
+
+from kiln.core import digest as sha
 
 logger = logging.getLogger("kiln")
 
@@ -97,7 +96,7 @@ def source_digest(prefixes: tuple[str, ...] = ("",)) -> str:
     number never finds its predecessor's entries (which stay valid for that one)."""
     found = _source_digests.get(prefixes)
     if found is None:
-        digest = hashlib.sha256()
+        digest = sha.sha256()
         for name, size, modified in _sources():
             if name.startswith(prefixes):
                 digest.update(f"{name}\0{size}\0{modified}\0".encode())
@@ -105,16 +104,12 @@ def source_digest(prefixes: tuple[str, ...] = ("",)) -> str:
     return found
 
 
-@dataclass
 class CacheStats:
     """What the disk cache did in this process."""
 
-    hits: int = 0
-    misses: int = 0
-    rejected: int = 0
-    writes: int = 0
-    write_errors: int = 0
-    reasons: dict = field(default_factory=dict)
+    def __init__(self):
+        self.hits = self.misses = self.rejected = self.writes = self.write_errors = 0
+        self.reasons: dict = {}
 
     def as_dict(self) -> dict:
         return {
@@ -165,6 +160,8 @@ class DiskCache:
         start = len(MAGIC) + _LENGTH.size
         if header_length > _MAX_HEADER or start + header_length > len(data):
             raise CorruptEntry("bad header length")
+        import json  # (here: a process without a cache directory never loads it)
+
         try:
             header = json.loads(data[start : start + header_length].decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -185,7 +182,7 @@ class DiskCache:
             or sum(sizes) != len(payload)
         ):
             raise CorruptEntry("payload length mismatch")
-        if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+        if sha.hexdigest(payload) != header.get("sha256"):
             raise CorruptEntry("checksum mismatch")
         object_bytes = payload[: sizes[0]]
         ir_text = payload[sizes[0] :].decode("utf-8", "replace") if sizes[1] else None
@@ -201,8 +198,10 @@ class DiskCache:
             self.identity,
             key=key,
             sizes=[len(object_bytes), len(ir_bytes)],
-            sha256=hashlib.sha256(payload).hexdigest(),
+            sha256=sha.hexdigest(payload),
         )
+        import json
+
         header_bytes = json.dumps(header, sort_keys=True).encode("utf-8")
         path = self._path(key)
         try:

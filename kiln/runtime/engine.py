@@ -25,21 +25,20 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import ctypes.util
-import hashlib
 import logging
 import sys
 import threading
 import weakref
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Container, Iterator, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
 
-from kiln.codegen.llvm import blas_calls, emit, llvm_pipeline, objects, support, target
+from kiln.core import digest
+from kiln.codegen.llvm import emit, llvm_pipeline, objects, support, target
 from kiln.compiler import kir
 from kiln.config import config
-from kiln.runtime import disk_cache, kernel_library, kir_codec, llvm_threads
+from kiln.runtime import disk_cache, kir_codec, llvm_threads
 
 logger = logging.getLogger("kiln")
 
@@ -92,7 +91,7 @@ def _group_key(keys: Sequence[str]) -> str:
     """The disk cache key of programs compiled together (a lone program's own key)."""
     if len(keys) == 1:
         return keys[0]
-    return hashlib.sha256(" ".join(keys).encode()).hexdigest()
+    return digest.hexdigest(" ".join(keys))
 
 
 class _Library:
@@ -231,10 +230,15 @@ def _load_process_symbols() -> None:
         if sys.platform.startswith("linux"):
             for name in ("m", "c"):
                 # glibc's soname first: ctypes.util.find_library runs ldconfig in a
-                # subprocess, which costs milliseconds of every process's first compile.
+                # subprocess, which costs milliseconds of every process's first compile
+                # (importing ctypes.util and subprocess alone costs ~4 ms).
                 for path in (f"lib{name}.so.6", None):
                     try:
-                        llvm.load_library_permanently(path or ctypes.util.find_library(name))
+                        if path is None:
+                            import ctypes.util
+
+                            path = ctypes.util.find_library(name)
+                        llvm.load_library_permanently(path)
                         break
                     except (RuntimeError, TypeError, AttributeError):  # (None: not found)
                         continue
@@ -267,16 +271,23 @@ def _load_builtins() -> None:
         _support_library = library
 
 
-def unresolved_symbols(object_bytes: bytes) -> list[str]:
-    """The external symbols of an object that nothing in the process provides."""
+def unresolved_symbols(object_bytes: bytes, defined: Container[str] = ()) -> list[str]:
+    """The external symbols of an object that neither the process nor `defined` (the
+    symbols of the objects it is linked with) provides."""
     _load_process_symbols()
-    needed = objects.undefined_symbols(object_bytes)
+    needed = [n for n in objects.undefined_symbols(object_bytes) if n not in defined]
     if any(name in support.BUILTINS for name in needed):
         _load_builtins()
-    if any(name in blas_calls.SYMBOLS for name in needed) and blas_calls.available():
-        blas_calls.register()
-    kernel_library.ensure(needed)
-    return [name for name in needed if not llvm.address_of_symbol(name)]
+    missing = [name for name in needed if not llvm.address_of_symbol(name)]
+    if missing:  # (BLAS and kiln's gemm library: imported and loaded when first needed)
+        from kiln.codegen.llvm import blas_calls
+        from kiln.runtime import kernel_library
+
+        if any(name in blas_calls.SYMBOLS for name in missing) and blas_calls.available():
+            blas_calls.register()
+        kernel_library.ensure(missing)
+        missing = [name for name in missing if not llvm.address_of_symbol(name)]
+    return missing
 
 
 def load_object(object_bytes: bytes, target_: target.Target, what: str = "an object", more=()):
@@ -285,9 +296,7 @@ def load_object(object_bytes: bytes, target_: target.Target, what: str = "an obj
     functions, valid while it lives."""
     everything = [*more, object_bytes]
     defined = {name for data in everything for name in objects.defined_symbols(data)}
-    missing = sorted(
-        {name for data in everything for name in unresolved_symbols(data) if name not in defined}
-    )
+    missing = sorted({name for data in everything for name in unresolved_symbols(data, defined)})
     if missing:
         raise UnresolvedSymbolError(
             f"kiln: the native code of {what} (target {target_.describe()}) calls "
@@ -393,12 +402,12 @@ class Engine:
             tag += " scalar loops"
         fingerprint = kir_codec.fingerprint(program)
         if fingerprint is not None:
-            key = hashlib.sha256(f"kir {fingerprint} {tag}".encode()).hexdigest()
+            key = digest.hexdigest(f"kir {fingerprint} {tag}")
             return _Unit(program, key, None, pipeline)
         if verify:
             kir.verify_program(program)
         unoptimized = self.emit_ir(program)
-        key = hashlib.sha256((unoptimized + tag).encode()).hexdigest()
+        key = digest.hexdigest(unoptimized + tag)
         return _Unit(program, key, unoptimized, pipeline)
 
     @staticmethod
@@ -601,8 +610,8 @@ class Engine:
     def _disk_key(group: str) -> str:
         """A group's disk cache key: its key and the digest of the code that turns kernel IR
         into machine code."""
-        digest = disk_cache.source_digest(CODEGEN_SOURCES)
-        return hashlib.sha256(f"{group} {digest}".encode()).hexdigest()
+        sources = disk_cache.source_digest(CODEGEN_SOURCES)
+        return digest.hexdigest(f"{group} {sources}")
 
     def _load_cached(self, units: list["_Unit"], group: str) -> list[NativeProgram] | None:
         if self.disk_cache is None:

@@ -14,7 +14,6 @@ as the process: objects bind its addresses when they link.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import os
 import stat
 import threading
@@ -23,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from llvmlite import binding as llvm
 
+from kiln.core import digest
 from kiln.codegen.llvm import gemm_library, llvm_pipeline, objects
 from kiln.codegen.llvm import target as target_module
 from kiln.runtime import disk_cache, llvm_threads
@@ -55,7 +55,7 @@ def _cache_key(target: target_module.Target, kernel: str, dtype) -> str:
     from kiln.runtime import engine
 
     what = f"library {kernel} {np.dtype(dtype).name} {target.cache_tag}"
-    return engine.Engine._disk_key(hashlib.sha256(what.encode()).hexdigest())
+    return engine.Engine._disk_key(digest.hexdigest(what))
 
 
 def _prebuilt_cache(target: target_module.Target) -> disk_cache.DiskCache | None:

@@ -13,12 +13,12 @@ None: callers then key by the emitted IR, which is slower but always correct.
 from __future__ import annotations
 
 import copyreg
-import hashlib
 import io
 import pickle
 
 import numpy as np
 
+from kiln.core import digest
 from kiln.compiler import kir
 
 __all__ = ["UnknownNode", "dtype_text", "dumps", "fingerprint", "loads"]
@@ -170,7 +170,7 @@ def fingerprint(program: kir.Program) -> str | None:
     equal objects happen to be shared): expression nodes are numbered in the order first
     met (nodes are interned, so equal subexpressions are one node), buffers by value."""
     try:
-        return hashlib.sha256(_Describer().program(program).encode()).hexdigest()
+        return digest.hexdigest(_Describer().program(program))
     except UnknownNode:
         return None
 

@@ -20,14 +20,13 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import subprocess
 import sys
 import threading
 from typing import Callable
 
 import llvmlite.binding as llvm
 
-from kiln.codegen.llvm import llvm_pipeline, llvm_worker
+from kiln.codegen.llvm import llvm_pipeline
 from kiln.codegen.llvm import target as target_module
 from kiln.config import config
 
@@ -75,7 +74,7 @@ class Optimizer:
         self.in_process = 0
         self.in_worker = 0
         self.workers_started = 0
-        self._worker: subprocess.Popen | None = None
+        self._worker = None  # (a subprocess.Popen)
         self._worker_jobs = 0
 
     def optimize(
@@ -109,6 +108,10 @@ class Optimizer:
         self, ir_text: str, target_: target_module.Target, pipeline: str = "full"
     ) -> tuple[str, bytes]:
         """(optimized IR, object file) from the worker process (callers serialize)."""
+        import subprocess  # (here: most processes never start the worker)
+
+        from kiln.codegen.llvm import llvm_worker
+
         if self._worker is None or self._worker_jobs >= self.WORKER_JOBS:
             self._stop_worker()
             self._worker = subprocess.Popen(
@@ -141,6 +144,8 @@ class Optimizer:
             return
         with contextlib.suppress(OSError):
             worker.stdin.close()
+        import subprocess
+
         try:
             worker.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -16,7 +16,6 @@ import math
 import mmap
 import threading
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable
 
 import numpy as np
@@ -75,13 +74,13 @@ def aligned(nbytes: int) -> int:
 # --- liveness ---------------------------------------------------------------------------------
 
 
-@dataclass
 class _Value:
-    nbytes: int
-    start: int
-    planned: bool
-    last: int = -1
-    temp: bool = True
+    __slots__ = ("nbytes", "start", "planned", "last", "temp")
+
+    def __init__(self, nbytes: int, start: int, planned: bool, last: int = -1, temp=True):
+        self.nbytes, self.start, self.planned, self.last, self.temp = (
+            nbytes, start, planned, last, temp
+        )  # fmt: skip
 
 
 class Liveness:
@@ -192,21 +191,17 @@ def assign_slots(intervals: list, reuse: bool = True) -> tuple[dict, list[int]]:
     return slot_of, sizes
 
 
-@dataclass
 class MemoryPlan:
     """Where a call's planned values live.
 
     slot_of: planned key -> slot; sizes: bytes of each slot; fresh: planned keys that escape
     (each call allocates them anew); unplanned_bytes: intermediates allocated elsewhere (by
-    reference impls, NumPy) that stay within the call."""
+    reference impls, NumPy) that stay within the call; kept: whether each slot stays in the
+    executable's arena between calls."""
 
-    slot_of: dict
-    sizes: list[int]
-    fresh: list
-    unplanned_bytes: int
-    kept: list[bool] = field(default_factory=list)
-
-    def __post_init__(self):
+    def __init__(self, slot_of: dict, sizes: list[int], fresh: list, unplanned_bytes: int):
+        self.slot_of, self.sizes, self.fresh = slot_of, sizes, fresh
+        self.unplanned_bytes = unplanned_bytes
         # The arena keeps the small slots first: a large one gains the least from being kept
         # (its allocation is cheap next to the work on it) and costs the most while idle.
         self.kept = [False] * len(self.sizes)
@@ -315,7 +310,6 @@ def _allocate(sizes: list[int], prefault: bool) -> list[np.ndarray]:
 # --- what compiled.memory_analysis() returns ------------------------------------------------
 
 
-@dataclass(frozen=True)
 class MemoryStats:
     """Sizes in bytes of a compiled program's memory, as `compiled.memory_analysis()` gives
     them (JAX's field names; the host_* fields are zero: kiln's device is the host).
@@ -329,21 +323,44 @@ class MemoryStats:
     CPU (the machine code is not measured); peak_memory_in_bytes: an upper bound of what a
     call holds at once (arguments + outputs - aliased + temps)."""
 
-    generated_code_size_in_bytes: int = 0
-    argument_size_in_bytes: int = 0
-    output_size_in_bytes: int = 0
-    alias_size_in_bytes: int = 0
-    temp_size_in_bytes: int = 0
-    peak_memory_in_bytes: int = 0
-    host_generated_code_size_in_bytes: int = 0
-    host_argument_size_in_bytes: int = 0
-    host_output_size_in_bytes: int = 0
-    host_alias_size_in_bytes: int = 0
-    host_temp_size_in_bytes: int = 0
+    __slots__ = _STATS_FIELDS = (
+        "generated_code_size_in_bytes",
+        "argument_size_in_bytes",
+        "output_size_in_bytes",
+        "alias_size_in_bytes",
+        "temp_size_in_bytes",
+        "peak_memory_in_bytes",
+        "host_generated_code_size_in_bytes",
+        "host_argument_size_in_bytes",
+        "host_output_size_in_bytes",
+        "host_alias_size_in_bytes",
+        "host_temp_size_in_bytes",
+    )
+
+    def __init__(self, **sizes: int):
+        unknown = set(sizes) - set(self._STATS_FIELDS)
+        if unknown:
+            raise TypeError(f"MemoryStats has no field {sorted(unknown)[0]!r}")
+        for name in self._STATS_FIELDS:
+            object.__setattr__(self, name, sizes.get(name, 0))
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"MemoryStats is immutable: cannot set {name!r}")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in self._STATS_FIELDS)
+
+    def __eq__(self, other):
+        return self._values() == other._values() if type(other) is MemoryStats else NotImplemented
+
+    def __hash__(self):
+        return hash(self._values())
 
     def __str__(self) -> str:
-        fields = ", ".join(f"{k}={v}" for k, v in self.__dict__.items())
+        fields = ", ".join(f"{k}={getattr(self, k)}" for k in self._STATS_FIELDS)
         return f"CompiledMemoryStats({fields})"
+
+    __repr__ = __str__
 
 
 def make_stats(arguments: int, outputs: int, alias: int, temps: int, code: int = 0) -> MemoryStats:

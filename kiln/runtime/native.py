@@ -39,7 +39,8 @@ from kiln.runtime.native_call import (
     from_address,
     host_buffer,
 )
-from kiln.runtime import memory_plan, native_loops, program_cache
+from kiln.primitives.control_flow import cond_p, scan_p, while_p
+from kiln.runtime import memory_plan, program_cache
 from kiln.runtime.cache import intern_signature
 from kiln.runtime.native_segment import NativeSegment
 
@@ -88,6 +89,15 @@ def _identifier(name: str) -> str:
     return cleaned if not cleaned[0].isdigit() else f"fn_{cleaned}"
 
 
+def _is_control_flow(eqn) -> bool:
+    """native_loops.is_control_flow, importing the loop machinery only for a loop or branch."""
+    if eqn.primitive not in (while_p, scan_p, cond_p):
+        return False
+    from kiln.runtime import native_loops
+
+    return native_loops.is_control_flow(eqn)
+
+
 class NativeExecutable(Executable):
     """Runs a program natively where it can, through reference impls where it cannot (see the
     module docstring). Raises NotImplementedError when nothing in the program can be lowered,
@@ -132,7 +142,7 @@ class NativeExecutable(Executable):
             if host.ndim == 0 and host.dtype in kir.SUPPORTED_DTYPES:
                 scalars[var] = host.item()
         self.stages = program_cache.partition(jaxpr, lower.lowerable)
-        has_loops = any(native_loops.is_control_flow(e) for e in jaxpr.eqns)
+        has_loops = any(_is_control_flow(e) for e in jaxpr.eqns)
         if (
             not self.raw
             and not has_loops
@@ -162,11 +172,15 @@ class NativeExecutable(Executable):
             )
             self.segments.append(NativeSegment(plan, threads, pass_temps=not self.raw))
         # Control flow (while, scan, cond) runs through compiled bodies, built here once.
-        self.loops = {
-            id(eqn): native_loops.build_runner(eqn, f"{base}_{n}")
-            for n, eqn in enumerate(jaxpr.eqns)
-            if native_loops.is_control_flow(eqn)
-        }
+        self.loops = {}
+        if has_loops:
+            from kiln.runtime import native_loops
+
+            self.loops = {
+                id(eqn): native_loops.build_runner(eqn, f"{base}_{n}")
+                for n, eqn in enumerate(jaxpr.eqns)
+                if native_loops.is_control_flow(eqn)
+            }
         #: user argument positions whose buffers outputs may take (see `donate`)
         self.donated: tuple[int, ...] = ()
         self._generate()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import enum
-import hashlib
 import importlib
 import io
 import logging
@@ -35,6 +34,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from kiln.core import digest
 from kiln.compiler import fusion
 from kiln.config import config
 from kiln.core.avals import ShapedArray
@@ -97,7 +97,7 @@ def _array(value, budget: list) -> tuple:
     if budget[0] < 0:
         raise _Uncacheable("constants too large to hash")
     data = np.ascontiguousarray(array).tobytes()
-    return ("array", str(array.dtype), array.shape, hashlib.sha256(data).hexdigest())
+    return ("array", str(array.dtype), array.shape, digest.hexdigest(data))
 
 
 def _param(value, budget: list):
@@ -190,7 +190,7 @@ def program_key(program: ClosedJaxpr, hidden: Sequence, name: str, tag: str) -> 
         logger.debug("kiln: %s is not cached on disk (%s)", name, err)
         return None
     text = f"{disk_cache.source_digest()} {description!r}"
-    return "program-" + hashlib.sha256(text.encode()).hexdigest()
+    return "program-" + digest.hexdigest(text)
 
 
 # --- records: plans with the jaxpr's objects as references -----------------------------------

@@ -14,7 +14,7 @@ from typing import Container, Sequence
 import numpy as np
 from llvmlite import ir
 
-from kiln.codegen.llvm import blas_calls, emit_vector, scalar_ops, target
+from kiln.codegen.llvm import emit_vector, scalar_ops, target
 from kiln.codegen.llvm import types as T
 from kiln.codegen.llvm.loops import entry_alloca, for_range, if_then
 from kiln.compiler import kir, kir_rewrite
@@ -377,6 +377,8 @@ class _KernelEmitter:
             )
         )
         shape = tuple(e.value if isinstance(e, kir.Const) else None for e in (call.m, call.n))
+        from kiln.codegen.llvm import blas_calls  # (with the gemm kernels: only for products)
+
         blas_calls.emit_gemm(
             self.builder, call.c.dtype, call.trans_a, call.trans_b, m, n, k,
             a, call.lda, b, call.ldb, c, call.ldc, shape,

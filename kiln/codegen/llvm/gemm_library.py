@@ -15,12 +15,12 @@ programs compiled for different targets in one process never share machine code.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 
 import numpy as np
 from llvmlite import ir
 
+from kiln.core import digest
 from kiln.codegen.llvm import packed_gemm, small_gemm
 from kiln.codegen.llvm import target as target_module
 from kiln.codegen.llvm import types as T
@@ -54,7 +54,7 @@ _targets: dict[str, target_module.Target] = {}
 
 
 def _tag(target: target_module.Target) -> str:
-    return hashlib.sha256(target.cache_tag.encode()).hexdigest()[:12]
+    return digest.hexdigest(target.cache_tag)[:12]
 
 
 def symbol(kernel: str, dtype, target: target_module.Target | None = None) -> str:

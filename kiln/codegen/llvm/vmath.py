@@ -29,42 +29,43 @@ NumPy/SciPy.
 
 from __future__ import annotations
 
-from typing import Callable
+import importlib
 
 from llvmlite import ir
 
-from . import vmath_exp_log, vmath_gamma, vmath_hyperbolic, vmath_special, vmath_trig
 from .vmath_base import Emitter
 
-_OPS: dict[str, tuple[int, Callable]] = {
-    "exp": (1, vmath_exp_log.exp),
-    "exp2": (1, vmath_exp_log.exp2),
-    "expm1": (1, vmath_exp_log.expm1),
-    "log": (1, vmath_exp_log.log),
-    "log1p": (1, vmath_exp_log.log1p),
-    "log2": (1, vmath_exp_log.log2),
-    "log10": (1, vmath_exp_log.log10),
-    "pow": (2, vmath_exp_log.pow),
-    "cbrt": (1, vmath_exp_log.cbrt),
-    "tanh": (1, vmath_hyperbolic.tanh),
-    "logistic": (1, vmath_hyperbolic.logistic),
-    "sinh": (1, vmath_hyperbolic.sinh),
-    "cosh": (1, vmath_hyperbolic.cosh),
-    "asinh": (1, vmath_hyperbolic.asinh),
-    "acosh": (1, vmath_hyperbolic.acosh),
-    "atanh": (1, vmath_hyperbolic.atanh),
-    "sin": (1, vmath_trig.sin),
-    "cos": (1, vmath_trig.cos),
-    "tan": (1, vmath_trig.tan),
-    "atan": (1, vmath_trig.atan),
-    "atan2": (2, vmath_trig.atan2),
-    "asin": (1, vmath_trig.asin),
-    "acos": (1, vmath_trig.acos),
-    "erf": (1, vmath_special.erf),
-    "erfc": (1, vmath_special.erfc),
-    "erf_inv": (1, vmath_special.erf_inv),
-    "lgamma": (1, vmath_gamma.lgamma),
-    "digamma": (1, vmath_gamma.digamma),
+#: op -> (operand count, family module, rule name); a family is imported the first time one of
+#: its ops is emitted (most programs need one or two of the five).
+_OPS: dict[str, tuple[int, str, str]] = {
+    "exp": (1, "vmath_exp_log", "exp"),
+    "exp2": (1, "vmath_exp_log", "exp2"),
+    "expm1": (1, "vmath_exp_log", "expm1"),
+    "log": (1, "vmath_exp_log", "log"),
+    "log1p": (1, "vmath_exp_log", "log1p"),
+    "log2": (1, "vmath_exp_log", "log2"),
+    "log10": (1, "vmath_exp_log", "log10"),
+    "pow": (2, "vmath_exp_log", "pow"),
+    "cbrt": (1, "vmath_exp_log", "cbrt"),
+    "tanh": (1, "vmath_hyperbolic", "tanh"),
+    "logistic": (1, "vmath_hyperbolic", "logistic"),
+    "sinh": (1, "vmath_hyperbolic", "sinh"),
+    "cosh": (1, "vmath_hyperbolic", "cosh"),
+    "asinh": (1, "vmath_hyperbolic", "asinh"),
+    "acosh": (1, "vmath_hyperbolic", "acosh"),
+    "atanh": (1, "vmath_hyperbolic", "atanh"),
+    "sin": (1, "vmath_trig", "sin"),
+    "cos": (1, "vmath_trig", "cos"),
+    "tan": (1, "vmath_trig", "tan"),
+    "atan": (1, "vmath_trig", "atan"),
+    "atan2": (2, "vmath_trig", "atan2"),
+    "asin": (1, "vmath_trig", "asin"),
+    "acos": (1, "vmath_trig", "acos"),
+    "erf": (1, "vmath_special", "erf"),
+    "erfc": (1, "vmath_special", "erfc"),
+    "erf_inv": (1, "vmath_special", "erf_inv"),
+    "lgamma": (1, "vmath_gamma", "lgamma"),
+    "digamma": (1, "vmath_gamma", "digamma"),
 }
 
 SUPPORTED: frozenset[str] = frozenset(_OPS)
@@ -220,7 +221,7 @@ def emit(builder: ir.IRBuilder, op: str, *args: ir.Value) -> ir.Value:
     """
     if op not in _OPS:
         raise ValueError(f"vmath has no op {op!r}; supported ops are {sorted(SUPPORTED)}")
-    arity, rule = _OPS[op]
+    arity, family, name = _OPS[op]
     if len(args) != arity:
         raise TypeError(f"vmath op {op!r} takes {arity} operand(s), got {len(args)}")
     ty = args[0].type
@@ -228,4 +229,5 @@ def emit(builder: ir.IRBuilder, op: str, *args: ir.Value) -> ir.Value:
         raise TypeError(
             f"vmath op {op!r} needs operands of one type, got {[str(arg.type) for arg in args]}"
         )
+    rule = getattr(importlib.import_module(f"{__package__}.{family}"), name)
     return rule(Emitter(builder, ty), *args)
