@@ -10,8 +10,9 @@ import pytest
 
 import kiln
 import kiln.numpy as jnp
+from kiln.core.avals import ShapedArray
 from kiln.runtime import cache
-from kiln.runtime.native_call import SmallOutputs, data_address
+from kiln.runtime.native_call import FirstCallOutputs, SmallOutputs, data_address
 
 
 def test_many_small_outputs_keep_their_own_values():
@@ -132,3 +133,55 @@ def test_a_large_numpy_argument_is_not_copied():
     np.testing.assert_array_equal(np.asarray(f(x.astype(np.float64))), np.asarray(f(x)))
     strided = np.ones((512, 1024), np.float32)[:, ::2]
     np.testing.assert_array_equal(np.asarray(f(strided)), np.asarray(f(x)))
+
+
+# --- the first call's large outputs, faulted in while the program compiles ----------------
+
+
+def test_first_call_outputs_are_prepared_then_handed_out_once():
+    rows = FirstCallOutputs.ARRAY_BYTES // 4  # (two float32 outputs of 4 such rows each)
+    f = kiln.jit(lambda x: (x * 2.0, x + 1.0))
+    x = np.arange(4 * rows, dtype=np.float32).reshape(4, rows)
+    first = f(x)
+    second = f(x + 10.0)  # must not write into the first call's outputs
+    third = f(x - 1.0)
+    for out, shift in ((first, 0.0), (second, 10.0), (third, -1.0)):
+        np.testing.assert_array_equal(np.asarray(out[0]), (x + shift) * 2.0)
+        np.testing.assert_array_equal(np.asarray(out[1]), (x + shift) + 1.0)
+    outs = [o._value for call in (first, second, third) for o in call]
+    assert len({data_address(o) for o in outs}) == len(outs)
+
+
+def test_first_call_outputs_install_only_what_a_call_allocates():
+    namespace = {"empty": np.empty}
+    small = ShapedArray((4,), np.dtype(np.float32))
+    FirstCallOutputs.install(namespace, [small])  # (too small: nothing prepared)
+    assert namespace["empty"] is np.empty
+    big = ShapedArray((FirstCallOutputs.MIN_BYTES // 8,), np.dtype(np.float64))
+    FirstCallOutputs.install(namespace, [big])
+    assert namespace["empty"] is not np.empty
+    out = namespace["empty"]((FirstCallOutputs.MIN_BYTES // 8,), np.dtype(np.float64))
+    assert out.shape == (FirstCallOutputs.MIN_BYTES // 8,) and not out.any()  # (touched: zeros)
+    assert namespace["empty"] is np.empty  # (none left: plain np.empty from now on)
+    FirstCallOutputs.install(namespace, [big])
+    other = namespace["empty"]((3,), np.dtype(np.float32))  # not prepared: np.empty, and the
+    assert other.shape == (3,) and namespace["empty"] is np.empty  # prepared ones dropped
+
+
+def test_first_calls_from_threads_at_once_get_their_own_outputs():
+    n = FirstCallOutputs.MIN_BYTES // 4
+    f = kiln.jit(lambda x, k: x * k)
+    x = np.ones(n, np.float32)
+    results = {}
+
+    def call(k):
+        results[k] = f(x, np.float32(k))
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k, out in results.items():
+        np.testing.assert_array_equal(np.asarray(out), np.full(n, k, np.float32))
+    assert len({data_address(out._value) for out in results.values()}) == 4

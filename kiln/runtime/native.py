@@ -32,6 +32,7 @@ from kiln.runtime.executable import Executable, impl_call_lines
 from kiln.runtime.native_call import (
     DATA_OFFSET,
     FAST_ADDRESS,
+    FirstCallOutputs,
     SmallOutputs,
     held_address,
     data_address,
@@ -391,6 +392,17 @@ class NativeExecutable(Executable):
             for buffer in segment.scratch:
                 if (segment_number, buffer) in plan.slot_of:  # (all but empty ones)
                     entries.append(((segment_number, buffer), buffer.shape, buffer.dtype))
+        if not self.raw:
+            # The native outputs each call allocates, faulted in while the program compiles
+            # (the segments compile below, as their entries are asked for).
+            fresh = [
+                var.aval
+                for segment in self.segments
+                if segment is not None
+                for var in segment.outputs
+                if var not in plan.slot_of and var not in self.donation
+            ]
+            FirstCallOutputs.install(namespace, fresh)
         scratch_local: dict = {}
         kept_make = memory_plan.scratch_maker(plan, entries, kept=True)
         per_call_make = memory_plan.scratch_maker(plan, entries, kept=False)

@@ -20,6 +20,7 @@ import numpy as np
 from kiln.core.array import Array
 
 __all__ = [
+    "FirstCallOutputs",
     "SmallOutputs",
     "data_address",
     "donated_buffer",
@@ -71,6 +72,67 @@ def _usable(array: np.ndarray, dtype: np.dtype) -> bool:
         and array.dtype == dtype
         and data_address(array) % max(dtype.itemsize, 1) == 0
     )
+
+
+class FirstCallOutputs:
+    """The large outputs of a new executable's first call, allocated when its call path is
+    generated and faulted in on the helper thread (llvm_threads.side_thread, idle until the
+    first module is emitted) while the program compiles: the first call of a program writing
+    16 MB spent ~3 ms of its run faulting fresh pages in on the calling thread.
+
+    `empty(shape, dtype)` stands in for np.empty in the generated code's namespace: it hands
+    out a prepared buffer of that shape and dtype, and rebinds the namespace's `empty` to
+    np.empty once none is left or one is asked for that was not prepared."""
+
+    #: Outputs at least this large are prepared, when they add up to MIN_BYTES..MAX_BYTES.
+    ARRAY_BYTES = 1 << 18
+    MIN_BYTES = 1 << 20
+    MAX_BYTES = 1 << 28
+
+    def __init__(self, namespace: dict, buffers: dict, touched):
+        self._namespace = namespace
+        self._buffers = buffers  # (shape, dtype) -> [arrays]
+        self._touched = touched  # the helper's future
+
+    @classmethod
+    def install(cls, namespace: dict, avals: Sequence) -> None:
+        """Prepare outputs of these avals (those large enough) for `namespace`'s first call."""
+        wanted = [
+            (tuple(a.shape), np.dtype(a.dtype))
+            for a in avals
+            if np.prod(a.shape, dtype=np.int64) * np.dtype(a.dtype).itemsize >= cls.ARRAY_BYTES
+        ]
+        total = sum(int(np.prod(s, dtype=np.int64)) * d.itemsize for s, d in wanted)
+        if not cls.MIN_BYTES <= total <= cls.MAX_BYTES:
+            return
+        from kiln.runtime.llvm_threads import side_thread
+
+        buffers: dict = {}
+        arrays = []
+        for shape, dtype in wanted:
+            array = np.empty(shape, dtype)
+            buffers.setdefault((shape, dtype), []).append(array)
+            arrays.append((array.ctypes.data, array.nbytes))
+        touched = side_thread().submit(_touch, arrays)
+        namespace["empty"] = cls(namespace, buffers, touched).empty
+
+    def empty(self, shape, dtype):
+        stack = self._buffers.get((shape, dtype))
+        if not stack:
+            self._namespace["empty"] = np.empty
+            self._buffers.clear()
+            return np.empty(shape, dtype)
+        self._touched.result()  # (done long before, unless the call came first)
+        array = stack.pop()
+        if not any(self._buffers.values()):
+            self._namespace["empty"] = np.empty
+        return array
+
+
+def _touch(regions) -> None:
+    """Fault memory in: memset releases the GIL, so this runs next to the compiling thread."""
+    for address, size in regions:
+        ctypes.memset(address, 0, size)
 
 
 class SmallOutputs:
