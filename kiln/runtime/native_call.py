@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import queue
 import sys
 import threading
@@ -26,6 +27,7 @@ __all__ = [
     "donated_buffer",
     "held_address",
     "host_buffer",
+    "memory_thread",
     "thread_pool",
 ]
 
@@ -76,9 +78,9 @@ def _usable(array: np.ndarray, dtype: np.dtype) -> bool:
 
 class FirstCallOutputs:
     """The large outputs of a new executable's first call, allocated when its call path is
-    generated and faulted in on the helper thread (llvm_threads.side_thread, idle until the
-    first module is emitted) while the program compiles: the first call of a program writing
-    16 MB spent ~3 ms of its run faulting fresh pages in on the calling thread.
+    generated and faulted in on memory_thread() while the program compiles: the first call of
+    a program writing 16 MB spent ~3 ms of its run faulting fresh pages in on the calling
+    thread.
 
     `empty(shape, dtype)` stands in for np.empty in the generated code's namespace: it hands
     out a prepared buffer of that shape and dtype, and rebinds the namespace's `empty` to
@@ -105,15 +107,13 @@ class FirstCallOutputs:
         total = sum(int(np.prod(s, dtype=np.int64)) * d.itemsize for s, d in wanted)
         if not cls.MIN_BYTES <= total <= cls.MAX_BYTES:
             return
-        from kiln.runtime.llvm_threads import side_thread
-
         buffers: dict = {}
         arrays = []
         for shape, dtype in wanted:
             array = np.empty(shape, dtype)
             buffers.setdefault((shape, dtype), []).append(array)
             arrays.append((array.ctypes.data, array.nbytes))
-        touched = side_thread().submit(_touch, arrays)
+        touched = memory_thread().submit(_touch, arrays)
         namespace["empty"] = cls(namespace, buffers, touched).empty
 
     def empty(self, shape, dtype):
@@ -127,6 +127,22 @@ class FirstCallOutputs:
         if not any(self._buffers.values()):
             self._namespace["empty"] = np.empty
         return array
+
+
+_memory_pool = None  # (executor, the process id that made it)
+_memory_pool_lock = threading.Lock()
+
+
+def memory_thread():
+    """The thread that faults in a new executable's first-call memory while it compiles (its
+    own, not LLVM's helper, which it must not hold up). A forked child makes its own."""
+    global _memory_pool
+    with _memory_pool_lock:
+        if _memory_pool is None or _memory_pool[1] != os.getpid():
+            from concurrent.futures import ThreadPoolExecutor
+
+            _memory_pool = (ThreadPoolExecutor(1, thread_name_prefix="kiln-memory"), os.getpid())
+        return _memory_pool[0]
 
 
 def _touch(regions) -> None:
