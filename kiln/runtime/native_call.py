@@ -112,7 +112,7 @@ class FirstCallOutputs:
         for shape, dtype in wanted:
             array = np.empty(shape, dtype)
             buffers.setdefault((shape, dtype), []).append(array)
-            arrays.append((array.ctypes.data, array.nbytes))
+            arrays.append(array)  # (the job holds them: dropped buffers stay valid till done)
         touched = memory_thread().submit(_touch, arrays)
         namespace["empty"] = cls(namespace, buffers, touched).empty
 
@@ -145,10 +145,10 @@ def memory_thread():
         return _memory_pool[0]
 
 
-def _touch(regions) -> None:
+def _touch(arrays) -> None:
     """Fault memory in: memset releases the GIL, so this runs next to the compiling thread."""
-    for address, size in regions:
-        ctypes.memset(address, 0, size)
+    for array in arrays:
+        ctypes.memset(array.ctypes.data, 0, array.nbytes)
 
 
 class SmallOutputs:
