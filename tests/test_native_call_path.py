@@ -185,3 +185,23 @@ def test_first_calls_from_threads_at_once_get_their_own_outputs():
     for k, out in results.items():
         np.testing.assert_array_equal(np.asarray(out), np.full(n, k, np.float32))
     assert len({data_address(out._value) for out in results.values()}) == 4
+
+
+def test_prepared_first_call_outputs_that_no_call_takes_are_bounded(monkeypatch):
+    """Programs compiled ahead and never called hold at most MAX_BYTES of prepared outputs:
+    preparing more drops the oldest, whose calls then allocate as usual."""
+    for earlier, _ in list(FirstCallOutputs._pending.values()):  # (other tests' programs)
+        earlier._release()
+    size = FirstCallOutputs.MIN_BYTES // 4
+    monkeypatch.setattr(FirstCallOutputs, "MAX_BYTES", 3 * FirstCallOutputs.MIN_BYTES)
+    aval = ShapedArray((size,), np.dtype(np.float32))
+    namespaces = [{"empty": np.empty} for _ in range(5)]
+    for namespace in namespaces:
+        FirstCallOutputs.install(namespace, [aval])
+    prepared = [ns["empty"] is not np.empty for ns in namespaces]
+    assert prepared == [False, False, True, True, True]
+    assert FirstCallOutputs._pending_bytes <= FirstCallOutputs.MAX_BYTES
+    for namespace in namespaces:  # every namespace still allocates what it asks for
+        out = namespace["empty"]((size,), np.dtype(np.float32))
+        assert out.shape == (size,) and namespace["empty"] is np.empty
+    assert FirstCallOutputs._pending_bytes == 0 and not FirstCallOutputs._pending

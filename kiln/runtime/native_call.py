@@ -84,12 +84,18 @@ class FirstCallOutputs:
 
     `empty(shape, dtype)` stands in for np.empty in the generated code's namespace: it hands
     out a prepared buffer of that shape and dtype, and rebinds the namespace's `empty` to
-    np.empty once none is left or one is asked for that was not prepared."""
+    np.empty once none is left or one is asked for that was not prepared. Prepared buffers
+    that no call took yet (programs compiled ahead, `.lower().compile()`, and not called) hold
+    at most MAX_BYTES in all: preparing more drops those prepared longest ago."""
 
     #: Outputs at least this large are prepared, when they add up to MIN_BYTES..MAX_BYTES.
     ARRAY_BYTES = 1 << 18
     MIN_BYTES = 1 << 20
     MAX_BYTES = 1 << 28
+
+    _pending: dict = {}  # id -> (FirstCallOutputs, bytes), oldest first
+    _pending_bytes = 0
+    _lock = threading.Lock()
 
     def __init__(self, namespace: dict, buffers: dict, touched):
         self._namespace = namespace
@@ -113,20 +119,42 @@ class FirstCallOutputs:
             array = np.empty(shape, dtype)
             buffers.setdefault((shape, dtype), []).append(array)
             arrays.append(array)  # (the job holds them: dropped buffers stay valid till done)
-        touched = memory_thread().submit(_touch, arrays)
-        namespace["empty"] = cls(namespace, buffers, touched).empty
+        prepared = cls(namespace, buffers, memory_thread().submit(_touch, arrays))
+        with cls._lock:
+            while cls._pending and cls._pending_bytes + total > cls.MAX_BYTES:
+                oldest, _ = cls._pending[next(iter(cls._pending))]
+                oldest._release_locked()
+            cls._pending[id(prepared)] = (prepared, total)
+            cls._pending_bytes += total
+        namespace["empty"] = prepared.empty
 
     def empty(self, shape, dtype):
         stack = self._buffers.get((shape, dtype))
-        if not stack:
-            self._namespace["empty"] = np.empty
-            self._buffers.clear()
+        array = None
+        if stack:
+            try:
+                array = stack.pop()
+            except IndexError:  # (another thread took the last one)
+                pass
+        if array is None:
+            self._release()
             return np.empty(shape, dtype)
         self._touched.result()  # (done long before, unless the call came first)
-        array = stack.pop()
         if not any(self._buffers.values()):
-            self._namespace["empty"] = np.empty
+            self._release()
         return array
+
+    def _release(self) -> None:
+        with self._lock:
+            self._release_locked()
+
+    def _release_locked(self) -> None:
+        """Drop what is left: the namespace allocates with np.empty from now on."""
+        self._namespace["empty"] = np.empty
+        self._buffers.clear()
+        entry = FirstCallOutputs._pending.pop(id(self), None)
+        if entry is not None:
+            FirstCallOutputs._pending_bytes -= entry[1]
 
 
 _memory_pool = None  # (executor, the process id that made it)
