@@ -332,20 +332,32 @@ class Engine:
         _load_process_symbols()
         self.target = target_
         self._lock = threading.RLock()
-        # Used for optimizing, emitting objects and printing assembly; never given to a JIT.
-        self._machine = target_.create_machine()
-        self._quick_machine = llvm_pipeline.create_machine(
-            target_.triple,
-            target_.cpu_name,
-            target_.features,
-            llvm_pipeline.CODEGEN_LEVELS["quick"],
-        )
+        # Used for optimizing a lone module, emitting its object and printing assembly
+        # (never given to a JIT); made when first needed (a stream's modules get their own).
+        self._machines: dict[str, llvm.TargetMachine] = {}
         self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = (
             weakref.WeakValueDictionary()
         )
         self.disk_cache = cache
         #: programs asked for, of which reused (loaded already); LLVM modules compiled
         self.stats = {"programs": 0, "reused": 0, "modules": 0}
+
+    def _machine(self, kind: str) -> llvm.TargetMachine:
+        """The engine's target machine of a kind, "full" (the target's own code generator
+        level) or "quick" (the quick pipeline's); callers hold the engine's lock."""
+        machine = self._machines.get(kind)
+        if machine is None:
+            machine = self._machines[kind] = (
+                self.target.create_machine()
+                if kind == "full"
+                else llvm_pipeline.create_machine(
+                    self.target.triple,
+                    self.target.cpu_name,
+                    self.target.features,
+                    llvm_pipeline.CODEGEN_LEVELS["quick"],
+                )
+            )
+        return machine
 
     def compile(self, program: kir.Program, verify: bool = True) -> NativeProgram:
         """Verify, emit, optimize and load a program; identical programs share one result."""
@@ -589,7 +601,7 @@ class Engine:
             raise
         if stream is None:
             ((name, build_module, pipeline),) = built
-            machine = self._quick_machine if pipeline == "quick" else self._machine
+            machine = self._machine("quick" if pipeline == "quick" else "full")
             module = build_module(None)
             results = {name: _optimizer.optimize(module, self.target, machine, pipeline)}
         else:
@@ -649,7 +661,7 @@ class Engine:
         them) for this engine's target."""
         with self._lock:
             return MODULE_SEPARATOR.join(
-                self._machine.emit_assembly(llvm.parse_assembly(text))
+                self._machine("full").emit_assembly(llvm.parse_assembly(text))
                 for text in llvm_ir.split(MODULE_SEPARATOR)
             )
 
