@@ -293,18 +293,57 @@ def scratch_maker(plan: MemoryPlan, entries: list, kept: bool) -> Callable[[], l
 
 
 def _allocate(sizes: list[int], prefault: bool) -> list[np.ndarray]:
-    """Byte arrays of these sizes. Slots kept between calls come from one mapping whose pages
-    the kernel maps in advance (MAP_POPULATE) when large: otherwise the first call would take
-    a page fault per 4 KiB of fresh memory."""
-    populate = getattr(mmap, "MAP_POPULATE", None)
-    if not prefault or populate is None or sum(sizes) < PREFAULT_MIN_BYTES:
+    """Byte arrays of these sizes; slots kept between calls come from one region (see
+    large_region) when they are large."""
+    if not prefault or sum(sizes) < PREFAULT_MIN_BYTES:
         return [np.empty(size, np.uint8) for size in sizes]
-    region = mmap.mmap(-1, sum(sizes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    region = large_region(sum(sizes))
+    if region is None:
+        return [np.empty(size, np.uint8) for size in sizes]
     arrays, offset = [], 0
     for size in sizes:
         arrays.append(np.frombuffer(region, np.uint8, size, offset))
         offset += size
     return arrays
+
+
+def large_region(nbytes: int) -> mmap.mmap | None:
+    """A fresh mapping for large buffers that kernels write soon, its 4 KiB pages mapped in
+    advance (MAP_POPULATE): one page fault per 4 KiB costs a first run about as much as its
+    work. None where transparent huge pages can back NumPy's own allocations (which NumPy
+    advises to use them): the kernels then fault the buffers in as they write, 2 MiB at a
+    time and on all their threads, which beat mapping in advance. (On a 2-core VM, the first
+    call of the layernorm+softmax gradient, 34 MB of scratch, median of paired runs: 141 ->
+    125 ms and 155 -> 149 ms against MAP_POPULATE, 4 ms better than one advised mapping; with
+    NumPy's advice off, faulting 4 KiB pages in the kernels was 6 ms slower.) None also
+    where mappings are unavailable."""
+    if _huge_pages():
+        return None
+    populate = getattr(mmap, "MAP_POPULATE", None)
+    if populate is None:
+        return None
+    try:
+        return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    except (OSError, ValueError):
+        return None
+
+
+_HUGE_PAGES: list = []  # [whether transparent huge pages can back a region], once known
+
+
+def _huge_pages() -> bool:
+    """Whether large NumPy allocations get transparent huge pages: the kernel offers them
+    (not "[never]") and NumPy advises them (its default on Linux)."""
+    if not _HUGE_PAGES:
+        try:
+            with open("/sys/kernel/mm/transparent_hugepage/enabled") as mode:
+                enabled = "[never]" not in mode.read()
+        except OSError:
+            enabled = False
+        core = getattr(np, "_core", None) or getattr(np, "core", None)
+        advise = getattr(getattr(core, "multiarray", None), "_get_madvise_hugepage", None)
+        _HUGE_PAGES.append(enabled and (advise is None or bool(advise())))
+    return _HUGE_PAGES[0]
 
 
 # --- what compiled.memory_analysis() returns ------------------------------------------------

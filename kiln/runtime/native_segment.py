@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import mmap
 import sys
 import threading
 import weakref
@@ -22,7 +21,7 @@ import numpy as np
 from kiln.codegen.llvm.emit import STACK_TEMP_LIMIT as STACK_LIMIT
 from kiln.compiler import fusion, kir, kir_rewrite, kir_schedule
 from kiln.config import config
-from kiln.runtime import engine
+from kiln.runtime import engine, memory_plan
 from kiln.runtime.native_call import data_address, thread_pool
 
 __all__ = ["NativeSegment", "PARALLEL_MIN_WORK"]
@@ -460,14 +459,12 @@ class NativeSegment:
 
 
 def _prefaulted(buffers: list) -> list[np.ndarray]:
-    """Arrays for the temps a segment keeps, from one mapping whose pages the kernel maps in
-    advance (MAP_POPULATE): the first run would otherwise take a page fault per 4 KiB of
-    fresh memory, which on some machines costs as much as the kernels themselves."""
+    """Arrays for the temps a segment keeps, from one large region when they are large
+    (memory_plan.large_region: huge pages, else pages mapped in advance)."""
     sizes = [-(-b.nbytes // CHUNK_ALIGN) * CHUNK_ALIGN for b in buffers]
-    populate = getattr(mmap, "MAP_POPULATE", None)
-    if populate is None or sum(sizes) < PREFAULT_MIN_BYTES:
+    region = memory_plan.large_region(sum(sizes)) if sum(sizes) >= PREFAULT_MIN_BYTES else None
+    if region is None:
         return [np.empty(b.shape, b.dtype) for b in buffers]
-    region = mmap.mmap(-1, sum(sizes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
     arrays, offset = [], 0
     for buffer, size in zip(buffers, sizes):
         array = np.frombuffer(region, buffer.dtype, buffer.size, offset).reshape(buffer.shape)
