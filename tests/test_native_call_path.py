@@ -15,6 +15,15 @@ from kiln.runtime import cache
 from kiln.runtime.native_call import FirstCallOutputs, SmallOutputs, data_address
 
 
+def _run_threads(target, count: int) -> None:
+    """target(0), ..., target(count - 1), each on a thread of its own, all started at once."""
+    threads = [threading.Thread(target=target, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def test_many_small_outputs_keep_their_own_values():
     f = kiln.jit(lambda x, k: (x * k, jnp.sum(x) * k))
     x = jnp.arange(4.0)
@@ -56,11 +65,7 @@ def test_threads_calling_at_once_get_distinct_outputs():
     def worker(t):
         results[t] = [(k, f(x, jnp.float32(100 * t + k))) for k in range(200)]
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _run_threads(worker, 4)
     for t, outs in results.items():
         for k, out in outs:
             np.testing.assert_array_equal(np.asarray(out), np.full(8, 100 * t + k, np.float32))
@@ -177,11 +182,7 @@ def test_first_calls_from_threads_at_once_get_their_own_outputs():
     def call(k):
         results[k] = f(x, np.float32(k))
 
-    threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _run_threads(call, 4)
     for k, out in results.items():
         np.testing.assert_array_equal(np.asarray(out), np.full(n, k, np.float32))
     assert len({data_address(out._value) for out in results.values()}) == 4
