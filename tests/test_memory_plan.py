@@ -616,6 +616,7 @@ def test_large_scratch_from_either_kind_of_memory_gives_the_same_results(monkeyp
     results match a NumPy reference."""
     monkeypatch.setattr(memory_plan, "_HUGE_PAGES", [huge])
     assert (memory_plan.large_region(8 * MB) is None) == huge
+    assert memory_plan.large_region(memory_plan.PREFAULT_MIN_BYTES - 1) is None
     sizes = [3 * MB, 2 * MB + 64, 5 * MB]
     slots = memory_plan._allocate(sizes, prefault=True)
     assert [s.nbytes for s in slots] == sizes

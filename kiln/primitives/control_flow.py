@@ -20,4 +20,8 @@ __all__ = [
     "cond_p",
     "while_p",
     "scan_p",
+    "CONTROL_FLOW_PRIMITIVES",
 ]
+
+#: The primitives whose equations hold sub-programs run per iteration or branch.
+CONTROL_FLOW_PRIMITIVES = (while_p, scan_p, cond_p)

@@ -32,7 +32,7 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as llvm
 
-from kiln.core import digest as sha
+from kiln.core import digest
 
 logger = logging.getLogger("kiln")
 
@@ -96,11 +96,11 @@ def source_digest(prefixes: tuple[str, ...] = ("",)) -> str:
     number never finds its predecessor's entries (which stay valid for that one)."""
     found = _source_digests.get(prefixes)
     if found is None:
-        digest = sha.sha256()
+        hasher = digest.sha256()
         for name, size, modified in _sources():
             if name.startswith(prefixes):
-                digest.update(f"{name}\0{size}\0{modified}\0".encode())
-        found = _source_digests[prefixes] = digest.hexdigest()
+                hasher.update(f"{name}\0{size}\0{modified}\0".encode())
+        found = _source_digests[prefixes] = hasher.hexdigest()
     return found
 
 
@@ -182,7 +182,7 @@ class DiskCache:
             or sum(sizes) != len(payload)
         ):
             raise CorruptEntry("payload length mismatch")
-        if sha.hexdigest(payload) != header.get("sha256"):
+        if digest.hexdigest(payload) != header.get("sha256"):
             raise CorruptEntry("checksum mismatch")
         object_bytes = payload[: sizes[0]]
         ir_text = payload[sizes[0] :].decode("utf-8", "replace") if sizes[1] else None
@@ -198,7 +198,7 @@ class DiskCache:
             self.identity,
             key=key,
             sizes=[len(object_bytes), len(ir_bytes)],
-            sha256=sha.hexdigest(payload),
+            sha256=digest.hexdigest(payload),
         )
         import json
 

@@ -334,7 +334,7 @@ class Engine:
         self._lock = threading.RLock()
         # Used for optimizing a lone module, emitting its object and printing assembly
         # (never given to a JIT); made when first needed (a stream's modules get their own).
-        self._machines: dict[str, llvm.TargetMachine] = {}
+        self._machines: dict[int, llvm.TargetMachine] = {}
         self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = (
             weakref.WeakValueDictionary()
         )
@@ -342,21 +342,13 @@ class Engine:
         #: programs asked for, of which reused (loaded already); LLVM modules compiled
         self.stats = {"programs": 0, "reused": 0, "modules": 0}
 
-    def _machine(self, kind: str) -> llvm.TargetMachine:
-        """The engine's target machine of a kind, "full" (the target's own code generator
-        level) or "quick" (the quick pipeline's); callers hold the engine's lock."""
-        machine = self._machines.get(kind)
+    def _machine(self, pipeline: str) -> llvm.TargetMachine:
+        """The engine's target machine for a pipeline's modules (one per code generator level,
+        made when first needed); callers hold the engine's lock."""
+        level = llvm_pipeline.CODEGEN_LEVELS[pipeline]
+        machine = self._machines.get(level)
         if machine is None:
-            machine = self._machines[kind] = (
-                self.target.create_machine()
-                if kind == "full"
-                else llvm_pipeline.create_machine(
-                    self.target.triple,
-                    self.target.cpu_name,
-                    self.target.features,
-                    llvm_pipeline.CODEGEN_LEVELS["quick"],
-                )
-            )
+            machine = self._machines[level] = self.target.create_machine(level)
         return machine
 
     def compile(self, program: kir.Program, verify: bool = True) -> NativeProgram:
@@ -601,7 +593,7 @@ class Engine:
             raise
         if stream is None:
             ((name, build_module, pipeline),) = built
-            machine = self._machine("quick" if pipeline == "quick" else "full")
+            machine = self._machine(pipeline)
             module = build_module(None)
             results = {name: _optimizer.optimize(module, self.target, machine, pipeline)}
         else:

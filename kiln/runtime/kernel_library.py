@@ -43,7 +43,7 @@ def _key(target: target_module.Target, kernel: str, dtype) -> tuple[str, str, np
 
 
 def _compile(text: str, target: target_module.Target) -> bytes:
-    machine = llvm_pipeline.create_machine(target.triple, target.cpu_name, target.features)
+    machine = target.create_machine()
     # (The lean pipeline: the kernels are vectorized by hand, and O3's unrolling made them no
     # faster, bigger and 2.5 times slower to compile.)
     return llvm_pipeline.compile_private(text, machine, "lean")[1]

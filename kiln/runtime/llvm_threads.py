@@ -18,7 +18,6 @@ emitted the caller compiles what is left next to the helper.
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import sys
 import threading
@@ -32,21 +31,14 @@ from kiln.config import config
 
 #: The interpreter's switch interval (seconds) while a stream is open (see Stream).
 SWITCH_INTERVAL = 0.0005
-_side_pool = None  # (executor, the process id that made it)
-_side_pool_lock = threading.Lock()
 
 
 def side_thread():
     """The helper thread that compiles modules next to the compiling thread (one thread: the
-    engine's lock lets one compile run at a time). A forked child makes its own: the parent's
-    thread does not exist there."""
-    global _side_pool
-    with _side_pool_lock:
-        if _side_pool is None or _side_pool[1] != os.getpid():
-            from concurrent.futures import ThreadPoolExecutor
+    engine's lock lets one compile run at a time; native_call.single_thread)."""
+    from kiln.runtime.native_call import single_thread
 
-            _side_pool = (ThreadPoolExecutor(1, thread_name_prefix="kiln-llvm"), os.getpid())
-        return _side_pool[0]
+    return single_thread("llvm")
 
 
 def _compile_private(
@@ -55,9 +47,7 @@ def _compile_private(
     """Compile a module built in a context of its own, (module, context), with a machine of
     its own."""
     module, context = built
-    machine = llvm_pipeline.create_machine(
-        target_.triple, target_.cpu_name, target_.features, llvm_pipeline.CODEGEN_LEVELS[pipeline]
-    )
+    machine = target_.create_machine(llvm_pipeline.CODEGEN_LEVELS[pipeline])
     result = llvm_pipeline.compile_module_private(module, machine, pipeline)
     del module, built  # (before the context)
     return result

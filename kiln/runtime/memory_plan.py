@@ -34,7 +34,8 @@ ARENA_MAX_BYTES = 64 << 20
 #: All executables together keep at most this many bytes of scratch: filling one arena beyond
 #: it empties those filled longest ago (see `fill`).
 ARENAS_MAX_BYTES = 512 << 20
-#: Kept slots totalling at least this many bytes are mapped in advance (see _allocate).
+#: Kept scratch (arenas, segment temps) totalling at least this many bytes comes from
+#: large_region.
 PREFAULT_MIN_BYTES = 1 << 22
 
 #: Primitives whose reference impl always returns new arrays, never a view of an operand
@@ -295,9 +296,7 @@ def scratch_maker(plan: MemoryPlan, entries: list, kept: bool) -> Callable[[], l
 def _allocate(sizes: list[int], prefault: bool) -> list[np.ndarray]:
     """Byte arrays of these sizes; slots kept between calls come from one region (see
     large_region) when they are large."""
-    if not prefault or sum(sizes) < PREFAULT_MIN_BYTES:
-        return [np.empty(size, np.uint8) for size in sizes]
-    region = large_region(sum(sizes))
+    region = large_region(sum(sizes)) if prefault else None
     if region is None:
         return [np.empty(size, np.uint8) for size in sizes]
     arrays, offset = [], 0
@@ -308,16 +307,16 @@ def _allocate(sizes: list[int], prefault: bool) -> list[np.ndarray]:
 
 
 def large_region(nbytes: int) -> mmap.mmap | None:
-    """A fresh mapping for large buffers that kernels write soon, its 4 KiB pages mapped in
-    advance (MAP_POPULATE): one page fault per 4 KiB costs a first run about as much as its
-    work. None where transparent huge pages can back NumPy's own allocations (which NumPy
-    advises to use them): the kernels then fault the buffers in as they write, 2 MiB at a
-    time and on all their threads, which beat mapping in advance. (On a 2-core VM, the first
-    call of the layernorm+softmax gradient, 34 MB of scratch, median of paired runs: 141 ->
-    125 ms and 155 -> 149 ms against MAP_POPULATE, 4 ms better than one advised mapping; with
-    NumPy's advice off, faulting 4 KiB pages in the kernels was 6 ms slower.) None also
-    where mappings are unavailable."""
-    if _huge_pages():
+    """A fresh mapping for buffers of nbytes in all that kernels write soon, its 4 KiB pages
+    mapped in advance (MAP_POPULATE): one page fault per 4 KiB costs a first run about as
+    much as its work. None below PREFAULT_MIN_BYTES, where mappings are unavailable, and
+    where transparent huge pages can back NumPy's own allocations (which NumPy advises to
+    use them): the kernels then fault the buffers in as they write, 2 MiB at a time and on
+    all their threads, which beat mapping in advance. (On a 2-core VM, the first call of the
+    layernorm+softmax gradient, 34 MB of scratch, median of paired runs: 141 -> 125 ms and
+    155 -> 149 ms against MAP_POPULATE, 4 ms better than one advised mapping; with NumPy's
+    advice off, faulting 4 KiB pages in the kernels was 6 ms slower.)"""
+    if nbytes < PREFAULT_MIN_BYTES or _huge_pages():
         return None
     populate = getattr(mmap, "MAP_POPULATE", None)
     if populate is None:

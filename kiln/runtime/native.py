@@ -40,7 +40,7 @@ from kiln.runtime.native_call import (
     from_address,
     host_buffer,
 )
-from kiln.primitives.control_flow import cond_p, scan_p, while_p
+from kiln.primitives.control_flow import CONTROL_FLOW_PRIMITIVES
 from kiln.runtime import memory_plan, program_cache
 from kiln.runtime.cache import intern_signature
 from kiln.runtime.native_segment import NativeSegment
@@ -92,7 +92,7 @@ def _identifier(name: str) -> str:
 
 def _is_control_flow(eqn) -> bool:
     """native_loops.is_control_flow, importing the loop machinery only for a loop or branch."""
-    if eqn.primitive not in (while_p, scan_p, cond_p):
+    if eqn.primitive not in CONTROL_FLOW_PRIMITIVES:
         return False
     from kiln.runtime import native_loops
 

@@ -28,6 +28,7 @@ __all__ = [
     "held_address",
     "host_buffer",
     "memory_thread",
+    "single_thread",
     "thread_pool",
 ]
 
@@ -157,20 +158,29 @@ class FirstCallOutputs:
             FirstCallOutputs._pending_bytes -= entry[1]
 
 
-_memory_pool = None  # (executor, the process id that made it)
-_memory_pool_lock = threading.Lock()
+_executors: dict = {}  # name -> (executor, the process id that made it)
+_executors_lock = threading.Lock()
+
+
+def single_thread(name: str):
+    """A process-wide executor of one thread named kiln-`name`, made on first use. A forked
+    child makes its own: the parent's thread does not exist there."""
+    with _executors_lock:
+        found = _executors.get(name)
+        if found is None or found[1] != os.getpid():
+            from concurrent.futures import ThreadPoolExecutor
+
+            found = _executors[name] = (
+                ThreadPoolExecutor(1, thread_name_prefix=f"kiln-{name}"),
+                os.getpid(),
+            )
+        return found[0]
 
 
 def memory_thread():
     """The thread that faults in a new executable's first-call memory while it compiles (its
-    own, not LLVM's helper, which it must not hold up). A forked child makes its own."""
-    global _memory_pool
-    with _memory_pool_lock:
-        if _memory_pool is None or _memory_pool[1] != os.getpid():
-            from concurrent.futures import ThreadPoolExecutor
-
-            _memory_pool = (ThreadPoolExecutor(1, thread_name_prefix="kiln-memory"), os.getpid())
-        return _memory_pool[0]
+    own, not LLVM's helper, which it must not hold up)."""
+    return single_thread("memory")
 
 
 def _touch(arrays) -> None:

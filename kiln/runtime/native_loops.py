@@ -22,7 +22,7 @@ import numpy as np
 from kiln.compiler import kir, pipeline
 from kiln.core.array import Array
 from kiln.core.jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
-from kiln.primitives.control_flow import cond_p, scan_p, while_p
+from kiln.primitives.control_flow import CONTROL_FLOW_PRIMITIVES, scan_p, while_p
 from kiln.primitives.shape import copy_p
 from kiln.runtime import native_loop_hoist, native_segment
 from kiln.runtime.native_call import host_buffer
@@ -32,13 +32,11 @@ __all__ = ["is_control_flow", "build_runner"]
 
 logger = logging.getLogger("kiln")
 
-_CONTROL_FLOW = (while_p, scan_p, cond_p)
-
 
 def is_control_flow(eqn) -> bool:
     """Whether the native backend runs eqn through compiled sub-programs (a loop or branch
     whose operands and results are all of dtypes native buffers hold)."""
-    if eqn.primitive not in _CONTROL_FLOW or eqn.effects:
+    if eqn.primitive not in CONTROL_FLOW_PRIMITIVES or eqn.effects:
         return False
     return all(
         getattr(a.aval, "dtype", None) in kir.SUPPORTED_DTYPES

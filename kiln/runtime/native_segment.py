@@ -41,8 +41,6 @@ MIN_CHUNK_WORK = 1 << 17
 #: pipeline's time, and kernels ran as fast with it, memory-bound or not), except large
 #: column reductions (see _plan_parallel).
 QUICK_MAX_WORK = 1 << 14
-#: The temps a parallel segment keeps are mapped in advance from this size on.
-PREFAULT_MIN_BYTES = 1 << 22
 
 
 # --- native segments -------------------------------------------------------------------------
@@ -462,7 +460,7 @@ def _prefaulted(buffers: list) -> list[np.ndarray]:
     """Arrays for the temps a segment keeps, from one large region when they are large
     (memory_plan.large_region: huge pages, else pages mapped in advance)."""
     sizes = [-(-b.nbytes // CHUNK_ALIGN) * CHUNK_ALIGN for b in buffers]
-    region = memory_plan.large_region(sum(sizes)) if sum(sizes) >= PREFAULT_MIN_BYTES else None
+    region = memory_plan.large_region(sum(sizes))
     if region is None:
         return [np.empty(b.shape, b.dtype) for b in buffers]
     arrays, offset = [], 0

@@ -142,9 +142,10 @@ class Target:
             [PIPELINE_VERSION, llvmlite.__version__, self.triple, self.cpu_name, self.features]
         )
 
-    def create_machine(self) -> llvm.TargetMachine:
-        """A new TargetMachine for this target (opt level 3, JIT code model)."""
-        return llvm_pipeline.create_machine(self.triple, self.cpu_name, self.features)
+    def create_machine(self, opt: int = 3) -> llvm.TargetMachine:
+        """A new TargetMachine for this target (JIT code model; `opt`: its code generator's
+        level, llvm_pipeline.create_machine)."""
+        return llvm_pipeline.create_machine(self.triple, self.cpu_name, self.features, opt)
 
     def describe(self) -> str:
         return f"{self.cpu_name}" + (f" ({self.features})" if not self.is_host else " (host)")
