@@ -35,7 +35,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from kiln.core import digest
-from kiln.codegen.llvm import emit, llvm_pipeline, objects, support, target
+from kiln.codegen.llvm import emit, ir_text, llvm_pipeline, objects, support, target
 from kiln.compiler import kir
 from kiln.config import config
 from kiln.runtime import disk_cache, kir_codec, llvm_threads
@@ -511,7 +511,7 @@ class Engine:
     def emit_ir(self, program: kir.Program) -> str:
         """The LLVM IR (text) kiln emits for a program on this engine's target."""
         with target.compiling_for(self.target):
-            return str(emit.emit_program(program))
+            return ir_text.module_text(emit.emit_program(program))
 
     @staticmethod
     def _linked(texts: list[tuple[str, str | None, set]], name: str, context=None):
@@ -566,7 +566,7 @@ class Engine:
                 def build(part, shared=shared, external=external, others=others, names=names):
                     texts = list(others[part])
                     if part in shared:
-                        texts.insert(0, (str(shared[part]), None, external[part]))
+                        texts.insert(0, (ir_text.module_text(shared[part]), None, external[part]))
                     return lambda context: self._linked(texts, names[part], context)
 
                 def submit(part, names=names, pipeline=units[0].pipeline, build=build):

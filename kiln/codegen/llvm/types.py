@@ -30,6 +30,8 @@ class _VectorType(ir.VectorType):
     16-lane constant otherwise prints every lane, and vector code is full of them (each
     polynomial coefficient of vmath), text that llvmlite builds and LLVM parses."""
 
+    prints_splat = True  # (ir_text writes these constants the same way)
+
     def format_constant(self, value):
         first = value[0]
         if all(lane is first for lane in value):  # (wrap_constant_value repeats one object)
