@@ -258,3 +258,25 @@ def test_eager_ops_are_checked_like_traced_ones():
         lax.add(jnp.ones(3), jnp.ones(3, dtype=jnp.int32))
     out = lax.add(jnp.ones(3, dtype=jnp.int8), jnp.ones(3, dtype=jnp.int8))
     assert out.dtype == np.int8 and not out.weak_type
+
+
+@pytest.mark.parametrize(
+    "fun",
+    [
+        lambda x: jnp.sum(jnp.exp(x) * 2.0) + x[0],
+        lambda x: jax.lax.cond(x[0] > 0, lambda v: v * 2.0, lambda v: -v, x),
+        lambda x: jax.lax.scan(lambda c, r: (c + r, c * r), 0.0, x),
+        lambda x: jax.lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 2.0), (0, x)),
+        lambda x: jax.jit(lambda y: jnp.sin(y) @ y)(x),
+        lambda x: jax.grad(lambda y: jnp.sum(jnp.tanh(y) ** 2))(x),
+        lambda x: jax.lax.switch(1, [jnp.sin, jnp.cos, lambda v: v + 1.0], x),
+    ],
+)
+def test_variables_are_named_as_the_printer_names_them(fun):
+    from kiln.core.jaxpr import _Names, name_variables, pp_jaxpr
+
+    closed = jax.make_jaxpr(fun)(np.arange(1.0, 5.0, dtype=np.float32))
+    printed, named = _Names(), _Names()
+    pp_jaxpr(closed.jaxpr, printed)
+    name_variables(closed.jaxpr, named)
+    assert named.names == printed.names and len(named.names) >= 3

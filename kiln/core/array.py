@@ -7,6 +7,8 @@ core/ only; its operators and methods are attached from above by `kiln.numpy.arr
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from kiln.core import dtypes
@@ -43,7 +45,7 @@ class _DeletedBuffer:
         self.shape, self.dtype = shape, dtype
 
     ndim = property(lambda self: len(self.shape))
-    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+    size = property(lambda self: int(math.prod(self.shape)))
     itemsize = property(lambda self: self.dtype.itemsize)
     nbytes = property(lambda self: self.size * self.dtype.itemsize)
 

@@ -264,6 +264,39 @@ def pp_jaxpr(jaxpr: Jaxpr, names: _Names) -> pp.Doc:
     return pp.group(pp.nest(2, body)) + pp.text(" }")
 
 
+def name_variables(jaxpr: Jaxpr, names: _Names) -> None:
+    """Name jaxpr's variables as pp_jaxpr does (in the order it prints them, sub-jaxprs in
+    parameters included) without building the document: what the compiler needs to name
+    its buffers after the printed jaxpr's variables."""
+    for var in jaxpr.constvars:
+        names(var)
+    for var in jaxpr.invars:
+        names(var)
+    for eqn in jaxpr.eqns:
+        for var in eqn.outvars:
+            names(var)
+        if eqn.params:
+            params = eqn.primitive.params_for_printing(eqn.params)
+            for key in sorted(params):
+                value = params[key]
+                if isinstance(value, (Jaxpr, ClosedJaxpr)):
+                    value = (value,)
+                elif not (
+                    isinstance(value, tuple)
+                    and value
+                    and all(isinstance(v, (Jaxpr, ClosedJaxpr)) for v in value)
+                ):
+                    continue
+                for inner in value:
+                    name_variables(inner.jaxpr if isinstance(inner, ClosedJaxpr) else inner, names)
+        for atom in eqn.invars:
+            if not isinstance(atom, Literal):
+                names(atom)
+    for atom in jaxpr.outvars:
+        if not isinstance(atom, Literal):
+            names(atom)
+
+
 # --- typechecking ----------------------------------------------------------------------------
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from kiln.compiler import kir, lower
 from kiln.config import config
 from kiln.core.array import Array
-from kiln.core.jaxpr import ClosedJaxpr, DropVar, Literal, _Names, pp_eqn, pp_jaxpr
+from kiln.core.jaxpr import ClosedJaxpr, DropVar, Literal, _Names, name_variables, pp_eqn
 from kiln.runtime.executable import Executable, impl_call_lines
 from kiln.runtime.native_call import (
     DATA_OFFSET,
@@ -136,7 +136,7 @@ class NativeExecutable(Executable):
         freeze_heap_once()
         jaxpr = program.jaxpr
         self._names = _Names()
-        pp_jaxpr(jaxpr, self._names)  # name variables as the printed jaxpr does
+        name_variables(jaxpr, self._names)  # as the printed jaxpr names them
         scalars = {}
         for var, value in zip(jaxpr.constvars, program.consts):
             host = np.asarray(value._value if isinstance(value, Array) else value)
