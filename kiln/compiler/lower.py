@@ -135,6 +135,11 @@ class Operand:
         return self.builder.read(self.atom, index)
 
 
+#: How many rules may run inside each other's operand reads (ExprBuilder); past that, reads
+#: get stand-ins and the rule runs again. About six Python frames per rule.
+NESTED_BUILDS = 24
+
+
 class ExprBuilder:
     """Builds the expression of any value of a segment at any index, memoized.
 
@@ -143,11 +148,12 @@ class ExprBuilder:
     memo is keyed by (value, index): indices are hash-consed, so a value read at the same
     index twice is one node, which the emitter computes once.
 
-    Building never recurses through the program: a rule that reads an operand not built yet
-    gets a stand-in node, the missing (operand, index) pairs go on an explicit stack, and the
-    rule runs again once they are built (so most rules run twice per (value, index): once to
-    learn what they read, once to build). A chain thousands of equations deep therefore needs
-    no deeper Python stack than a single equation.
+    A rule that reads an operand not built yet builds it first, recursively, while fewer than
+    NESTED_BUILDS rules are running: each rule then runs once per (value, index). Deeper,
+    building stops recursing: the rule gets a stand-in node, the missing (operand, index)
+    pairs go on an explicit stack, and the rule runs again once they are built (once to learn
+    what it reads, once to build). A chain thousands of equations deep therefore needs no
+    deeper Python stack than NESTED_BUILDS equations.
 
     `nodes_of[v]` collects every node that stands for v (one per distinct index it was read
     at): fusion.py counts how often those nodes run to decide what to materialize.
@@ -168,6 +174,7 @@ class ExprBuilder:
         # builds the same reduction (and so reads its operands at the indices just built).
         self._fresh_of: dict[tuple, list[Var]] = {}
         self._supported: dict[int, object] = {}  # equations whose types were checked
+        self._nested = 0  # rules running inside other rules' reads
 
     def fresh_var(self, prefix: str) -> Var:
         attempt = self._attempt
@@ -199,9 +206,15 @@ class ExprBuilder:
         if buffer is not None:
             node = self.memo[key] = Load(buffer, flat_index(aval.shape, index))
             return node
-        if self._attempt is not None:
+        if self._attempt is None:
+            return self._resolve(key)
+        if self._nested >= NESTED_BUILDS:
             return self._stand_in(key)
-        return self._resolve(key)
+        self._nested += 1
+        try:
+            return self._resolve(key)
+        finally:
+            self._nested -= 1
 
     def constant_read(self, atom, index: Sequence) -> Const | None:
         """The value of a read that needs no memory and no rule (a literal, a rank-0 constant,
