@@ -136,7 +136,8 @@ class Operand:
 
 
 #: How many rules may run inside each other's operand reads (ExprBuilder); past that, reads
-#: get stand-ins and the rule runs again. About six Python frames per rule.
+#: get stand-ins and the rule runs again. About six Python frames per rule; a caller whose
+#: stack meets the recursion limit first gets stand-ins from there on too.
 NESTED_BUILDS = 24
 
 
@@ -213,6 +214,8 @@ class ExprBuilder:
         self._nested += 1
         try:
             return self._resolve(key)
+        except RecursionError:  # (a caller deep in its own stack: this read waits instead)
+            return self._stand_in(key)
         finally:
             self._nested -= 1
 

@@ -293,6 +293,33 @@ def test_long_chain_lowers_without_deep_recursion():
     np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-3, atol=1e-4)
 
 
+def test_lowering_from_a_deep_caller_stack_still_compiles_natively():
+    """Rules build their operands recursively, up to lower.NESTED_BUILDS deep; a caller whose
+    stack is already near the recursion limit gets the iterative path (stand-ins and reruns)
+    instead of a RecursionError, which would send the program to the interpreter."""
+    import inspect
+    import sys
+
+    from kiln.runtime import engine
+
+    def chain(x):
+        for _ in range(60):
+            x = jnp.sin(x) * 1.01 + 0.5
+        return x
+
+    x = np.linspace(0.0, 1.0, 64, dtype=np.float32)
+    expected = np.asarray(kiln.jit(chain, backend="interpret")(x))
+    modules = engine.compile_stats()["modules"]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack(0)) + 100)  # (the builder alone goes ~200 deep)
+    try:
+        got = np.asarray(kiln.jit(chain)(x))
+    finally:
+        sys.setrecursionlimit(limit)
+    assert engine.compile_stats()["modules"] > modules  # (natively, not interpreted)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_heavy_stage_is_cut_only_where_few_values_cross():
     limit = fusion.MAX_SEGMENT_WEIGHT
 
