@@ -462,8 +462,12 @@ def _build(
     # (Row-local values are read only by the kernel they merge into, never a reused one.)
     reuse = _Reuse(previous, producers, materialized) if previous else None
     for group in groups:
-        body = reuse.body(group, builder) if reuse else None
-        group.kernel = Kernel(group.kernel_name, body or kernel_body(plan, group))
+        kernel = reuse.kernel(group, builder) if reuse else None
+        if kernel is None or not kernel.body:
+            kernel = Kernel(group.kernel_name, kernel_body(plan, group))
+        elif kernel.name != group.kernel_name:
+            kernel = Kernel(group.kernel_name, kernel.body, kernel.params)
+        group.kernel = kernel  # (a kernel kept whole keeps what was computed for it)
     kernels = [g.kernel for g in groups]
     used = {b for k in kernels for b in k.params}
     plan.inputs = [v for v in inputs if buffers[v] in used]
@@ -479,12 +483,13 @@ def _build(
 
 
 class _Reuse:
-    """Kernel bodies of the plan built before, for a rebuild that stores a few more values
+    """Kernels of the plan built before, for a rebuild that stores a few more values
     (plan_segment's budget loop) or merges kernels (its last build): a kernel that stores the
     same values, none of whose fused values is stored now, is the same kernel (a product: the
-    same call). Its body is reused, and the nodes that stood for
-    its fused values in that kernel go to the new builder's nodes_of, which the budget check
-    reads (so it counts what it would count had the kernel been built again)."""
+    same call). It is kept (renamed if its position changed; what was computed for it, such
+    as its evaluation counts, comes along), and the nodes that stood for its fused values in
+    it go to the new builder's nodes_of, which the budget check reads (so it counts what it
+    would count had the kernel been built again)."""
 
     def __init__(self, previous, producers, materialized):
         plan, self.stored_now = previous
@@ -511,14 +516,14 @@ class _Reuse:
                     stack.append(atom)
         return found
 
-    def body(self, group, builder) -> list | None:
+    def kernel(self, group, builder) -> Kernel | None:
         if len(group.parts) != 1:
             return None
         before = self.before.get(tuple(group.parts[0]))
         if before is None or before.product is not group.product:
             return None
         if group.product is not None:  # (a call on the same buffers)
-            return list(before.kernel.body)
+            return before.kernel
         fused = self.fused(group.parts[0])
         if fused is None:
             return None
@@ -527,7 +532,7 @@ class _Reuse:
             nodes = [n for n in self.nodes_before.get(value, ()) if n in in_kernel]
             if nodes:
                 builder.nodes_of.setdefault(value, set()).update(nodes)
-        return list(before.kernel.body)
+        return before.kernel
 
 
 def _nest(shape, index: list, body: list, bounds: dict | None = None, first: int = 0) -> list:

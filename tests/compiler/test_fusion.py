@@ -449,11 +449,11 @@ def test_replanning_reuses_unchanged_kernels_and_plans_the_same(monkeypatch):
 
     def plan(reuse: bool):
         reused, builds = [], []
-        body = fusion._Reuse.body
+        kept = fusion._Reuse.kernel
         monkeypatch.setattr(
             fusion._Reuse,
-            "body",
-            (lambda self, g, b: reused.append(body(self, g, b)) or reused[-1])
+            "kernel",
+            (lambda self, g, b: reused.append(kept(self, g, b)) or reused[-1])
             if reuse
             else (lambda self, g, b: None),
         )
