@@ -311,12 +311,19 @@ def _collect_attributes(
 
 
 @functools.lru_cache(maxsize=4096)
+def _instructions(code: types.CodeType) -> tuple[tuple[str, Any], ...]:
+    """(opname, argval) of a code object's instructions, decoded once for the analyses below
+    (dis is the slow part of recording a new function's guards)."""
+    return tuple((ins.opname, ins.argval) for ins in dis.get_instructions(code))
+
+
+@functools.lru_cache(maxsize=4096)
 def _global_loads(code: types.CodeType) -> tuple[str, ...]:
     """Names a code object (and the code objects nested in it) loads as globals."""
     names = []
-    for ins in dis.get_instructions(code):
-        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
-            names.append(ins.argval)
+    for opname, argval in _instructions(code):
+        if opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(argval, str):
+            names.append(argval)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names.extend(_global_loads(const))
@@ -328,17 +335,12 @@ def _attribute_loads_after(code: types.CodeType, first_op: tuple, first_name) ->
     directly followed by an attribute load (`module.NAME`, `self.NAME`)."""
     pairs = []
     previous = None
-    for ins in dis.get_instructions(code):
-        if (
-            ins.opname in ("LOAD_ATTR", "LOAD_METHOD")
-            and previous is not None
-            and isinstance(ins.argval, str)
-        ):
-            pairs.append((previous, ins.argval))
+    for opname, argval in _instructions(code):
+        if opname in ("LOAD_ATTR", "LOAD_METHOD") and previous is not None:
+            if isinstance(argval, str):
+                pairs.append((previous, argval))
         previous = (
-            ins.argval
-            if ins.opname in first_op and (first_name is None or ins.argval == first_name)
-            else None
+            argval if opname in first_op and (first_name is None or argval == first_name) else None
         )
     return pairs
 
