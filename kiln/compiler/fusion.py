@@ -791,5 +791,28 @@ def _over_budget(plan: SegmentPlan, eqns, producers, materialized) -> set:
 
 
 def chunked_kernel(plan: SegmentPlan, group: KernelPlan, bounds: dict) -> Kernel:
-    """The group's kernel restricted to `bounds` ({dim: (start, stop)}) of its outer loops."""
-    return Kernel(group.kernel.name, kernel_body(plan, group, bounds))
+    """The group's kernel restricted to `bounds` ({dim: (start, stop)}) of its outer loops:
+    its own statements with those loops' ranges replaced, where the kernel is the loop nest
+    kernel_body builds (dims 0.. over i0..), else built again with the bounds."""
+    kernel = group.kernel
+    nest = len(group.parts) == 1 and not any(v in plan.row_local for v in group.parts[0])
+    if group.product is None and (nest or set(bounds) == {0}):  # (a merged kernel: dim 0)
+        body = _bounded(kernel.body, bounds, 0)
+        if body is not None:
+            return Kernel(kernel.name, body, kernel.params)
+    return Kernel(kernel.name, kernel_body(plan, group, bounds))
+
+
+def _bounded(stmts: tuple, bounds: dict, dim: int) -> list | None:
+    """stmts, a loop nest whose loop over dim d binds i{d}, with the loops over the dims in
+    bounds (all at or below `dim`) ranging over bounds[d]; None if stmts is not such a nest."""
+    if all(d < dim for d in bounds):
+        return list(stmts)
+    if len(stmts) != 1 or not isinstance(stmts[0], Loop) or stmts[0].var.name != f"i{dim}":
+        return None
+    loop = stmts[0]
+    inner = _bounded(loop.body, bounds, dim + 1)
+    if inner is None:
+        return None
+    start, stop = bounds.get(dim, (loop.start, loop.stop))
+    return [Loop(loop.var, start, stop, inner)]
