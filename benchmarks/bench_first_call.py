@@ -5,7 +5,8 @@ Run: .venv/bin/python benchmarks/bench_first_call.py [--repeat N] [--before PATH
 JAX runs in a separate interpreter: this one if it imports jax, else $KILN_BENCH_JAX_PYTHON
 (e.g. /tmp/jaxvenv/bin/python), else it is left out. --before PATH also measures the kiln
 checkout at PATH (say, a copy of the tree without a change), so that before/after ratios come
-from one run. --warm adds warm starts: each system first fills a fresh persistent cache
+from one run; the two checkouts' processes alternate, so that the machine's drift does not
+land on one of them. --warm adds warm starts: each system first fills a fresh persistent cache
 (kiln: KILN_CACHE_DIR; JAX: jax_compilation_cache_dir, every entry kept) in one process, then
 the first call is timed in fresh processes that find every program there.
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import importlib.util
 import json
 import os
@@ -246,25 +248,40 @@ def run_one(
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def median_run(
+def median_runs(
     python: str,
     system: str,
     workload: str,
-    root: pathlib.Path,
+    roots: list[pathlib.Path],
     repeat: int,
     warm: bool = False,
-):
-    """The run with the median first call of `repeat` fresh processes; `warm`: each finds
-    the program in a persistent cache that one earlier process filled."""
-    if not warm:
-        runs = [r for r in (run_one(python, system, workload, root) for _ in range(repeat)) if r]
-    else:
-        with tempfile.TemporaryDirectory(prefix=f"first_call_{system}_") as scratch:
-            cache = os.path.join(scratch, "cache")
-            if run_one(python, system, workload, root, cache) is None:
-                return None
-            runs = [run_one(python, system, workload, root, cache) for _ in range(repeat)]
-            runs = [r for r in runs if r]
+) -> list:
+    """For each checkout in `roots`, the run with the median first call of `repeat` fresh
+    processes (None if every one failed); the checkouts' processes alternate, so that drift
+    in the machine's load lands on all of them alike. `warm`: each process finds the program
+    in a persistent cache (one per checkout) that one earlier process filled."""
+    with contextlib.ExitStack() as stack:
+        caches: list = [None] * len(roots)
+        if warm:
+            for n, root in enumerate(roots):
+                scratch = stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix=f"first_call_{system}_")
+                )
+                caches[n] = os.path.join(scratch, "cache")
+                if run_one(python, system, workload, root, caches[n]) is None:
+                    caches[n] = False  # (the filling process failed: no runs)
+        runs: list[list] = [[] for _ in roots]
+        for _ in range(repeat):
+            for n, root in enumerate(roots):
+                if caches[n] is False:
+                    continue
+                run = run_one(python, system, workload, root, caches[n])
+                if run:
+                    runs[n].append(run)
+    return [_median_of(found) for found in runs]
+
+
+def _median_of(runs: list) -> dict | None:
     if not runs:
         return None
     imports = sorted(r.get("import", 0.0) for r in runs)
@@ -312,13 +329,12 @@ def main(
         for mode in modes:
             # kiln's runs first, then JAX's, so that their worker threads never compete.
             hot = mode == "warm"
-            kiln_run = median_run(sys.executable, "kiln", workload, ROOT, repeat, hot)
-            before_run = (
-                median_run(sys.executable, "kiln", workload, before_root, repeat, hot)
-                if before_root
-                else None
+            roots = [ROOT, before_root] if before_root else [ROOT]
+            kiln_run, *before = median_runs(sys.executable, "kiln", workload, roots, repeat, hot)
+            before_run = before[0] if before else None
+            jax_run = (
+                median_runs(jax_py, "jax", workload, [ROOT], repeat, hot)[0] if jax_py else None
             )
-            jax_run = median_run(jax_py, "jax", workload, ROOT, repeat, hot) if jax_py else None
             results[workload, mode] = (kiln_run, before_run, jax_run)
 
     header = f"{'workload':42s}{'kiln':>10s}{'jax':>10s}{'kiln/jax':>9s}"
