@@ -100,11 +100,17 @@ class Target:
 
     def _feature_flag(self, name: str) -> bool | None:
         """The last explicit +name/-name in the feature string, None if absent."""
-        flag = None
+        return self._flags.get(name)
+
+    @functools.cached_property
+    def _flags(self) -> dict[str, bool]:
+        """{feature: whether its last explicit +/- entry in the feature string adds it},
+        parsed once (a host's string has a few hundred entries; emission asks per kernel)."""
+        flags: dict[str, bool] = {}
         for item in self.features.split(","):
-            if item[1:] == name and item[:1] in "+-":
-                flag = item[0] == "+"
-        return flag
+            if item[:1] in ("+", "-") and len(item) > 1:
+                flags[item[1:]] = item[0] == "+"
+        return flags
 
     @property
     def has_avx512(self) -> bool:
