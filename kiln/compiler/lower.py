@@ -135,12 +135,6 @@ class Operand:
         return self.builder.read(self.atom, index)
 
 
-#: How many rules may run inside each other's operand reads (ExprBuilder); past that, reads
-#: get stand-ins and the rule runs again. About six Python frames per rule; a caller whose
-#: stack meets the recursion limit first gets stand-ins from there on too.
-NESTED_BUILDS = 24
-
-
 class ExprBuilder:
     """Builds the expression of any value of a segment at any index, memoized.
 
@@ -149,12 +143,11 @@ class ExprBuilder:
     memo is keyed by (value, index): indices are hash-consed, so a value read at the same
     index twice is one node, which the emitter computes once.
 
-    A rule that reads an operand not built yet builds it first, recursively, while fewer than
-    NESTED_BUILDS rules are running: each rule then runs once per (value, index). Deeper,
-    building stops recursing: the rule gets a stand-in node, the missing (operand, index)
-    pairs go on an explicit stack, and the rule runs again once they are built (once to learn
-    what it reads, once to build). A chain thousands of equations deep therefore needs no
-    deeper Python stack than NESTED_BUILDS equations.
+    Building never recurses through the program: a rule that reads an operand not built yet
+    gets a stand-in node, the missing (operand, index) pairs go on an explicit stack, and the
+    rule runs again once they are built (so most rules run twice per (value, index): once to
+    learn what they read, once to build). A chain thousands of equations deep therefore needs
+    no deeper Python stack than a single equation.
 
     `nodes_of[v]` collects every node that stands for v (one per distinct index it was read
     at): fusion.py counts how often those nodes run to decide what to materialize.
@@ -175,7 +168,6 @@ class ExprBuilder:
         # builds the same reduction (and so reads its operands at the indices just built).
         self._fresh_of: dict[tuple, list[Var]] = {}
         self._supported: dict[int, object] = {}  # equations whose types were checked
-        self._nested = 0  # rules running inside other rules' reads
 
     def fresh_var(self, prefix: str) -> Var:
         attempt = self._attempt
@@ -207,17 +199,9 @@ class ExprBuilder:
         if buffer is not None:
             node = self.memo[key] = Load(buffer, flat_index(aval.shape, index))
             return node
-        if self._attempt is None:
-            return self._resolve(key)
-        if self._nested >= NESTED_BUILDS:
+        if self._attempt is not None:
             return self._stand_in(key)
-        self._nested += 1
-        try:
-            return self._resolve(key)
-        except RecursionError:  # (a caller deep in its own stack: this read waits instead)
-            return self._stand_in(key)
-        finally:
-            self._nested -= 1
+        return self._resolve(key)
 
     def constant_read(self, atom, index: Sequence) -> Const | None:
         """The value of a read that needs no memory and no rule (a literal, a rank-0 constant,

@@ -294,9 +294,9 @@ def test_long_chain_lowers_without_deep_recursion():
 
 
 def test_lowering_from_a_deep_caller_stack_still_compiles_natively():
-    """Rules build their operands recursively, up to lower.NESTED_BUILDS deep; a caller whose
-    stack is already near the recursion limit gets the iterative path (stand-ins and reruns)
-    instead of a RecursionError, which would send the program to the interpreter."""
+    """Lowering keeps its own stack (stand-ins and reruns, see lower.ExprBuilder): a caller
+    whose Python stack is already near the recursion limit still compiles natively, where a
+    recursive builder would raise RecursionError and send the program to the interpreter."""
     import inspect
     import sys
 
@@ -311,7 +311,7 @@ def test_lowering_from_a_deep_caller_stack_still_compiles_natively():
     expected = np.asarray(kiln.jit(chain, backend="interpret")(x))
     modules = engine.compile_stats()["modules"]
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(len(inspect.stack(0)) + 100)  # (the builder alone goes ~200 deep)
+    sys.setrecursionlimit(len(inspect.stack(0)) + 100)  # (a recursive build went ~200 deep)
     try:
         got = np.asarray(kiln.jit(chain)(x))
     finally:
