@@ -798,8 +798,8 @@ def chunked_kernel(plan: SegmentPlan, group: KernelPlan, bounds: dict) -> Kernel
     nest = len(group.parts) == 1 and not any(v in plan.row_local for v in group.parts[0])
     if group.product is None and (nest or set(bounds) == {0}):  # (a merged kernel: dim 0)
         body = _bounded(kernel.body, bounds, 0)
-        if body is not None:
-            return Kernel(kernel.name, body, kernel.params)
+        if body is not None:  # (its parameters found again: the bounds may read a buffer)
+            return Kernel(kernel.name, body)
     return Kernel(kernel.name, kernel_body(plan, group, bounds))
 
 
