@@ -20,7 +20,10 @@ time to its first result. The workloads:
     SGD update in one jit;
   * one transformer block (d_model 64, 4 heads, seq 64, batch 8, causal attention, pre-layernorm,
     gelu MLP of width 256): jit(value_and_grad) of the mean square of its output w.r.t. every
-    parameter.
+    parameter;
+  * the seed document's `stupid_fn` made live: x = x * x a thousand times on a float32[4],
+    returning x rather than a copy of the input (a long chain of tiny equations: the cost is
+    tracing and compiling, not running).
 kiln's phases, timed by wrapping the functions that do them: imports (the compiler's modules,
 which kiln imports when it first compiles; the wrappers need them imported ahead, so their
 import time is added to the first call), trace (jaxpr staging), passes
@@ -50,12 +53,19 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _harness import result_row  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-WORKLOADS = ("layernorm_softmax", "layernorm_softmax_grad", "mlp_step", "transformer_block")
+WORKLOADS = (
+    "layernorm_softmax",
+    "layernorm_softmax_grad",
+    "mlp_step",
+    "transformer_block",
+    "seed_multiplies",
+)
 TITLES = {
     "layernorm_softmax": "layernorm+softmax 4096x1024",
     "layernorm_softmax_grad": "layernorm+softmax grad 4096x1024",
     "mlp_step": "MLP 784-512-512-10 b128 v&g+SGD",
     "transformer_block": "transformer block d64 T64 B8 v&g",
+    "seed_multiplies": "1000 multiplies, live, f32[4]",
 }
 PHASES = ("imports", "trace", "passes", "fusion", "emit", "llvm", "load")
 
@@ -200,6 +210,13 @@ def transformer_block(heads=4, d=64, t=64, batch=8):
          "w2": normal(4 * d, d, scale=(4 * d) ** -0.5), "c2": np.zeros(d, np.float32)}
     return jit(value_and_grad(loss)), (p, normal(batch, t, d))
 
+def seed_multiplies():
+    def live_fn(x):
+        for _ in range(1000):
+            x = x * x
+        return x
+    return jit(live_fn), (np.array([1.0, 0.999, -1.0001, 0.5], np.float32),)
+
 fn, args = globals()[workload]()
 start = time.perf_counter()
 block(fn(*args))
@@ -305,7 +322,11 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def main(
-    quick: bool = False, repeat: int | None = None, before: str | None = None, warm: bool = False
+    quick: bool = False,
+    repeat: int | None = None,
+    before: str | None = None,
+    warm: bool = False,
+    workloads: tuple[str, ...] = WORKLOADS,
 ) -> list[dict]:
     repeat = repeat or (1 if quick else 3)
     jax_py = jax_python()
@@ -325,7 +346,7 @@ def main(
         print("(JAX not available: set KILN_BENCH_JAX_PYTHON)")
     modes = ("cold", "warm") if warm else ("cold",)
     results = {}
-    for workload in WORKLOADS:
+    for workload in workloads:
         for mode in modes:
             # kiln's runs first, then JAX's, so that their worker threads never compete.
             hot = mode == "warm"
@@ -409,5 +430,16 @@ if __name__ == "__main__":
     parser.add_argument(
         "--warm", action="store_true", help="also time warm starts (programs in the disk cache)"
     )
+    parser.add_argument(
+        "--only",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated workloads (default: all of {', '.join(WORKLOADS)})",
+    )
     options = parser.parse_args()
-    main(repeat=options.repeat, before=options.before, warm=options.warm)
+    chosen = tuple(name for name in options.only.split(",") if name)
+    unknown = [name for name in chosen if name not in WORKLOADS]
+    if unknown:
+        parser.error(
+            f"--only: unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}"
+        )
+    main(repeat=options.repeat, before=options.before, warm=options.warm, workloads=chosen)
