@@ -173,6 +173,53 @@ def test_first_call_outputs_install_only_what_a_call_allocates():
     assert other.shape == (3,) and namespace["empty"] is np.empty  # prepared ones dropped
 
 
+def test_outputs_prepared_early_keep_only_what_the_call_path_allocates():
+    """prepare() runs before the program is planned, from every output of the jaxpr; install()
+    later keeps only those the generated code allocates and drops the rest."""
+    for earlier, _ in list(FirstCallOutputs._pending.values()):  # (other tests' programs)
+        earlier.release()
+    n = FirstCallOutputs.MIN_BYTES // 4
+    taken = ShapedArray((n,), np.dtype(np.float32))
+    scratch = ShapedArray((2 * n,), np.dtype(np.float32))  # (say, an output a slot holds)
+    prepared = FirstCallOutputs.prepare([taken, scratch])
+    assert FirstCallOutputs._pending_bytes == 3 * n * 4
+    namespace = {"empty": np.empty}
+    FirstCallOutputs.install(namespace, [taken], prepared)
+    assert FirstCallOutputs._pending_bytes == n * 4
+    out = namespace["empty"]((n,), np.dtype(np.float32))
+    assert out.shape == (n,) and not out.any()  # (touched: zeros)
+    assert namespace["empty"] is np.empty and not FirstCallOutputs._pending
+    # Nothing left worth keeping: the namespace allocates as usual from the start.
+    prepared = FirstCallOutputs.prepare([taken])
+    namespace = {"empty": np.empty}
+    FirstCallOutputs.install(namespace, [scratch], prepared)
+    assert namespace["empty"] is np.empty and FirstCallOutputs._pending_bytes == 0
+
+
+def test_a_build_that_fails_drops_its_prepared_outputs(monkeypatch):
+    """A native build that fails after preparing its first call's outputs (the program then
+    runs through the interpreter) leaves no prepared buffers behind."""
+    from kiln.runtime import native
+
+    for earlier, _ in list(FirstCallOutputs._pending.values()):
+        earlier.release()
+
+    seen = []
+
+    def broken(self):
+        seen.append(FirstCallOutputs._pending_bytes)  # (prepared before the planner ran)
+        raise RuntimeError("a bug in the call path generator")
+
+    monkeypatch.setattr(native.NativeExecutable, "_generate", broken)
+    monkeypatch.setattr(kiln.config, "native_strict", False)
+    n = FirstCallOutputs.MIN_BYTES // 4
+    x = np.linspace(-1.0, 1.0, n, dtype=np.float32)
+    out = kiln.jit(lambda v: jnp.tanh(v) * 3.0 + 1.0)(x)
+    np.testing.assert_allclose(np.asarray(out), np.tanh(x) * 3.0 + 1.0, rtol=1e-6, atol=1e-6)
+    assert seen == [n * 4]
+    assert not FirstCallOutputs._pending and FirstCallOutputs._pending_bytes == 0
+
+
 def test_first_calls_from_threads_at_once_get_their_own_outputs():
     n = FirstCallOutputs.MIN_BYTES // 4
     f = kiln.jit(lambda x, k: x * k)
@@ -192,7 +239,7 @@ def test_prepared_first_call_outputs_that_no_call_takes_are_bounded(monkeypatch)
     """Programs compiled ahead and never called hold at most MAX_BYTES of prepared outputs:
     preparing more drops the oldest, whose calls then allocate as usual."""
     for earlier, _ in list(FirstCallOutputs._pending.values()):  # (other tests' programs)
-        earlier._release()
+        earlier.release()
     size = FirstCallOutputs.MIN_BYTES // 4
     monkeypatch.setattr(FirstCallOutputs, "MAX_BYTES", 3 * FirstCallOutputs.MIN_BYTES)
     aval = ShapedArray((size,), np.dtype(np.float32))

@@ -90,6 +90,20 @@ def _identifier(name: str) -> str:
     return cleaned if not cleaned[0].isdigit() else f"fn_{cleaned}"
 
 
+def _allocated_outputs(jaxpr) -> list:
+    """The avals of the outputs a call of this jaxpr may allocate: each output variable once,
+    inputs passed through and literals left out."""
+    inputs = {id(v) for v in jaxpr.invars}
+    seen: set[int] = set()
+    avals = []
+    for var in jaxpr.outvars:
+        if isinstance(var, Literal) or id(var) in inputs or id(var) in seen:
+            continue
+        seen.add(id(var))
+        avals.append(var.aval)
+    return avals
+
+
 def _is_control_flow(eqn) -> bool:
     """native_loops.is_control_flow, importing the loop machinery only for a loop or branch."""
     if eqn.primitive not in CONTROL_FLOW_PRIMITIVES:
@@ -114,8 +128,14 @@ class NativeExecutable(Executable):
         # outs)` takes dense NumPy arrays and returns dense NumPy arrays, storing the outputs
         # that native code computes into the caller's `outs` buffers (one per output).
         self.raw = raw
+        self._prepared = None  # (the first call's FirstCallOutputs, till the call path's)
         try:
-            self._build(program, name)
+            try:
+                self._build(program, name)
+            finally:
+                if self._prepared is not None:  # (a failed build's: dropped)
+                    self._prepared.release()
+                    self._prepared = None
         except NotImplementedError:
             raise
         except Exception as err:  # noqa: BLE001 - a backend bug must not break kiln.jit
@@ -135,6 +155,9 @@ class NativeExecutable(Executable):
 
         freeze_heap_once()
         jaxpr = program.jaxpr
+        if not self.raw:
+            # The first call's large outputs, faulted in while the rest of the build runs.
+            self._prepared = FirstCallOutputs.prepare(_allocated_outputs(jaxpr))
         self._names = _Names()
         name_variables(jaxpr, self._names)  # as the printed jaxpr names them
         scalars = {}
@@ -402,7 +425,8 @@ class NativeExecutable(Executable):
                 for var in segment.outputs
                 if var not in plan.slot_of and var not in self.donation
             ]
-            FirstCallOutputs.install(namespace, fresh)
+            FirstCallOutputs.install(namespace, fresh, self._prepared)
+            self._prepared = None
         scratch_local: dict = {}
         kept_make = memory_plan.scratch_maker(plan, entries, kept=True)
         per_call_make = memory_plan.scratch_maker(plan, entries, kept=False)

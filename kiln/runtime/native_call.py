@@ -78,11 +78,15 @@ def _usable(array: np.ndarray, dtype: np.dtype) -> bool:
 
 
 class FirstCallOutputs:
-    """The large outputs of a new executable's first call, allocated when its call path is
-    generated and faulted in on memory_thread() while the program compiles: the first call of
+    """The large outputs of a new executable's first call, allocated as its build starts and
+    faulted in on memory_thread() while the program is planned and compiled: the first call of
     a program writing 16 MB spent ~3 ms of its run faulting fresh pages in on the calling
-    thread.
+    thread. Prepared before the fusion planner runs (NativeExecutable._build), the faulting
+    overlaps single-threaded Python rather than the two threads that compile LLVM modules.
 
+    `prepare(avals)` allocates and starts faulting the large ones among the outputs a build
+    may allocate; `install(namespace, avals, prepared)` then keeps those the generated call
+    path does allocate (the native outputs that are neither scratch nor donated).
     `empty(shape, dtype)` stands in for np.empty in the generated code's namespace: it hands
     out a prepared buffer of that shape and dtype, and rebinds the namespace's `empty` to
     np.empty once none is left or one is asked for that was not prepared. Prepared buffers
@@ -98,36 +102,85 @@ class FirstCallOutputs:
     _pending_bytes = 0
     _lock = threading.Lock()
 
-    def __init__(self, namespace: dict, buffers: dict, touched):
-        self._namespace = namespace
+    def __init__(self, buffers: dict, touched):
+        self._namespace: dict | None = None  # (set by install)
         self._buffers = buffers  # (shape, dtype) -> [arrays]
         self._touched = touched  # the helper's future
 
     @classmethod
-    def install(cls, namespace: dict, avals: Sequence) -> None:
-        """Prepare outputs of these avals (those large enough) for `namespace`'s first call."""
-        wanted = [
+    def _wanted(cls, avals: Sequence) -> list[tuple[tuple, np.dtype]]:
+        return [
             (tuple(a.shape), np.dtype(a.dtype))
             for a in avals
             if np.prod(a.shape, dtype=np.int64) * np.dtype(a.dtype).itemsize >= cls.ARRAY_BYTES
         ]
-        total = sum(int(np.prod(s, dtype=np.int64)) * d.itemsize for s, d in wanted)
+
+    @staticmethod
+    def _bytes(wanted: list) -> int:
+        return sum(int(np.prod(s, dtype=np.int64)) * d.itemsize for s, d in wanted)
+
+    @classmethod
+    def prepare(cls, avals: Sequence) -> "FirstCallOutputs | None":
+        """Allocate the large ones among outputs of these avals and start faulting them in;
+        None when they are too few or too many bytes to be worth it."""
+        wanted = cls._wanted(avals)
+        total = cls._bytes(wanted)
         if not cls.MIN_BYTES <= total <= cls.MAX_BYTES:
-            return
+            return None
         buffers: dict = {}
         arrays = []
         for shape, dtype in wanted:
             array = np.empty(shape, dtype)
             buffers.setdefault((shape, dtype), []).append(array)
             arrays.append(array)  # (the job holds them: dropped buffers stay valid till done)
-        prepared = cls(namespace, buffers, memory_thread().submit(_touch, arrays))
+        prepared = cls(buffers, memory_thread().submit(_touch, arrays))
         with cls._lock:
             while cls._pending and cls._pending_bytes + total > cls.MAX_BYTES:
                 oldest, _ = cls._pending[next(iter(cls._pending))]
                 oldest._release_locked()
             cls._pending[id(prepared)] = (prepared, total)
             cls._pending_bytes += total
+        return prepared
+
+    @classmethod
+    def install(
+        cls, namespace: dict, avals: Sequence, prepared: "FirstCallOutputs | None" = None
+    ) -> None:
+        """Have `namespace`'s first call take prepared outputs of these avals (those large
+        enough): from `prepared` (made by prepare, earlier in the build; what it holds beyond
+        these avals is dropped), else prepared now."""
+        if prepared is None:
+            prepared = cls.prepare(avals)
+            if prepared is None:
+                return
+        elif not prepared._keep(cls._wanted(avals)):
+            return
+        prepared._namespace = namespace
         namespace["empty"] = prepared.empty
+
+    def _keep(self, wanted: list) -> bool:
+        """Keep only the buffers `wanted` asks for (a list of (shape, dtype), repeats
+        counted); False, with nothing kept, if none of them is prepared or too few bytes
+        remain."""
+        count: dict = {}
+        for key in wanted:
+            count[key] = count.get(key, 0) + 1
+        with self._lock:
+            if id(self) not in FirstCallOutputs._pending:  # (dropped for newer ones)
+                return False
+            kept = {}
+            for key, arrays in self._buffers.items():
+                if count.get(key):
+                    kept[key] = arrays[: count[key]]
+            self._buffers = kept
+            total = self._bytes([key for key, arrays in kept.items() for _ in arrays])
+            if total < self.MIN_BYTES:
+                self._release_locked()
+                return False
+            _, before = FirstCallOutputs._pending[id(self)]
+            FirstCallOutputs._pending[id(self)] = (self, total)
+            FirstCallOutputs._pending_bytes += total - before
+            return True
 
     def empty(self, shape, dtype):
         stack = self._buffers.get((shape, dtype))
@@ -145,14 +198,18 @@ class FirstCallOutputs:
             self._release()
         return array
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Drop what is left: the namespace (if installed) allocates with np.empty from now
+        on."""
         with self._lock:
             self._release_locked()
 
+    _release = release
+
     def _release_locked(self) -> None:
-        """Drop what is left: the namespace allocates with np.empty from now on."""
-        self._namespace["empty"] = np.empty
-        self._buffers.clear()
+        if self._namespace is not None:
+            self._namespace["empty"] = np.empty
+        self._buffers = {}
         entry = FirstCallOutputs._pending.pop(id(self), None)
         if entry is not None:
             FirstCallOutputs._pending_bytes -= entry[1]
