@@ -11,7 +11,8 @@ land on one of them. --warm adds warm starts: each system first fills a fresh pe
 the first call is timed in fresh processes that find every program there.
 
 Each figure is one first call of a freshly jitted function (trace, optimize, compile, run) in
-a fresh process, the median of --repeat processes; the `import` row is the package's own
+a fresh process, the median of --repeat processes (5; 3 had one slow process move a figure
+by 20%); the `import` row is the package's own
 import in those processes (kiln, kiln.numpy / jax, jax.numpy), the rest of a new process's
 time to its first result. The workloads:
   * layernorm + softmax on 4096x1024 float32, forward: softmax(layernorm(x) * g + b);
@@ -328,7 +329,7 @@ def main(
     warm: bool = False,
     workloads: tuple[str, ...] = WORKLOADS,
 ) -> list[dict]:
-    repeat = repeat or (1 if quick else 3)
+    repeat = repeat or (1 if quick else 5)
     jax_py = jax_python()
     before_root = pathlib.Path(before).resolve() if before else None
     for root in filter(None, (ROOT, before_root)):
@@ -425,7 +426,9 @@ def report_rows(quick: bool = False) -> list[dict]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=None, help="fresh processes per figure")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="fresh processes per figure (default 5)"
+    )
     parser.add_argument("--before", default=None, help="another kiln checkout to measure too")
     parser.add_argument(
         "--warm", action="store_true", help="also time warm starts (programs in the disk cache)"
