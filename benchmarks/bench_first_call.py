@@ -11,10 +11,10 @@ land on one of them. --warm adds warm starts: each system first fills a fresh pe
 the first call is timed in fresh processes that find every program there.
 
 Each figure is one first call of a freshly jitted function (trace, optimize, compile, run) in
-a fresh process, the median of --repeat processes (5; 3 had one slow process move a figure
-by 20%); the `import` row is the package's own
-import in those processes (kiln, kiln.numpy / jax, jax.numpy), the rest of a new process's
-time to its first result. The workloads:
+a fresh process, the median of --repeat processes (default 5: with 3, one slow process moved
+a ratio by a fifth); the `import` row is the package's own import in those processes (kiln,
+kiln.numpy / jax, jax.numpy), the rest of a new process's time to its first result. The
+workloads:
   * layernorm + softmax on 4096x1024 float32, forward: softmax(layernorm(x) * g + b);
   * its gradient: jit(grad(sum(softmax(layernorm(x) * g + b) * t), argnums=(0, 1, 2)));
   * an MLP 784-512-512-10 on a batch of 128: value_and_grad of softmax cross-entropy and an
