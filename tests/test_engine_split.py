@@ -290,3 +290,37 @@ def test_a_small_group_next_to_a_large_one_is_split_too(monkeypatch):
     np.testing.assert_allclose(natives[0](data)[0], lean_reference(data), rtol=1e-6, atol=1e-6)
     for native, (_, reference) in zip(natives[1:], quick):
         np.testing.assert_allclose(native(data)[0], reference(data), rtol=1e-6, atol=1e-6)
+
+
+def test_each_thread_reuses_its_own_machine_and_gets_the_same_object(monkeypatch):
+    """Modules compiled on one thread share that thread's target machine (its subtarget built
+    once); another thread gets a machine of its own; reusing one changes no byte of the
+    object code."""
+    import threading
+
+    import llvmlite.binding as llvm
+
+    from kiln.codegen.llvm import llvm_pipeline, target
+    from kiln.runtime import llvm_threads
+
+    host = target.host_target()
+    _, _, groups = first_compile(monkeypatch, many_kernels, _inputs(), 1)
+    text = engine.engine().emit_ir(groups[0][0][0].program)
+
+    def compiled(machine) -> bytes:
+        context = llvm.create_context()
+        module = llvm.parse_assembly(text, context=context)
+        _, object_bytes = llvm_pipeline.compile_module_private(module, machine, "vector")
+        del module
+        return object_bytes
+
+    mine = llvm_threads.thread_machine(host, 3)
+    assert llvm_threads.thread_machine(host, 3) is mine
+    assert llvm_threads.thread_machine(host, 0) is not mine  # (one per code generator level)
+    fresh = compiled(host.create_machine(3))
+    assert compiled(mine) == fresh and compiled(mine) == fresh  # (used twice: same bytes)
+    other = []
+    thread = threading.Thread(target=lambda: other.append(llvm_threads.thread_machine(host, 3)))
+    thread.start()
+    thread.join()
+    assert other[0] is not mine
