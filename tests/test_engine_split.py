@@ -11,12 +11,13 @@ import re
 import textwrap
 
 import numpy as np
+import pytest
 
 import kiln
 import kiln.numpy as jnp
 from kiln.config import config
 from kiln.runtime import engine
-from tests._testing import first_compile, run_script_json
+from tests._testing import CODEGEN_TARGETS, first_compile, run_script_json, use_codegen_target
 
 
 def many_kernels(x, w):
@@ -292,20 +293,21 @@ def test_a_small_group_next_to_a_large_one_is_split_too(monkeypatch):
         np.testing.assert_allclose(native(data)[0], reference(data), rtol=1e-6, atol=1e-6)
 
 
-def test_each_thread_reuses_its_own_machine_and_gets_the_same_object(monkeypatch):
+@pytest.mark.parametrize("target_name", CODEGEN_TARGETS)
+def test_each_thread_reuses_its_own_machine_and_gets_the_same_object(monkeypatch, target_name):
     """Modules compiled on one thread share that thread's target machine (its subtarget built
     once); another thread gets a machine of its own; reusing one changes no byte of the
-    object code."""
+    object code (on the host and the baselines it can run)."""
     import threading
 
     import llvmlite.binding as llvm
 
-    from kiln.codegen.llvm import llvm_pipeline, target
+    from kiln.codegen.llvm import llvm_pipeline
     from kiln.runtime import llvm_threads
 
-    host = target.host_target()
-    _, _, groups = first_compile(monkeypatch, many_kernels, _inputs(), 1)
-    text = engine.engine().emit_ir(groups[0][0][0].program)
+    with use_codegen_target(target_name) as host:
+        _, _, groups = first_compile(monkeypatch, many_kernels, _inputs(), 1)
+        text = engine.engine().emit_ir(groups[0][0][0].program)
 
     def compiled(machine) -> bytes:
         context = llvm.create_context()

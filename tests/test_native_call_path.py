@@ -160,15 +160,16 @@ def test_first_call_outputs_are_prepared_then_handed_out_once():
 def test_first_call_outputs_install_only_what_a_call_allocates():
     namespace = {"empty": np.empty}
     small = ShapedArray((4,), np.dtype(np.float32))
-    FirstCallOutputs.install(namespace, [small])  # (too small: nothing prepared)
+    assert FirstCallOutputs.prepare([small]) is None  # (too small: nothing prepared)
+    FirstCallOutputs.install(namespace, [small], None)
     assert namespace["empty"] is np.empty
     big = ShapedArray((FirstCallOutputs.MIN_BYTES // 8,), np.dtype(np.float64))
-    FirstCallOutputs.install(namespace, [big])
+    FirstCallOutputs.install(namespace, [big], FirstCallOutputs.prepare([big]))
     assert namespace["empty"] is not np.empty
     out = namespace["empty"]((FirstCallOutputs.MIN_BYTES // 8,), np.dtype(np.float64))
     assert out.shape == (FirstCallOutputs.MIN_BYTES // 8,) and not out.any()  # (touched: zeros)
     assert namespace["empty"] is np.empty  # (none left: plain np.empty from now on)
-    FirstCallOutputs.install(namespace, [big])
+    FirstCallOutputs.install(namespace, [big], FirstCallOutputs.prepare([big]))
     other = namespace["empty"]((3,), np.dtype(np.float32))  # not prepared: np.empty, and the
     assert other.shape == (3,) and namespace["empty"] is np.empty  # prepared ones dropped
 
@@ -245,7 +246,7 @@ def test_prepared_first_call_outputs_that_no_call_takes_are_bounded(monkeypatch)
     aval = ShapedArray((size,), np.dtype(np.float32))
     namespaces = [{"empty": np.empty} for _ in range(5)]
     for namespace in namespaces:
-        FirstCallOutputs.install(namespace, [aval])
+        FirstCallOutputs.install(namespace, [aval], FirstCallOutputs.prepare([aval]))
     prepared = [ns["empty"] is not np.empty for ns in namespaces]
     assert prepared == [False, False, True, True, True]
     assert FirstCallOutputs._pending_bytes <= FirstCallOutputs.MAX_BYTES

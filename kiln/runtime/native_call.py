@@ -86,7 +86,8 @@ class FirstCallOutputs:
 
     `prepare(avals)` allocates and starts faulting the large ones among the outputs a build
     may allocate; `install(namespace, avals, prepared)` then keeps those the generated call
-    path does allocate (the native outputs that are neither scratch nor donated).
+    path does allocate (the native outputs that are neither scratch nor donated) and drops
+    the rest.
     `empty(shape, dtype)` stands in for np.empty in the generated code's namespace: it hands
     out a prepared buffer of that shape and dtype, and rebinds the namespace's `empty` to
     np.empty once none is left or one is asked for that was not prepared. Prepared buffers
@@ -143,20 +144,12 @@ class FirstCallOutputs:
         return prepared
 
     @classmethod
-    def install(
-        cls, namespace: dict, avals: Sequence, prepared: "FirstCallOutputs | None" = None
-    ) -> None:
-        """Have `namespace`'s first call take prepared outputs of these avals (those large
-        enough): from `prepared` (made by prepare, earlier in the build; what it holds beyond
-        these avals is dropped), else prepared now."""
-        if prepared is None:
-            prepared = cls.prepare(avals)
-            if prepared is None:
-                return
-        elif not prepared._keep(cls._wanted(avals)):
-            return
-        prepared._namespace = namespace
-        namespace["empty"] = prepared.empty
+    def install(cls, namespace: dict, avals: Sequence, prepared: "FirstCallOutputs | None"):
+        """Have `namespace`'s first call take the outputs of these avals that `prepared` (made
+        by prepare, earlier in the build; None: nothing prepared) holds; the rest is dropped."""
+        if prepared is not None and prepared._keep(cls._wanted(avals)):
+            prepared._namespace = namespace
+            namespace["empty"] = prepared.empty
 
     def _keep(self, wanted: list) -> bool:
         """Keep only the buffers `wanted` asks for (a list of (shape, dtype), repeats
@@ -191,11 +184,11 @@ class FirstCallOutputs:
             except IndexError:  # (another thread took the last one)
                 pass
         if array is None:
-            self._release()
+            self.release()
             return np.empty(shape, dtype)
         self._touched.result()  # (done long before, unless the call came first)
         if not any(self._buffers.values()):
-            self._release()
+            self.release()
         return array
 
     def release(self) -> None:
@@ -203,8 +196,6 @@ class FirstCallOutputs:
         on."""
         with self._lock:
             self._release_locked()
-
-    _release = release
 
     def _release_locked(self) -> None:
         if self._namespace is not None:
