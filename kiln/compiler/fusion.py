@@ -223,6 +223,11 @@ class KernelPlan:
         self.kernel_name = "fusion"
         #: a BLAS product's plan (lowering_linalg.Product) when the kernel is that call
         self.product = product
+        #: rows per block of the column sums folded into it (fusion_columns): its parallel
+        #: chunks start at multiples of this; whole: a kernel never split (a folded column
+        #: kernel, whose loops are not one nest)
+        self.row_block: int | None = None
+        self.whole = False
 
     @property
     def values(self) -> list:
@@ -251,6 +256,8 @@ class SegmentPlan:
         self.kernels, self.buffers, self.builder, self.row_local = (
             kernels, buffers, builder, row_local
         )  # fmt: skip
+        #: block partials of folded column sums (fusion_columns): temps that no value names
+        self.partials: list[Buffer] = []
 
 
 class _NotRowLocal(Exception):
@@ -270,7 +277,14 @@ def plan_segment(
 ) -> SegmentPlan:
     """Lower a native segment: `eqns` in program order, `outputs` the values it must store
     (produced by eqns; each once). `scalars` maps rank-0 constants to inlined values; `names`
-    gives jaxpr-style names for buffers (so printed kernels read like the jaxpr)."""
+    gives jaxpr-style names for buffers (so printed kernels read like the jaxpr). Column sums
+    of what a row kernel computes are folded into it last (fusion_columns)."""
+    from kiln.compiler.fusion_columns import fold_column_sums
+
+    return fold_column_sums(_plan_segment(eqns, outputs, name, scalars, names))
+
+
+def _plan_segment(eqns, outputs, name, scalars, names) -> SegmentPlan:
     eqns, products = _plan_products(eqns, outputs)
     producers = {v: e for e in eqns for v in e.outvars if not isinstance(v, DropVar)}
     # Program order, and an equation's results in their own order (stored in that order).
@@ -800,6 +814,8 @@ def chunked_kernel(plan: SegmentPlan, group: KernelPlan, bounds: dict) -> Kernel
         body = _bounded(kernel.body, bounds, 0)
         if body is not None:  # (its parameters found again: the bounds may read a buffer)
             return Kernel(kernel.name, body)
+    if group.row_block is not None or group.whole:  # (folded: not what kernel_body builds)
+        raise kir.KirError(f"{kernel.name} cannot be chunked along {sorted(bounds)}")
     return Kernel(kernel.name, kernel_body(plan, group, bounds))
 
 

@@ -240,11 +240,8 @@ class NativeExecutable(Executable):
         for segment in self.segments:
             if segment is not None:
                 passed = set(segment.scratch)
-                internal += sum(
-                    b.nbytes
-                    for v in segment.plan.temps
-                    if (b := segment.plan.buffers[v]) not in passed
-                )
+                full = [segment.plan.buffers[v] for v in segment.plan.temps]
+                internal += sum(b.nbytes for b in full + segment.plan.partials if b not in passed)
         temps = plan.scratch_bytes + plan.unplanned_bytes + internal
         return memory_plan.make_stats(arguments, outputs, alias, temps)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import sys
 import threading
 import weakref
@@ -179,7 +180,7 @@ class NativeSegment:
         self.threads = threads
         self._compiled: list | None = None
         self._error: BaseException | None = None
-        full = [plan.buffers[v] for v in plan.temps]
+        full = [plan.buffers[v] for v in plan.temps] + list(plan.partials)
         # pass_temps: the caller provides the full-size temps (kiln/runtime/memory_plan.py
         # places them among the program's other intermediates). Else a one-entry segment's
         # temps are allocated by its entry, and a parallel segment keeps its own.
@@ -259,7 +260,7 @@ class NativeSegment:
     # all of them compile together, as one LLVM module with one entry per kernel.
     def _plan_parallel(self) -> None:
         plan = self.plan
-        self.temp_buffers = [plan.buffers[v] for v in plan.temps]
+        self.temp_buffers = [plan.buffers[v] for v in plan.temps] + list(plan.partials)
         self._temp_cache: list | None = None
         self._temp_lock = threading.Lock()
         self._steps: list[_Step] | None = None
@@ -325,7 +326,7 @@ class NativeSegment:
 
     def _split(self, group: fusion.KernelPlan, work: int):
         """(dimension, chunk edges) for a large kernel, None for one that runs whole."""
-        if work < PARALLEL_MIN_WORK:
+        if work < PARALLEL_MIN_WORK or group.whole:
             return None
         shape = group.shape
         if group.product is not None:  # a BLAS call: its own rule (lowering_linalg)
@@ -348,6 +349,8 @@ class NativeSegment:
                 max(work // MIN_CHUNK_WORK, self.threads),
             )
             align = CHUNK_ALIGN if dim == len(shape) - 1 else 1
+            if dim == 0 and group.row_block:  # (blocks of folded column sums never span two)
+                align = math.lcm(align, group.row_block)
         extent = shape[dim]
         edges = [0]
         for c in range(1, count):
