@@ -232,26 +232,41 @@ def _localize_rows(plan, home: int) -> None:
     for number, other in enumerate(plan.kernels):
         for buffer in other.kernel.params:
             users.setdefault(buffer, set()).add(number)
-    ranges = _ranges(loop)
-    rows: dict = {}  # temp var -> its row buffer
-    for var in list(plan.temps):
-        buffer = plan.buffers[var]
-        if users.get(buffer) != {home} or len(buffer.shape) < 2:
-            continue
-        nodes = kir.toposort(_exprs(loop.body))
-        accesses = [n.index for n in nodes if isinstance(n, Load) and n.buffer == buffer]
-        stmts = kir.walk_stmts(loop.body)
-        accesses += [s.index for s in stmts if isinstance(s, Store) and s.buffer == buffer]
-        width = math.prod(buffer.shape[1:])
-        if all(_within(_row_offset(i, outer, buffer), width, ranges) for i in accesses):
-            rows[var] = Buffer(buffer.name, buffer.dtype, buffer.shape[1:], "temp")
-    if not rows:
+    candidates = {
+        plan.buffers[var]: var
+        for var in plan.temps
+        if users.get(plan.buffers[var]) == {home} and len(plan.buffers[var].shape) >= 2
+    }
+    if not candidates:
         return
-    swap = {plan.buffers[v]: row for v, row in rows.items()}
+    nodes = kir.toposort(_exprs(loop.body))
+    accesses: dict = {buffer: set() for buffer in candidates}
+    for node in nodes:
+        if isinstance(node, Load) and node.buffer in accesses:
+            accesses[node.buffer].add(node.index)
+    for stmt in kir.walk_stmts(loop.body):
+        if isinstance(stmt, Store) and stmt.buffer in accesses:
+            accesses[stmt.buffer].add(stmt.index)
+    ranges = _ranges(loop, nodes)
+    offsets: dict = {}  # (buffer, index) -> offset in the row
+    swap: dict = {}  # full temp -> its row buffer
+    for buffer, indices in accesses.items():
+        width = math.prod(buffer.shape[1:])
+        found = {i: _row_offset(i, outer, buffer) for i in indices}
+        if all(_within(offset, width, ranges) for offset in found.values()):
+            swap[buffer] = Buffer(buffer.name, buffer.dtype, buffer.shape[1:], "temp")
+            offsets.update(((buffer, i), offset) for i, offset in found.items())
+    if not swap:
+        return
+    rows = {candidates[buffer]: row for buffer, row in swap.items()}
+
+    def offset_of(buffer, index):
+        found = offsets.get((buffer, index))
+        return found if found is not None else _row_offset(index, outer, buffer)
 
     def replace(node, children):
         if isinstance(node, Load) and node.buffer in swap:
-            return Load(swap[node.buffer], _row_offset(children[0], outer, node.buffer))
+            return Load(swap[node.buffer], offset_of(node.buffer, children[0]))
         return None
 
     memo: dict = {}
@@ -261,7 +276,7 @@ def _localize_rows(plan, home: int) -> None:
 
     def rewrite(stmt):
         if isinstance(stmt, Store) and stmt.buffer in swap:
-            offset = _row_offset(rewrite_expr(stmt.index), outer, stmt.buffer)
+            offset = offset_of(stmt.buffer, rewrite_expr(stmt.index))
             return Store(swap[stmt.buffer], offset, rewrite_expr(stmt.value))
         if isinstance(stmt, Loop):
             start, stop = rewrite_expr(stmt.start), rewrite_expr(stmt.stop)
@@ -278,7 +293,7 @@ def _localize_rows(plan, home: int) -> None:
         plan.row_local[var] = row
 
 
-def _ranges(loop: Loop) -> dict:
+def _ranges(loop: Loop, nodes: list) -> dict:
     """{loop or reduction variable inside loop: (lowest, highest + 1)} over every loop and
     reduction with constant bounds (a name bound twice gets the union)."""
     found: dict = {}
@@ -293,7 +308,7 @@ def _ranges(loop: Loop) -> dict:
     for stmt in kir.walk_stmts(loop.body):
         if isinstance(stmt, Loop) and found.get(stmt.var, ()) is not None:
             note(stmt.var, stmt.start, stmt.stop)
-    for node in kir.toposort(_exprs(loop.body)):
+    for node in nodes:  # (every expression of the loop's body, toposorted)
         if isinstance(node, Reduce) and found.get(node.var, ()) is not None:
             note(node.var, node.start, node.stop)
     return found
