@@ -31,6 +31,8 @@ from kiln.compiler.kir_schedule import (
     _NARROW_FLOATS,
     _folded,
     affine_coefficient,
+    compensated_add,
+    compensated_total,
 )
 
 #: Rows per block partial (kir_schedule's block, so that results match the unfolded sum).
@@ -86,7 +88,7 @@ def _fold(plan, position: int) -> bool:
             _fresh(f"{target.name}_compensation", taken), target.dtype, (columns,), "temp"
         )
         locals_.append(compensation)
-        finish += _compensated_total(loop, store, node, partial, compensation, blocks)
+        finish += _combine_blocks(loop, store, node, partial, compensation, blocks)
     body = list(outer_loop.body) + [Loop(inner, 0, columns, accumulate)]
     row_plan.kernel = Kernel(
         row_plan.kernel.name, [Loop(outer, outer_loop.start, outer_loop.stop, body)]
@@ -326,7 +328,7 @@ def _within(offset, width: int, ranges: dict) -> bool:
     return False
 
 
-def _compensated_total(loop: Loop, store: Store, node: Reduce, partial, compensation, blocks):
+def _combine_blocks(loop: Loop, store: Store, node: Reduce, partial, compensation, blocks):
     """The column kernel's loops for one sum: the totals start at the sum's init, each block's
     partial row is added with TwoSum (what the addition lost going to `compensation`), the
     compensation is added at the end where the total is finite, and g applied last."""
@@ -336,23 +338,20 @@ def _compensated_total(loop: Loop, store: Store, node: Reduce, partial, compensa
     total = Load(target, j)
     part = Load(partial, kir.flat_index(partial.shape, [number, j]))
     lost = Load(compensation, j)
-    new_total = total + part
-    part_taken = new_total - total
-    lost_now = (total - (new_total - part_taken)) + (part - part_taken)
+    new_total, new_lost = compensated_add(total, part, lost)
 
     def over_j(*statements):
         return Loop(j, 0, columns, statements)
 
-    corrected = kir.select(kir.op(kir.ScalarOp.IS_FINITE, total), total + lost, total)
     loops = [
         over_j(Store(target, j, node.init), Store(compensation, j, Const(0, dtype))),
         Loop(
             number,
             0,
             blocks,
-            [over_j(Store(compensation, j, lost + lost_now), Store(target, j, new_total))],
+            [over_j(Store(compensation, j, new_lost), Store(target, j, new_total))],
         ),
-        over_j(Store(target, j, corrected)),
+        over_j(Store(target, j, compensated_total(total, lost))),
     ]
     if store.value is not node:
         loops.append(over_j(Store(target, j, kir_rewrite.substitute(store.value, {node: total}))))

@@ -316,6 +316,21 @@ def _is_nan(value: Expr) -> Expr:
     return kir.op(ScalarOp.NE, value, value)
 
 
+def compensated_add(total: Expr, part: Expr, lost: Expr) -> tuple[Expr, Expr]:
+    """(total + part, lost plus what that addition's rounding lost): TwoSum, exact whichever
+    operand is larger. The compensated column sums add each block's partial this way."""
+    new_total = total + part
+    part_taken = new_total - total
+    lost_now = (total - (new_total - part_taken)) + (part - part_taken)
+    return new_total, lost + lost_now
+
+
+def compensated_total(total: Expr, lost: Expr) -> Expr:
+    """A compensated sum's result: the total corrected by what its additions lost, unless it
+    is inf or NaN, where the compensation means nothing (inf - inf)."""
+    return kir.select(kir.op(ScalarOp.IS_FINITE, total), total + lost, total)
+
+
 def affine_coefficient(index: Expr, var: Var) -> int | None:
     """The constant c with index = c * var + (terms free of var), or None if index is not of
     that form (then var's effect on the address is unknown)."""
@@ -528,12 +543,9 @@ class _Scheduler:
         total = Load(target, store.index)
         part, lost = Load(partial, offset), Load(compensation, offset)
         zero = Const(0, dtype)
-        # TwoSum: what rounding new_total lost, exactly, whichever operand is larger.
-        new_total = total + part
-        part_taken = new_total - total
-        lost_now = (total - (new_total - part_taken)) + (part - part_taken)
+        new_total, new_lost = compensated_add(total, part, lost)
         combine = over_j(
-            Store(compensation, offset, lost + lost_now), Store(target, store.index, new_total)
+            Store(compensation, offset, new_lost), Store(target, store.index, new_total)
         )
 
         def block(start: Expr, stop: Expr) -> list[Stmt]:
@@ -558,9 +570,7 @@ class _Scheduler:
         ]
         if first + blocks * IN_PLACE_BLOCK < last:
             loops += block(kir.as_index(first + blocks * IN_PLACE_BLOCK), kir.as_index(last))
-        # Once a total is inf or NaN its compensation means nothing (inf - inf).
-        corrected = kir.select(kir.op(ScalarOp.IS_FINITE, total), total + lost, total)
-        loops.append(over_j(Store(target, store.index, corrected)))
+        loops.append(over_j(Store(target, store.index, compensated_total(total, lost))))
         return loops
 
     def scratch(self, base: str, dtype: np.dtype, size: int) -> kir.Buffer:
