@@ -80,6 +80,33 @@ def test_the_gradient_of_a_row_kernel_keeps_its_bits_when_cut(monkeypatch):
         np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-6)
 
 
+def test_a_row_kernel_next_to_a_small_program_is_cut_too(monkeypatch):
+    # On two threads each kernel of the gradient is a program of its own: the row kernel,
+    # with the layernorm's scale and bias sums folded in, and the small kernel that adds
+    # their blocks. The row kernel outweighs it, so it is cut: three modules.
+    from kiln.runtime import native_segment
+
+    monkeypatch.setattr(native_segment, "PARALLEL_MIN_WORK", 1000)
+    args = _inputs(256, 128)
+    target = np.random.default_rng(4).standard_normal(args[0].shape).astype(np.float32)
+
+    def loss(x, g, b):
+        return jnp.sum(layernorm_softmax(x, g, b) * target)
+
+    grad = kiln.grad(loss, argnums=(0, 1, 2))
+    cut, modules, groups = _compile(monkeypatch, grad, args, 2)
+    assert modules == 3 and [g.endswith(" rows") for g in groups].count(True) == 1
+    with monkeypatch.context() as patch:  # (the row kernel left whole)
+        patch.setattr(engine.Engine, "_assign_rows", staticmethod(lambda units, missing: False))
+        whole, whole_modules, _ = _compile(monkeypatch, grad, args, 2)
+    assert whole_modules == 2
+    for a, b in zip(cut, whole):
+        np.testing.assert_array_equal(a, b)
+    reference = kiln.jit(grad, backend="interpret")(*args)
+    for got, want in zip(cut, reference):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-6)
+
+
 def _defined(module_text: str) -> list[str]:
     return re.findall(r'^define [^@]*@"?([\w.]+)"?\(', module_text, re.M)
 

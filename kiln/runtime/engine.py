@@ -382,7 +382,7 @@ class Engine:
                 group = _group_key([unit.key for unit in group_units])
                 if self._assign_sides(group_units, kernels):
                     group += " split"  # (other objects than the same programs unsplit)
-                elif len(missing) == 1 and self._assign_rows(group_units):
+                elif len(group_units) == 1 and self._assign_rows(group_units, missing):
                     group += " rows"
                 natives = self._load_cached(group_units, group)
                 if natives is None:
@@ -443,17 +443,30 @@ class Engine:
         return True
 
     @staticmethod
-    def _assign_rows(units: list["_Unit"]) -> bool:
-        """Whether a lone program that would compile as one module is cut in two along its
-        heaviest kernel's row loop (see emit_rows): module 0 then holds that kernel's row
-        part, module 1 the rest of the program, and the two compile on two threads. Like
-        _assign_sides, the choice depends only on the program and the thread count."""
+    def _assign_rows(units: list["_Unit"], missing: list["_Unit"]) -> bool:
+        """Whether the lone program of a group, which would compile as one module, is cut in
+        two along its heaviest kernel's row loop (see emit_rows): module 0 then holds that
+        kernel's row part, module 1 the rest of the program, and the two compile on two
+        threads. Only when it outweighs the compile's other programs (`missing` holds them
+        all) together: a large row kernel next to the small kernel that combines its folded
+        column sums (fusion_columns) would otherwise keep one thread busy and the other
+        idle, while programs of similar weight compile side by side already. Like
+        _assign_sides, the choice depends only on the programs and the thread count."""
         from kiln.codegen.llvm import emit_rows
         from kiln.compiler.kir_schedule import schedule_kernel
         from kiln.runtime.native import num_threads
 
         (unit,) = units
+        others = [u for u in missing if u is not unit]
         if unit.unoptimized is not None or num_threads() < 2:
+            return False
+        if any(u.unoptimized is not None for u in others):  # (their weight is unknown)
+            return False
+
+        def weight(program) -> int:
+            return sum(emit_rows.kernel_weight(schedule_kernel(k)) for k in program.kernels)
+
+        if sum(weight(u.program) for u in others) >= weight(unit.program):
             return False
         kernels = [schedule_kernel(kernel) for kernel in unit.program.kernels]
         weights = [emit_rows.kernel_weight(kernel) for kernel in kernels]
