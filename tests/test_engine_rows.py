@@ -62,22 +62,31 @@ def test_a_row_kernel_compiles_as_two_modules_with_the_same_bits(monkeypatch):
     np.testing.assert_allclose(cut[0], _numpy_layernorm_softmax(*args), rtol=2e-5, atol=1e-7)
 
 
-def test_the_gradient_of_a_row_kernel_keeps_its_bits_when_cut(monkeypatch):
-    args = _inputs(64, 128)
-    target = np.random.default_rng(3).standard_normal(args[0].shape).astype(np.float32)
+def _layernorm_gradient(args, seed: int):
+    """The gradient w.r.t. x, g and b of sum(layernorm_softmax(x, g, b) * target)."""
+    target = np.random.default_rng(seed).standard_normal(args[0].shape).astype(np.float32)
 
     def loss(x, g, b):
         return jnp.sum(layernorm_softmax(x, g, b) * target)
 
-    grad = kiln.grad(loss, argnums=(0, 1, 2))
-    cut, modules, groups = _compile(monkeypatch, grad, args, 2)
-    whole, _, _ = _compile(monkeypatch, grad, args, 1)
-    assert modules == 2 and groups[0].endswith(" rows")
+    return kiln.grad(loss, argnums=(0, 1, 2))
+
+
+def _same_bits_and_close_to_the_interpreter(grad, args, cut, whole):
     for a, b in zip(cut, whole):
         np.testing.assert_array_equal(a, b)
     reference = kiln.jit(grad, backend="interpret")(*args)
     for got, want in zip(cut, reference):
         np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-6)
+
+
+def test_the_gradient_of_a_row_kernel_keeps_its_bits_when_cut(monkeypatch):
+    args = _inputs(64, 128)
+    grad = _layernorm_gradient(args, 3)
+    cut, modules, groups = _compile(monkeypatch, grad, args, 2)
+    whole, _, _ = _compile(monkeypatch, grad, args, 1)
+    assert modules == 2 and groups[0].endswith(" rows")
+    _same_bits_and_close_to_the_interpreter(grad, args, cut, whole)
 
 
 def test_a_row_kernel_next_to_a_small_program_is_cut_too(monkeypatch):
@@ -88,23 +97,14 @@ def test_a_row_kernel_next_to_a_small_program_is_cut_too(monkeypatch):
 
     monkeypatch.setattr(native_segment, "PARALLEL_MIN_WORK", 1000)
     args = _inputs(256, 128)
-    target = np.random.default_rng(4).standard_normal(args[0].shape).astype(np.float32)
-
-    def loss(x, g, b):
-        return jnp.sum(layernorm_softmax(x, g, b) * target)
-
-    grad = kiln.grad(loss, argnums=(0, 1, 2))
+    grad = _layernorm_gradient(args, 4)
     cut, modules, groups = _compile(monkeypatch, grad, args, 2)
     assert modules == 3 and [g.endswith(" rows") for g in groups].count(True) == 1
     with monkeypatch.context() as patch:  # (the row kernel left whole)
         patch.setattr(engine.Engine, "_assign_rows", staticmethod(lambda units, missing: False))
         whole, whole_modules, _ = _compile(monkeypatch, grad, args, 2)
     assert whole_modules == 2
-    for a, b in zip(cut, whole):
-        np.testing.assert_array_equal(a, b)
-    reference = kiln.jit(grad, backend="interpret")(*args)
-    for got, want in zip(cut, reference):
-        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-6)
+    _same_bits_and_close_to_the_interpreter(grad, args, cut, whole)
 
 
 def _defined(module_text: str) -> list[str]:
