@@ -259,6 +259,11 @@ class SegmentPlan:
         #: block partials of folded column sums (fusion_columns): temps that no value names
         self.partials: list[Buffer] = []
 
+    @property
+    def temp_buffers(self) -> list[Buffer]:
+        """The buffers of the full-size temps, block partials included."""
+        return [self.buffers[v] for v in self.temps] + list(self.partials)
+
 
 class _NotRowLocal(Exception):
     """A row-local value is read outside its own row: keep it as a full temp."""
@@ -482,18 +487,26 @@ def _build(
         elif kernel.name != group.kernel_name:
             kernel = Kernel(group.kernel_name, kernel.body, kernel.params)
         group.kernel = kernel  # (a kernel kept whole keeps what was computed for it)
-    kernels = [g.kernel for g in groups]
+    assemble_program(plan, inputs, name)
+    return plan
+
+
+def assemble_program(plan: SegmentPlan, inputs: list, name: str) -> None:
+    """Set plan.program from the plan's kernels and buffers: the inputs (of `inputs`) its
+    kernels read, its outputs, full temps, kernel-local buffers and block partials, in that
+    order; and plan.inputs to those inputs."""
+    kernels = [g.kernel for g in plan.kernels]
     used = {b for k in kernels for b in k.params}
+    buffers = plan.buffers
     plan.inputs = [v for v in inputs if buffers[v] in used]
-    locals_ = [b for g in groups for b in g.local_buffers]
     program_buffers = (
         [buffers[v] for v in plan.inputs]
-        + [buffers[v] for v in outputs]
-        + [buffers[v] for v in temps]
-        + locals_
+        + [buffers[v] for v in plan.outputs]
+        + [buffers[v] for v in plan.temps]
+        + [b for g in plan.kernels for b in g.local_buffers]
+        + list(plan.partials)
     )
     plan.program = Program(name, program_buffers, kernels)
-    return plan
 
 
 class _Reuse:

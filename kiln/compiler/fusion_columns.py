@@ -24,15 +24,16 @@ from __future__ import annotations
 import math
 
 from kiln.compiler import kir, kir_rewrite
-from kiln.compiler.kir import Buffer, Const, Kernel, Load, Loop, Program, Reduce, Store, Var
+from kiln.compiler.kir import Buffer, Const, Kernel, Load, Loop, Reduce, Store, Var
 from kiln.compiler.kir_schedule import (
     IN_PLACE_BLOCK,
     MAX_IN_PLACE_BYTES,
-    _NARROW_FLOATS,
-    _folded,
+    NARROW_FLOATS,
     affine_coefficient,
+    body_exprs,
     compensated_add,
     compensated_total,
+    folded_index,
 )
 
 #: Rows per block partial (kir_schedule's block, so that results match the unfolded sum).
@@ -45,8 +46,10 @@ def fold_column_sums(plan):
     changed = False
     for position in range(len(plan.kernels)):
         changed |= _fold(plan, position)
-    if changed:
-        _rebuild_program(plan)
+    if changed:  # (row buffers and block partials in, localized temps out)
+        from kiln.compiler.fusion import assemble_program
+
+        assemble_program(plan, plan.inputs, plan.program.name)
     return plan
 
 
@@ -106,7 +109,7 @@ def _column_sums(column) -> tuple | None:
     whose sums kir_schedule would accumulate in place in compensated blocks; else None."""
     if column.product is not None or len(column.shape) != 1 or len(column.parts) != 1:
         return None
-    if column.local_buffers or getattr(column, "whole", False):
+    if column.local_buffers or column.whole:
         return None
     body = column.kernel.body
     if len(body) != 1 or not isinstance(body[0], Loop):
@@ -129,7 +132,7 @@ def _column_sums(column) -> tuple | None:
         if (
             node.kind is not kir.ReduceKind.SUM
             or kir.dtype_family(node.dtype) != "float"
-            or node.dtype in _NARROW_FLOATS
+            or node.dtype in NARROW_FLOATS
             or node.dtype != store.buffer.dtype
             or not _is_const(node.start, 0)
             or not isinstance(node.stop, Const)
@@ -169,7 +172,7 @@ def _row_kernel(plan, position: int, j: Var, sums, rows: int, stored_by: dict) -
     if not (_is_const(body[0].start, 0) and _is_const(body[0].stop, rows)):
         return None
     inner = _inner(outer)
-    ranges = {inner: (0, plan.kernels[position].shape[0])}
+    ranges = {inner: (0, plan.kernels[position].shape[0])}  # (the column loop's range)
     row_stores = _row_stores(body[0])
     for _, node in sums:
         for load in (n for n in kir.toposort([node.value]) if isinstance(n, Load)):
@@ -218,7 +221,7 @@ def _row_offset(index, outer: Var, buffer: Buffer):
     stride = math.prod(buffer.shape[1:])
     if affine_coefficient(index, outer) != stride:
         return None
-    offset = _folded(kir_rewrite.substitute(index, {outer: kir.as_index(0)}))
+    offset = folded_index(kir_rewrite.substitute(index, {outer: kir.as_index(0)}))
     if outer in kir_rewrite.free_vars(offset):
         return None
     return offset
@@ -241,7 +244,7 @@ def _localize_rows(plan, home: int) -> None:
     }
     if not candidates:
         return
-    nodes = kir.toposort(_exprs(loop.body))
+    nodes = kir.toposort(body_exprs(loop.body))
     accesses: dict = {buffer: set() for buffer in candidates}
     for node in nodes:
         if isinstance(node, Load) and node.buffer in accesses:
@@ -365,27 +368,6 @@ def _stored_by(kernels) -> dict:
         for buffer in kir.stored_buffers(group.kernel.body):
             found[buffer] = number
     return found
-
-
-def _rebuild_program(plan) -> None:
-    """plan.program again from the plan's buffers and kernels (folded kernels, row buffers,
-    block partials)."""
-    kernels = [group.kernel for group in plan.kernels]
-    used = {b for k in kernels for b in k.params}
-    plan.inputs = [v for v in plan.inputs if plan.buffers[v] in used]
-    locals_ = [b for g in plan.kernels for b in g.local_buffers]
-    buffers = (
-        [plan.buffers[v] for v in plan.inputs]
-        + [plan.buffers[v] for v in plan.outputs]
-        + [plan.buffers[v] for v in plan.temps]
-        + locals_
-        + list(plan.partials)
-    )
-    plan.program = Program(plan.program.name, buffers, kernels)
-
-
-def _exprs(body) -> list:
-    return [e for s in kir.walk_stmts(body) for e in kir.stmt_exprs(s)]
 
 
 def _is_const(node, value: int) -> bool:

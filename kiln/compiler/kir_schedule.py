@@ -49,7 +49,7 @@ MAX_IN_PLACE_BYTES = 1 << 20
 #: adding that row, compensated, into the totals: an in-order sum of a few dozen elements keeps
 #: its relative error below 1e-6.
 IN_PLACE_BLOCK = 32
-_NARROW_FLOATS = frozenset({np.dtype(np.float16), kir.BFLOAT16})
+NARROW_FLOATS = frozenset({np.dtype(np.float16), kir.BFLOAT16})
 
 
 def schedule_program(program: Program) -> Program:
@@ -75,7 +75,7 @@ _SCHEDULED: "weakref.WeakKeyDictionary[Kernel, Kernel]" = weakref.WeakKeyDiction
 
 def _schedule(kernel: Kernel) -> Kernel:
     body = merge_nested_loops(merge_nested_reductions(split_arg_reductions(kernel.body)))
-    names = {node.name for node in kir.toposort(_body_exprs(body)) if isinstance(node, Var)}
+    names = {node.name for node in kir.toposort(body_exprs(body)) if isinstance(node, Var)}
     names |= {stmt.var.name for stmt in kir.walk_stmts(body) if isinstance(stmt, Loop)}
     scheduler = _Scheduler(frozenset(kir.stored_buffers(body)), names)
     body = scheduler.body(body)
@@ -91,7 +91,7 @@ def split_arg_reductions(body: Sequence[Stmt]) -> list[Stmt]:
     the same first index np.argmax gives; ArgValue becomes the value at that index."""
     if not any(
         isinstance(n, Reduce) and n.kind in kir.ARG_REDUCTIONS
-        for n in kir.toposort(_body_exprs(body))
+        for n in kir.toposort(body_exprs(body))
     ):
         return list(body)
     memo: dict = {}
@@ -119,7 +119,7 @@ def merge_nested_reductions(body: Sequence[Stmt]) -> list[Stmt]:
     stride is B times k1's) it is `sum(x[k*S + j] for k in 0..A*B)`: one long loop that the
     column-reduction rewrites and the vectorizer handle as they handle a single axis, where the
     nested form is left for the strip-miner to copy, inner loop and all, once per lane."""
-    nodes = kir.toposort(_body_exprs(body))
+    nodes = kir.toposort(body_exprs(body))
     if not any(isinstance(n, Reduce) and isinstance(n.value, Reduce) for n in nodes):
         return list(body)
     memo: dict = {}
@@ -239,10 +239,10 @@ def _merged_address(index: Expr, outer: Var, inner: Var, extent: int, free: dict
     inner_step = affine_coefficient(index, inner)
     if outer_step is None or inner_step is None or outer_step != extent * inner_step:
         return None
-    return _folded(kir_rewrite.substitute(index, {outer: kir.as_index(0)}))
+    return folded_index(kir_rewrite.substitute(index, {outer: kir.as_index(0)}))
 
 
-def _folded(index: Expr) -> Expr:
+def folded_index(index: Expr) -> Expr:
     """An index with its constant terms folded (0 * n + i is i)."""
     builders = {
         ScalarOp.ADD: kir.index_add,
@@ -268,7 +268,7 @@ def _merged_reduction(outer: Reduce, free: dict) -> Reduce | None:
     if (
         inner.kind is not kind
         or kind in kir.ARG_REDUCTIONS
-        or inner.dtype in _NARROW_FLOATS
+        or inner.dtype in NARROW_FLOATS
         or not all(isinstance(b, Const) for b in (outer.start, outer.stop, inner.start, inner.stop))
         or outer.start.value != 0
         or inner.start.value != 0
@@ -399,7 +399,7 @@ def _same(new: Sequence[Stmt], old: Sequence[Stmt]) -> bool:
     return len(new) == len(old) and all(a is b for a, b in zip(new, old))
 
 
-def _body_exprs(body: Sequence[Stmt]) -> list[Expr]:
+def body_exprs(body: Sequence[Stmt]) -> list[Expr]:
     return [e for s in kir.walk_stmts(body) for e in kir.stmt_exprs(s)]
 
 
@@ -433,7 +433,7 @@ class _Scheduler:
             return None
         if not all(isinstance(s, Store) for s in loop.body):
             return None  # innermost loops only
-        nodes = kir.toposort(_body_exprs(loop.body))
+        nodes = kir.toposort(body_exprs(loop.body))
         columns = [
             n for n in nodes if isinstance(n, Reduce) and self.is_column_reduction(n, loop.var)
         ]
@@ -464,7 +464,7 @@ class _Scheduler:
         it must hold exactly one column reduction of its own dtype, write distinct elements for
         distinct j, and its buffer must not be read in the loop."""
         extent = _extent_bound(loop)
-        read = {n.buffer for n in kir.toposort(_body_exprs(loop.body)) if isinstance(n, Load)}
+        read = {n.buffer for n in kir.toposort(body_exprs(loop.body)) if isinstance(n, Load)}
         targets = [s.buffer for s in loop.body]
         if len(set(targets)) != len(targets) or read & set(targets):
             return None
@@ -481,7 +481,7 @@ class _Scheduler:
                 nested
                 or node.kind in kir.ARG_REDUCTIONS
                 or node.dtype != store.buffer.dtype
-                or node.dtype in _NARROW_FLOATS
+                or node.dtype in NARROW_FLOATS
                 or extent * node.dtype.itemsize * (3 if self.compensates(node) else 1)
                 > MAX_IN_PLACE_BYTES
                 or not self.is_column_reduction(node, loop.var)

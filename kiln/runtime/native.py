@@ -240,8 +240,7 @@ class NativeExecutable(Executable):
         for segment in self.segments:
             if segment is not None:
                 passed = set(segment.scratch)
-                full = [segment.plan.buffers[v] for v in segment.plan.temps]
-                internal += sum(b.nbytes for b in full + segment.plan.partials if b not in passed)
+                internal += sum(b.nbytes for b in segment.plan.temp_buffers if b not in passed)
         temps = plan.scratch_bytes + plan.unplanned_bytes + internal
         return memory_plan.make_stats(arguments, outputs, alias, temps)
 

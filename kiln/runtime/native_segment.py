@@ -180,7 +180,7 @@ class NativeSegment:
         self.threads = threads
         self._compiled: list | None = None
         self._error: BaseException | None = None
-        full = [plan.buffers[v] for v in plan.temps] + list(plan.partials)
+        full = plan.temp_buffers
         # pass_temps: the caller provides the full-size temps (kiln/runtime/memory_plan.py
         # places them among the program's other intermediates). Else a one-entry segment's
         # temps are allocated by its entry, and a parallel segment keeps its own.
@@ -260,7 +260,7 @@ class NativeSegment:
     # all of them compile together, as one LLVM module with one entry per kernel.
     def _plan_parallel(self) -> None:
         plan = self.plan
-        self.temp_buffers = [plan.buffers[v] for v in plan.temps] + list(plan.partials)
+        self.temp_buffers = plan.temp_buffers
         self._temp_cache: list | None = None
         self._temp_lock = threading.Lock()
         self._steps: list[_Step] | None = None

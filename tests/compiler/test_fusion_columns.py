@@ -15,6 +15,7 @@ import kiln.numpy as jnp
 from kiln import lax
 from kiln.compiler import fusion_columns
 from kiln.runtime import native, native_segment
+from tests._testing import CODEGEN_TARGETS, use_codegen_target
 
 
 @pytest.fixture(autouse=True)
@@ -93,7 +94,9 @@ def layernorm_args(rows, columns):
 
 
 @pytest.mark.parametrize("rows, columns", [(1000, 96), (64, 33), (33, 8)])
-def test_layernorm_gradient_folds_its_column_sums_and_keeps_every_bit(monkeypatch, rows, columns):
+def test_layernorm_gradient_folds_its_column_sums_and_matches_the_unfolded_plan(
+    monkeypatch, rows, columns
+):
     args = layernorm_args(rows, columns)
     executable, compiled = compile_native(layernorm_grad, *args)
     (plan,) = plans(executable)
@@ -108,6 +111,25 @@ def test_layernorm_gradient_folds_its_column_sums_and_keeps_every_bit(monkeypatc
     got = [np.asarray(o) for o in compiled(*args)]
     for folded, plain in zip(got, unfolded(monkeypatch, layernorm_grad, *args)):
         assert_same_sums(folded, plain)
+    for value, expected in zip(got, layernorm_grad_numpy(*args)):
+        np.testing.assert_allclose(value, expected, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("target", CODEGEN_TARGETS)
+def test_folded_gradient_on_each_baseline_target(monkeypatch, target):
+    # the folded kernels' selects, block indices and one-row buffers as each target's vector
+    # code (AVX2 on x86-64-v3, 512-bit vectors on x86-64-v4), with parallel chunks
+    monkeypatch.setattr(native, "num_threads", lambda: 2)
+    monkeypatch.setattr(native_segment, "PARALLEL_MIN_WORK", 1000)
+    args = layernorm_args(200, 72)
+    with use_codegen_target(target):
+        kiln.clear_caches()
+        try:
+            executable, compiled = compile_native(layernorm_grad, *args)
+            assert plans(executable)[0].partials
+            got = [np.asarray(o) for o in compiled(*args)]
+        finally:
+            kiln.clear_caches()
     for value, expected in zip(got, layernorm_grad_numpy(*args)):
         np.testing.assert_allclose(value, expected, rtol=2e-4, atol=2e-5)
 
