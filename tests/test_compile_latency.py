@@ -376,6 +376,38 @@ def test_product_kernels_compile_with_the_quick_pipeline(monkeypatch):
     assert any(not products for products, _ in chosen)  # the tanh
 
 
+def test_quick_modules_of_vector_code_take_the_short_passes(monkeypatch):
+    # A quick module whose loops kiln emitted as vector code is optimized with the short pass
+    # list ("quick vector"), not LLVM's O1 pipeline; one with a scalar loop, or with a module
+    # emitted before linked in, keeps the pipeline its programs asked for.
+    vector, scalar = type("M", (), {"scalar_loops": 0}), type("M", (), {"scalar_loops": 1})
+    assert engine._module_pipeline("quick", vector, []) == "quick vector"
+    assert engine._module_pipeline("lean", vector, []) == "vector"
+    assert engine._module_pipeline("quick", scalar, []) == "quick"
+    assert engine._module_pipeline("quick", vector, [("ir", None, set())]) == "quick"
+    assert llvm_pipeline.CODEGEN_LEVELS["quick vector"] == llvm_pipeline.CODEGEN_LEVELS["quick"]
+    used = []
+    original = llvm_pipeline.optimize
+    monkeypatch.setattr(
+        llvm_pipeline,
+        "optimize",
+        lambda module, machine, pipeline="full", concurrent=False: (
+            used.append(pipeline) or original(module, machine, pipeline, concurrent)
+        ),
+    )
+    size = 4096
+    x = Buffer("x", F32, (size,))
+    y = Buffer("y", F32, (size,), "output")
+    i = Var("i")
+    value = kir.op(kir.ScalarOp.EXP, x[i] * 0.5) - x[i]
+    program = Program("quick_vec", [x, y], [Kernel("k", [Loop(i, 0, size, [Store(y, i, value)])])])
+    (native,) = engine.Engine(target.host_target()).compile_many([program], pipelines=["quick"])
+    assert used == ["quick vector"]
+    data = np.linspace(-6, 6, size, dtype=F32)
+    expected = np.exp(data.astype(np.float64) * 0.5) - data
+    np.testing.assert_allclose(native(data)[0], expected, rtol=2e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("setting, frozen", [(None, True), ("0", False)])
 def test_the_first_native_compile_freezes_the_heap(setting, frozen):
     # A full collection during a first compile walked ~50 thousand import-time objects (~18

@@ -51,13 +51,16 @@ ENTRY_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 def _module_pipeline(pipeline: str, module, linked: list) -> str:
-    """The pipeline a module is optimized with: "vector" in place of a vectorizing one when
-    the emitter made vector code of every loop in it (emit_vector: none left for LLVM's
-    vectorizer, short strips unrolled, and no module emitted before linked in), else the one
-    its programs asked for."""
-    if pipeline in ("lean", "full") and module is not None and not linked:
-        if getattr(module, "scalar_loops", 1) == 0:
+    """The pipeline a module is optimized with: when the emitter made vector code of every
+    loop in it (emit_vector: none left for LLVM's vectorizer, short strips unrolled, and no
+    module emitted before linked in), "vector" in place of a vectorizing one and "quick
+    vector" in place of "quick" (the short pass list either way, llvm_pipeline.
+    SHORT_PIPELINES); else the one its programs asked for."""
+    if module is not None and not linked and getattr(module, "scalar_loops", 1) == 0:
+        if pipeline in ("lean", "full"):
             return "vector"
+        if pipeline == "quick":
+            return "quick vector"
     return pipeline
 
 
