@@ -174,6 +174,20 @@ def test_a_cut_passes_the_reductions_the_second_part_uses():
     assert set(cut.passed) == {r for r in reductions if r in used}
 
 
+def test_the_first_part_is_the_heavier_one():
+    # Module 0 compiles while module 1 is still emitted, so the cut gives it FIRST_PART_LEAD
+    # (1.6) times module 1's weight: of ten equal statements (a loop and an exp each), six.
+    x = Buffer("x", F32, (64, 32))
+    ys = [Buffer(f"y{n}", F32, (64, 32), "output") for n in range(10)]
+    i, j = Var("i"), Var("j")
+    body = [
+        Loop(j, 0, 32, [Store(y, (i, j), kir.Op(kir.ScalarOp.EXP, [x[i, j] * (n + 1.0)]))])
+        for n, y in enumerate(ys)
+    ]
+    assert emit_rows.FIRST_PART_LEAD == 1.6
+    assert emit_rows.split_point(Kernel("ten", [Loop(i, 0, 64, body)])).statements == 6
+
+
 def test_kernels_that_cannot_be_cut_are_left_whole():
     # A reduction no row changes would run once per row in the first part instead of once.
     assert emit_rows.split_point(_row_kernel(per_kernel_sum=True)) is None
