@@ -349,7 +349,7 @@ class _LaneValues:
                 stack.extend((a, False) for a in children if a not in memo)
                 continue
             if isinstance(node, Var):
-                steps = ir.Constant(T.vector(T.I64, self.lanes), list(range(self.lanes)))
+                steps = T.int_vector(64, tuple(range(self.lanes)))
                 memo[node] = builder.add(T.splat(builder, self.base, self.lanes), steps)
             elif node in self.gathers:
                 loaded = _gather(builder, kernel.pointers[node.buffer], memo[node.index], node)
@@ -376,9 +376,7 @@ def _fold(builder: ir.IRBuilder, vector: ir.Value, combiner, dtype: np.dtype) ->
         half = lanes // 2
         undefined = ir.Constant(T.vector(vector.type.element, lanes), ir.Undefined)
         low, high = (
-            builder.shuffle_vector(
-                vector, undefined, ir.Constant(T.vector(T.I32, half), list(range(a, a + half)))
-            )
+            builder.shuffle_vector(vector, undefined, T.int_vector(32, tuple(range(a, a + half))))
             for a in (0, half)
         )
         vector = scalar_ops.emit_op(builder, combiner, [low, high], [dtype] * 2, dtype)

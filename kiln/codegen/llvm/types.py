@@ -6,6 +6,8 @@ yields a narrow float rounds its float32 result to the narrow value set, and sto
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from llvmlite import ir
 
@@ -44,6 +46,15 @@ def vector(element: ir.Type, lanes: int) -> ir.VectorType:
     return _VectorType(element, lanes)
 
 
+@functools.cache
+def int_vector(bits: int, values: tuple[int, ...]) -> ir.Constant:
+    """The constant vector of these integers of `bits` bits (shuffle masks, lane steps), one
+    object per distinct vector: llvmlite makes a Constant per lane each time a list constant
+    is made, and a reduction's lane fold alone asks for 8 masks (profiled: ~4% of a first
+    compile's main thread). Constants are never changed once made, so they are shared."""
+    return ir.Constant(vector(ir.IntType(bits), len(values)), list(values))
+
+
 def splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
     """A vector of `lanes` copies of a scalar value (a constant one stays a constant)."""
     vector_type = vector(value.type, lanes)
@@ -51,7 +62,7 @@ def splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
         return ir.Constant(vector_type, value.constant)
     undefined = ir.Constant(vector_type, ir.Undefined)
     single = builder.insert_element(undefined, value, ir.Constant(I32, 0))
-    return builder.shuffle_vector(single, undefined, ir.Constant(vector(I32, lanes), [0] * lanes))
+    return builder.shuffle_vector(single, undefined, int_vector(32, (0,) * lanes))
 
 
 #: How a dtype is laid out in a buffer (bool is one byte holding 0 or 1; bfloat16 is its bits).
