@@ -169,9 +169,54 @@ def test_first_call_outputs_install_only_what_a_call_allocates():
     out = namespace["empty"]((FirstCallOutputs.MIN_BYTES // 8,), np.dtype(np.float64))
     assert out.shape == (FirstCallOutputs.MIN_BYTES // 8,) and not out.any()  # (touched: zeros)
     assert namespace["empty"] is np.empty  # (none left: plain np.empty from now on)
-    FirstCallOutputs.install(namespace, [big], FirstCallOutputs.prepare([big]))
-    other = namespace["empty"]((3,), np.dtype(np.float32))  # not prepared: np.empty, and the
-    assert other.shape == (3,) and namespace["empty"] is np.empty  # prepared ones dropped
+    FirstCallOutputs.install(namespace, [small, big], FirstCallOutputs.prepare([small, big]))
+    other = namespace["empty"]((4,), np.dtype(np.float32))  # not prepared: np.empty's, and
+    assert other.shape == (4,) and namespace["empty"] is not np.empty  # the big one stays
+    out = namespace["empty"]((FirstCallOutputs.MIN_BYTES // 8,), np.dtype(np.float64))
+    assert not out.any() and namespace["empty"] is np.empty
+
+
+def test_a_small_output_allocated_first_leaves_the_large_one_prepared(monkeypatch):
+    # The call path allocates the small output first; the large one is still the buffer
+    # faulted in during the build, not a fresh one faulted in while the kernels run.
+    addresses = []  # of the buffers prepared
+    original = FirstCallOutputs.prepare.__func__
+
+    def prepare(cls, avals):
+        prepared = original(cls, avals)
+        if prepared is not None:
+            addresses.extend(a.ctypes.data for b in prepared._buffers.values() for a in b)
+        return prepared
+
+    monkeypatch.setattr(FirstCallOutputs, "prepare", classmethod(prepare))
+    rows = 2 * FirstCallOutputs.MIN_BYTES // (4 * 256)
+    f = kiln.jit(lambda x: (x[0] * 3.0, x * 2.0))
+    x = np.arange(rows * 256, dtype=np.float32).reshape(rows, 256)
+    small, large = f(x)
+    assert len(addresses) == 1
+    np.testing.assert_array_equal(np.asarray(small), x[0] * 3.0)
+    np.testing.assert_array_equal(np.asarray(large), x * 2.0)
+    assert data_address(large._value) == addresses[0]
+
+
+def test_a_large_arena_is_made_and_faulted_in_while_the_program_compiles():
+    # The kept scratch the first call would allocate (here the 4 MB between the two
+    # products) is allocated and faulted in during the build; the calls then use those views.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1024, 512)).astype(np.float32)
+    w = (rng.standard_normal((512, 512)) / 32).astype(np.float32)
+    compiled = kiln.jit(lambda x, w: jnp.tanh(x @ w) @ w).lower(x, w).compile()
+    arena = compiled._entry.executable.execute.__globals__["arena"]
+    views = arena.views
+    assert views is not None and sum(v.nbytes for v in views) >= FirstCallOutputs.MIN_BYTES
+    assert not any(v.any() for v in views)  # (zeroed as they were faulted in)
+    expected = np.tanh(x.astype(np.float64) @ w) @ w
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(compiled(x, w)), expected, rtol=1e-4, atol=1e-4)
+        assert arena.views is views
+    # Below FirstCallOutputs.MIN_BYTES of scratch, the first call allocates it.
+    small = kiln.jit(lambda x, w: jnp.tanh(x @ w) @ w).lower(x[:8, :8], w[:8, :8]).compile()
+    assert small._entry.executable.execute.__globals__["arena"].views is None
 
 
 def test_outputs_prepared_early_keep_only_what_the_call_path_allocates():

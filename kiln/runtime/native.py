@@ -39,6 +39,7 @@ from kiln.runtime.native_call import (
     donated_buffer,
     from_address,
     host_buffer,
+    touch_soon,
 )
 from kiln.primitives.control_flow import CONTROL_FLOW_PRIMITIVES
 from kiln.runtime import memory_plan, program_cache
@@ -427,6 +428,14 @@ class NativeExecutable(Executable):
         kept_make = memory_plan.scratch_maker(plan, entries, kept=True)
         per_call_make = memory_plan.scratch_maker(plan, entries, kept=False)
         kept_keys = [e[0] for e in entries if plan.kept[plan.slot_of[e[0]]]]
+        kept_bytes = sum(size for size, kept in zip(plan.sizes, plan.kept) if kept)
+        prefilled = None  # (views, the job faulting them in)
+        if kept_keys and not self.raw and kept_bytes >= FirstCallOutputs.MIN_BYTES:
+            # The arena the first call would allocate, made now and faulted in while the
+            # segments compile (below), like the first call's outputs: the layernorm+softmax
+            # gradient's first run faulted its 1.9 MB of scratch in on both its threads.
+            views = kept_make()
+            prefilled = (views, touch_soon(views))
         per_call_keys = [e[0] for e in entries if not plan.kept[plan.slot_of[e[0]]]]
         for key in kept_keys + per_call_keys:
             scratch_local[key] = f"k{len(scratch_local)}"
@@ -640,7 +649,10 @@ class NativeExecutable(Executable):
         else:
             lines += [f"    return run({call_args})"]
         arena = memory_plan.Arena()  # the kept slots' views, allocated by the first call
-        kept_bytes = sum(size for size, kept in zip(plan.sizes, plan.kept) if kept)
+        if prefilled is not None:  # (or now, faulted in while the segments compiled)
+            views, touched = prefilled
+            touched.result()
+            memory_plan.fill(arena, lambda: views, kept_bytes)
 
         def fill() -> tuple:
             return memory_plan.fill(arena, kept_make, kept_bytes)

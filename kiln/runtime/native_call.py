@@ -89,8 +89,9 @@ class FirstCallOutputs:
     path does allocate (the native outputs that are neither scratch nor donated) and drops
     the rest.
     `empty(shape, dtype)` stands in for np.empty in the generated code's namespace: it hands
-    out a prepared buffer of that shape and dtype, and rebinds the namespace's `empty` to
-    np.empty once none is left or one is asked for that was not prepared. Prepared buffers
+    out a prepared buffer of that shape and dtype (np.empty's for one that was not prepared,
+    such as a small output the call allocates before a large one), and rebinds the
+    namespace's `empty` to np.empty once none is left. Prepared buffers
     that no call took yet (programs compiled ahead, `.lower().compile()`, and not called) hold
     at most MAX_BYTES in all: preparing more drops those prepared longest ago."""
 
@@ -134,7 +135,7 @@ class FirstCallOutputs:
             array = np.empty(shape, dtype)
             buffers.setdefault((shape, dtype), []).append(array)
             arrays.append(array)  # (the job holds them: dropped buffers stay valid till done)
-        prepared = cls(buffers, memory_thread().submit(_touch, arrays))
+        prepared = cls(buffers, touch_soon(arrays))
         with cls._lock:
             while cls._pending and cls._pending_bytes + total > cls.MAX_BYTES:
                 oldest, _ = cls._pending[next(iter(cls._pending))]
@@ -184,7 +185,9 @@ class FirstCallOutputs:
             except IndexError:  # (another thread took the last one)
                 pass
         if array is None:
-            self.release()
+            # Not prepared (too small, say): the others stay for the outputs still to come.
+            # (A call that took a layernorm gradient's small outputs first had dropped the
+            # prepared 16 MB one and faulted it in while its kernels ran.)
             return np.empty(shape, dtype)
         self._touched.result()  # (done long before, unless the call came first)
         if not any(self._buffers.values()):
@@ -235,6 +238,12 @@ def _touch(arrays) -> None:
     """Fault memory in: memset releases the GIL, so this runs next to the compiling thread."""
     for array in arrays:
         ctypes.memset(array.ctypes.data, 0, array.nbytes)
+
+
+def touch_soon(arrays: list):
+    """Fault these arrays' memory in on memory_thread() (zeroing it); returns the job's
+    future, which must be done before anything else writes them."""
+    return memory_thread().submit(_touch, arrays)
 
 
 class SmallOutputs:
