@@ -386,13 +386,13 @@ def test_quick_modules_of_vector_code_take_the_short_passes(monkeypatch):
     assert engine._module_pipeline("quick", scalar, []) == "quick"
     assert engine._module_pipeline("quick", vector, [("ir", None, set())]) == "quick"
     assert llvm_pipeline.CODEGEN_LEVELS["quick vector"] == llvm_pipeline.CODEGEN_LEVELS["quick"]
-    used = []
-    original = llvm_pipeline.optimize
+    used = []  # (the pipeline chosen, whether this process or the worker then compiles)
+    original = engine._module_pipeline
     monkeypatch.setattr(
-        llvm_pipeline,
-        "optimize",
-        lambda module, machine, pipeline="full", concurrent=False: (
-            used.append(pipeline) or original(module, machine, pipeline, concurrent)
+        engine,
+        "_module_pipeline",
+        lambda pipeline, module, linked: (
+            used.append(original(pipeline, module, linked)) or used[-1]
         ),
     )
     size = 4096
