@@ -333,8 +333,18 @@ def test_loop_merge_unit():
 # --- pipelines --------------------------------------------------------------------------------
 
 
+def _codegen_target(name: str):
+    """The host target, or a baseline one (skipped where this CPU cannot run its code)."""
+    if name == "host":
+        return target.host_target()
+    if not target.host_can_run(name):
+        pytest.skip(f"this CPU cannot run {name} code")
+    return target.baseline_target(name)
+
+
+@pytest.mark.parametrize("codegen_target", ["host", "x86-64-v3", "x86-64-v4"])
 @pytest.mark.parametrize("pipeline", sorted(llvm_pipeline.PIPELINES))
-def test_every_pipeline_computes_the_same_values(pipeline):
+def test_every_pipeline_computes_the_same_values(pipeline, codegen_target):
     size = 1000
     x = Buffer("x", F32, (size,))
     y = Buffer("y", F32, (size,), "output")
@@ -342,7 +352,9 @@ def test_every_pipeline_computes_the_same_values(pipeline):
     total = Reduce(ReduceKind.SUM, k, 0, size, x[k])
     value = kir.op(kir.ScalarOp.EXP, x[i] * 0.25) / (total + 2000.0)
     program = Program("tiered", [x, y], [Kernel("k", [Loop(i, 0, size, [Store(y, i, value)])])])
-    (native,) = engine.Engine(target.host_target()).compile_many([program], pipelines=[pipeline])
+    (native,) = engine.Engine(_codegen_target(codegen_target)).compile_many(
+        [program], pipelines=[pipeline]
+    )
     data = np.linspace(-4, 4, size, dtype=F32)
     expected = np.exp(data.astype(np.float64) * 0.25) / (data.astype(np.float64).sum() + 2000)
     np.testing.assert_allclose(native(data)[0], expected, rtol=2e-6)
@@ -376,7 +388,8 @@ def test_product_kernels_compile_with_the_quick_pipeline(monkeypatch):
     assert any(not products for products, _ in chosen)  # the tanh
 
 
-def test_quick_modules_of_vector_code_take_the_short_passes(monkeypatch):
+@pytest.mark.parametrize("codegen_target", ["host", "x86-64-v3", "x86-64-v4"])
+def test_quick_modules_of_vector_code_take_the_short_passes(monkeypatch, codegen_target):
     # A quick module whose loops kiln emitted as vector code is optimized with the short pass
     # list ("quick vector"), not LLVM's O1 pipeline; one with a scalar loop, or with a module
     # emitted before linked in, keeps the pipeline its programs asked for.
@@ -401,7 +414,9 @@ def test_quick_modules_of_vector_code_take_the_short_passes(monkeypatch):
     i = Var("i")
     value = kir.op(kir.ScalarOp.EXP, x[i] * 0.5) - x[i]
     program = Program("quick_vec", [x, y], [Kernel("k", [Loop(i, 0, size, [Store(y, i, value)])])])
-    (native,) = engine.Engine(target.host_target()).compile_many([program], pipelines=["quick"])
+    (native,) = engine.Engine(_codegen_target(codegen_target)).compile_many(
+        [program], pipelines=["quick"]
+    )
     assert used == ["quick vector"]
     data = np.linspace(-6, 6, size, dtype=F32)
     expected = np.exp(data.astype(np.float64) * 0.5) - data

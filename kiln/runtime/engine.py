@@ -54,8 +54,8 @@ def _module_pipeline(pipeline: str, module, linked: list) -> str:
     """The pipeline a module is optimized with: when the emitter made vector code of every
     loop in it (emit_vector: none left for LLVM's vectorizer, short strips unrolled, and no
     module emitted before linked in), "vector" in place of a vectorizing one and "quick
-    vector" in place of "quick" (the short pass list either way, llvm_pipeline.
-    SHORT_PIPELINES); else the one its programs asked for."""
+    vector" in place of "quick" (the short pass list either way: SHORT_PIPELINES in
+    llvm_pipeline); else the one its programs asked for."""
     if module is not None and not linked and getattr(module, "scalar_loops", 1) == 0:
         if pipeline in ("lean", "full"):
             return "vector"
