@@ -2,13 +2,18 @@
 into its phases (figures, no asserts).
 
 Run: .venv/bin/python benchmarks/bench_first_call.py [--repeat N] [--before PATH] [--warm]
+     [--later] [--only WORKLOAD,...]
 JAX runs in a separate interpreter: this one if it imports jax, else $KILN_BENCH_JAX_PYTHON
 (e.g. /tmp/jaxvenv/bin/python), else it is left out. --before PATH also measures the kiln
 checkout at PATH (say, a copy of the tree without a change), so that before/after ratios come
 from one run; the two checkouts' processes alternate, so that the machine's drift does not
 land on one of them. --warm adds warm starts: each system first fills a fresh persistent cache
 (kiln: KILN_CACHE_DIR; JAX: jax_compilation_cache_dir, every entry kept) in one process, then
-the first call is timed in fresh processes that find every program there.
+the first call is timed in fresh processes that find every program there. --later (on in the
+combined report) adds each workload as a later program: the process first compiles and runs
+two small programs of its own (a gradient through a product, an elementwise program with
+reductions), so that the figure is one new program's compile, without what a process pays
+once (the compiler's imports, LLVM's and JAX's first-use set-up, BLAS loading).
 
 Each figure is one first call of a freshly jitted function (trace, optimize, compile, run) in
 a fresh process, the median of --repeat processes (default 5: with 3, one slow process moved
@@ -76,7 +81,8 @@ import collections, json, math, sys, time
 import numpy as np
 
 system, workload = sys.argv[1], sys.argv[2]
-cache_dir = sys.argv[3] if len(sys.argv) > 3 else None
+cache_dir = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
+later = len(sys.argv) > 4 and sys.argv[4] == "later"
 phases = collections.Counter()
 
 def timed(owner, name, phase):
@@ -218,6 +224,19 @@ def seed_multiplies():
         return x
     return jit(live_fn), (np.array([1.0, 0.999, -1.0001, 0.5], np.float32),)
 
+def other_programs():
+    # What a process that has compiled before has done: two other programs, one with a
+    # gradient and a product, one elementwise with reductions, on other shapes.
+    w, x = normal(48, 24), normal(16, 48)
+    block(jit(grad(lambda w, x: jnp.sum(jnp.tanh(x @ w) ** 2)))(w, x))
+    block(jit(lambda x: jnp.exp(x).max(axis=0) - jnp.sum(x * 2.0, axis=0))(normal(96, 40)))
+
+modules_before = 0
+if later:
+    other_programs()
+    phases.clear()  # (only the timed program's phases; its imports were done)
+    if system == "kiln" and getattr(engine, "compile_stats", None):
+        modules_before = engine.compile_stats()["modules"]
 fn, args = globals()[workload]()
 start = time.perf_counter()
 block(fn(*args))
@@ -229,7 +248,7 @@ result = {"first": first, "second": second, "import": import_seconds}
 if system == "kiln":
     result["phases"] = dict(phases)
     stats = getattr(engine, "compile_stats", None)
-    result["modules"] = stats()["modules"] if stats else None
+    result["modules"] = stats()["modules"] - modules_before if stats else None
 print(json.dumps(result))
 """
 
@@ -242,16 +261,21 @@ def jax_python() -> str | None:
 
 
 def run_one(
-    python: str, system: str, workload: str, root: pathlib.Path, cache: str | None = None
+    python: str,
+    system: str,
+    workload: str,
+    root: pathlib.Path,
+    cache: str | None = None,
+    later: bool = False,
 ) -> dict | None:
-    """One first call in a fresh interpreter (with a persistent cache at `cache`, if given);
-    None if it failed."""
+    """One first call in a fresh interpreter (with a persistent cache at `cache`, if given;
+    `later`: after the process has compiled two other programs); None if it failed."""
     inherited = os.environ.get("PYTHONPATH", "")
     path = os.pathsep.join(filter(None, [str(root), inherited])) if system == "kiln" else inherited
     env = dict(os.environ, PYTHONPATH=path)
     try:
         done = subprocess.run(
-            [python, "-c", _PROGRAM, system, workload] + ([cache] if cache else []),
+            [python, "-c", _PROGRAM, system, workload, cache or "-"] + (["later"] if later else []),
             env=env,
             cwd=str(root),
             capture_output=True,
@@ -273,11 +297,13 @@ def median_runs(
     roots: list[pathlib.Path],
     repeat: int,
     warm: bool = False,
+    later: bool = False,
 ) -> list:
     """For each checkout in `roots`, the run with the median first call of `repeat` fresh
     processes (None if every one failed); the checkouts' processes alternate, so that drift
     in the machine's load lands on all of them alike. `warm`: each process finds the program
-    in a persistent cache (one per checkout) that one earlier process filled."""
+    in a persistent cache (one per checkout) that one earlier process filled. `later`: each
+    process compiles two other programs first (see run_one)."""
     with contextlib.ExitStack() as stack:
         caches: list = [None] * len(roots)
         if warm:
@@ -293,7 +319,7 @@ def median_runs(
             for n, root in enumerate(roots):
                 if caches[n] is False:
                     continue
-                run = run_one(python, system, workload, root, caches[n])
+                run = run_one(python, system, workload, root, caches[n], later)
                 if run:
                     runs[n].append(run)
     return [_median_of(found) for found in runs]
@@ -328,6 +354,7 @@ def main(
     before: str | None = None,
     warm: bool = False,
     workloads: tuple[str, ...] = WORKLOADS,
+    later: bool = False,
 ) -> list[dict]:
     repeat = repeat or (1 if quick else 5)
     jax_py = jax_python()
@@ -345,17 +372,21 @@ def main(
     print(f"first call of a fresh jit (trace + compile + run), median of {repeat} processes")
     if jax_py is None:
         print("(JAX not available: set KILN_BENCH_JAX_PYTHON)")
-    modes = ("cold", "warm") if warm else ("cold",)
+    modes = ("cold",) + (("warm",) if warm else ()) + (("later",) if later else ())
     results = {}
     for workload in workloads:
         for mode in modes:
             # kiln's runs first, then JAX's, so that their worker threads never compete.
-            hot = mode == "warm"
+            hot, after_others = mode == "warm", mode == "later"
             roots = [ROOT, before_root] if before_root else [ROOT]
-            kiln_run, *before = median_runs(sys.executable, "kiln", workload, roots, repeat, hot)
+            kiln_run, *before = median_runs(
+                sys.executable, "kiln", workload, roots, repeat, hot, after_others
+            )
             before_run = before[0] if before else None
             jax_run = (
-                median_runs(jax_py, "jax", workload, [ROOT], repeat, hot)[0] if jax_py else None
+                median_runs(jax_py, "jax", workload, [ROOT], repeat, hot, after_others)[0]
+                if jax_py
+                else None
             )
             results[workload, mode] = (kiln_run, before_run, jax_run)
 
@@ -370,7 +401,7 @@ def main(
     for (workload, mode), (kiln_run, before_run, jax_run) in results.items():
         k = kiln_run and kiln_run["first"]
         j = jax_run and jax_run["first"]
-        title = TITLES[workload] + (f" ({mode})" if warm else "")
+        title = TITLES[workload] + (f" ({mode})" if warm or mode != "cold" else "")
         line = f"{title:42s}{_seconds(k)}{_seconds(j)}{_ratio(k, j)}"
         b = before_run and before_run["first"]
         if before_root:
@@ -410,7 +441,7 @@ def main(
                 continue
             phases = run["phases"]
             rest = run["first"] - sum(phases.values())
-            title = TITLES[workload] + (f" {mode}" if warm else "") + label
+            title = TITLES[workload] + (f" {mode}" if warm or mode != "cold" else "") + label
             line = f"{title[:42]:42s}"
             line += "".join(f"{phases.get(p, 0.0) * 1e3:9.0f}" for p in PHASES)
             modules = run.get("modules")
@@ -420,8 +451,9 @@ def main(
 
 
 def report_rows(quick: bool = False) -> list[dict]:
-    """The measured rows in the combined report's format; `quick` runs each process once."""
-    return main(quick)
+    """The measured rows in the combined report's format (first programs of fresh processes,
+    then each workload as a later program); `quick` runs each process once."""
+    return main(quick, later=True)
 
 
 if __name__ == "__main__":
@@ -432,6 +464,11 @@ if __name__ == "__main__":
     parser.add_argument("--before", default=None, help="another kiln checkout to measure too")
     parser.add_argument(
         "--warm", action="store_true", help="also time warm starts (programs in the disk cache)"
+    )
+    parser.add_argument(
+        "--later",
+        action="store_true",
+        help="also time each workload as a later program (the process compiled two first)",
     )
     parser.add_argument(
         "--only",
@@ -445,4 +482,10 @@ if __name__ == "__main__":
         parser.error(
             f"--only: unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}"
         )
-    main(repeat=options.repeat, before=options.before, warm=options.warm, workloads=chosen)
+    main(
+        repeat=options.repeat,
+        before=options.before,
+        warm=options.warm,
+        workloads=chosen,
+        later=options.later,
+    )
