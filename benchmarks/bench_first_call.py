@@ -32,9 +32,9 @@ workloads:
     tracing and compiling, not running).
 kiln's phases, timed by wrapping the functions that do them: imports (the compiler's modules,
 which kiln imports when it first compiles; the wrappers need them imported ahead, so their
-import time is added to the first call), trace (jaxpr staging), passes
-(the jaxpr pipeline), fusion (partition, lowering to kernel IR, fusion planning), emit (kernel
-IR verification, scheduling and emission as LLVM IR), llvm (LLVM's optimization and code
+import time is added to the first call), trace (jaxpr staging), passes (the jaxpr pipeline),
+fusion (partition, lowering to kernel IR, fusion planning), emit (kernel IR verification,
+scheduling and emission as LLVM IR, and the IR's text), llvm (LLVM's optimization and code
 generation, the wall time left after emission: a program's modules compile on two threads,
 starting as they are emitted), load (symbol check and linking); "run + rest" is the
 remainder: the first run (fresh memory faulted in), argument conversion, the generated call
@@ -120,6 +120,9 @@ if system == "kiln":
     timed(kir, "verify_program", "emit")
     timed(emit, "emit_program", "emit")
     timed(emit, "emit_kernels", "emit")
+    timed(emit, "emit_row_part", "emit")  # (the row part of a program cut in two)
+    from kiln.codegen.llvm import ir_text
+    timed(ir_text, "module_text", "emit")  # (an emitted module's text)
     # LLVM's wall time after emission: one module in this thread, or the rest of a stream
     # of modules that two threads compile as they are emitted.
     timed(engine._optimizer, "optimize", "llvm")
