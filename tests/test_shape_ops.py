@@ -142,6 +142,17 @@ def test_iota(dtype, shape, dimension):
     np.testing.assert_array_equal(np.asarray(out), expected)
 
 
+@pytest.mark.parametrize(
+    "dtype,length",
+    [(np.uint8, 256), (np.uint8, 257), (np.int8, 300), (np.int16, 40000), (np.uint32, 2**20 + 3)],
+)
+def test_iota_at_and_past_the_end_of_its_dtype(dtype, length):
+    # Counts that fit are made in the dtype itself; longer ones wrap like a conversion.
+    out = lax.iota(dtype, length)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(out), np.arange(length).astype(dtype))
+
+
 def test_iota_counts_exactly_in_narrow_floats():
     out = np.asarray(lax.iota(ml_dtypes.bfloat16, 300))
     np.testing.assert_array_equal(out, np.arange(300).astype(ml_dtypes.bfloat16))

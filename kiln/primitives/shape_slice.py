@@ -366,10 +366,19 @@ iota_p = Primitive("iota")
 
 @iota_p.def_impl
 def _iota_impl(*, dtype, shape, dimension) -> np.ndarray:
-    # Count in int64 and convert once: counting in float16/bfloat16 would accumulate error.
-    counts = np.arange(shape[dimension], dtype=np.int64).astype(dtype)
+    length = shape[dimension]
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu" and length - 1 <= np.iinfo(dtype).max:
+        # Every count fits: one pass in the dtype itself (the counters of a random draw are
+        # millions of uint32s).
+        counts = np.arange(length, dtype=dtype)
+    else:
+        # Count in int64 and convert once: counting in float16/bfloat16 would accumulate error.
+        counts = np.arange(length, dtype=np.int64).astype(dtype)
+    if len(shape) == 1:
+        return counts
     expanded = [1] * len(shape)
-    expanded[dimension] = shape[dimension]
+    expanded[dimension] = length
     return np.array(np.broadcast_to(counts.reshape(expanded), shape))
 
 
