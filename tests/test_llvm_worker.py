@@ -51,3 +51,41 @@ def test_worker_and_process_make_the_same_code(pipeline, monkeypatch):
         results.append(_run(native))
     assert engine._optimizer.in_worker > 0
     np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_the_worker_starts_where_nothing_imported_types_before_it():
+    """Run by path, Python puts the worker's directory (kiln/codegen/llvm) first on sys.path,
+    where types.py would shadow the standard library's `types`. Started without `site` (-S),
+    as an installed package's start-up may be, nothing imports `types` before the worker
+    does: its command must still give a working worker (it exited at once without -P)."""
+    import os
+    import subprocess
+
+    import llvmlite
+
+    from kiln.codegen.llvm import llvm_worker
+
+    executable, *rest = llvm_worker.command()
+    environment = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(llvmlite.__file__)))
+    worker = subprocess.Popen(
+        [executable, "-S", *rest],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
+    )
+    host = target.host_target()
+    text = engine.engine().emit_ir(_program("p_started"))
+    try:
+        llvm_worker.write_frame(
+            worker.stdin, (host.triple, host.cpu_name, host.features, "quick", text)
+        )
+        reply = llvm_worker.read_frame(worker.stdout)
+    finally:
+        worker.stdin.close()
+        error = worker.stderr.read().decode()
+        worker.wait(timeout=60)
+    assert reply is not None, error
+    status, optimized, object_bytes = reply
+    assert status == "ok" and "define" in optimized and len(object_bytes) > 100
+    assert worker.returncode == 0, error

@@ -123,7 +123,7 @@ class Optimizer:
         if self._worker is None or self._worker_jobs >= self.WORKER_JOBS:
             self._stop_worker()
             self._worker = subprocess.Popen(
-                [sys.executable, llvm_worker.__file__],
+                llvm_worker.command(),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
             )

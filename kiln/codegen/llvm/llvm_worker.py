@@ -3,7 +3,7 @@
 Each run of LLVM's pass pipeline through llvmlite leaks its pass-instrumentation callbacks
 (tens of kilobytes per module, never freed). A process that compiles thousands of programs
 hands that work to this worker after a while, and the worker is replaced every so often, so the
-leak is bounded. Run by path (`python llvm_worker.py`): it imports llvmlite and the sibling
+leak is bounded. Run by path with -P (`command()`): it imports llvmlite and the sibling
 llvm_pipeline.py only, never the kiln package.
 
 Protocol on stdin/stdout: frames of a 4-byte little-endian length and a pickle. A request is
@@ -42,6 +42,16 @@ def write_frame(stream, value) -> None:
     body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(_LENGTH.pack(len(body)) + body)
     stream.flush()
+
+
+def command() -> list[str]:
+    """The command that starts a worker. -P keeps this file's directory off sys.path: run by
+    path, Python puts the script's directory first on it, and there types.py shadows the
+    standard library's `types`, which functools and enum import. The worker then failed at
+    start-up (and every compile after config.llvm_in_process_compiles with it) unless
+    something had imported `types` before the script ran, as an editable install's path hook
+    does and an installed package's start-up need not."""
+    return [sys.executable, "-P", os.path.abspath(__file__)]
 
 
 def _load_pipeline():
