@@ -453,6 +453,21 @@ def test_modules_and_functions_are_not_guarded():
     assert entry.guards == () and entry.fast
 
 
+def test_installed_packages_are_library_code_wherever_they_are():
+    """A package directory outside this interpreter's own (put on sys.path by PYTHONPATH, or
+    a system Python's dist-packages) holds library code, never followed for captures: NumPy
+    found there made `np.float32` a guarded capture of every function that used it."""
+    user = os.path.join(os.sep, "home", "someone", "project", "model.py")
+    assert cache._is_user_file(user)
+    assert not cache._is_user_file(np.__file__)
+    for layer in (
+        os.path.join(os.sep, "opt", "layer", "lib", "python3.11", "site-packages"),
+        os.path.join(os.sep, "usr", "lib", "python3", "dist-packages"),
+    ):
+        assert not cache._is_user_file(os.path.join(layer, "numpy", "__init__.py"))
+    assert not cache._is_user_file(os.path.join(os.path.dirname(os.__file__), "functools.py"))
+
+
 # --- the last-signature shortcut of the call path --------------------------------------------
 
 

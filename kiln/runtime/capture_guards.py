@@ -368,15 +368,26 @@ def _self_attribute_loads(code: types.CodeType) -> tuple[str, ...]:
 
 
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_LIBRARY_DIRS = tuple(
-    {
-        os.path.abspath(p) + os.sep
-        for p in (
-            sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")
-        )
-        if p
-    }
-)
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """This interpreter's standard library and package directories (its own and the site
+    module's, the user's included)."""
+    paths = [sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    try:
+        import site
+
+        paths += [*site.getsitepackages(), site.getusersitepackages()]
+    except AttributeError:  # (an old virtualenv's site module lacks them)
+        pass
+    return tuple({os.path.abspath(p) + os.sep for p in paths if p})
+
+
+_LIBRARY_DIRS = _library_dirs()
+#: A file under a directory of one of these names is an installed package's wherever that
+#: directory is: one put on sys.path by PYTHONPATH (a layered environment), or a system
+#: Python's dist-packages, which its sysconfig paths do not name.
+_PACKAGE_DIR_NAMES = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -386,7 +397,11 @@ def _is_user_file(filename: str) -> bool:
     if not filename or filename.startswith("<frozen"):
         return False
     path = os.path.abspath(filename) if not filename.startswith("<") else filename
-    return not path.startswith(_KILN_DIR) and not path.startswith(_LIBRARY_DIRS)
+    return (
+        not path.startswith(_KILN_DIR)
+        and not path.startswith(_LIBRARY_DIRS)
+        and not any(name in path for name in _PACKAGE_DIR_NAMES)
+    )
 
 
 def _is_user_code(code: types.CodeType) -> bool:
