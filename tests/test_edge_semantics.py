@@ -5,6 +5,9 @@ References are worked out by hand or with Python ints (wrapping is computed modu
 JAX itself is only an optional oracle at the end of the file.
 """
 
+import operator
+import warnings
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -398,3 +401,52 @@ def test_against_jax_when_available(x32):
     for module in (jax_numpy, jnp):
         with pytest.raises(IndexError, match=EMPTY_AXIS_MESSAGE):
             module.take(module.zeros((0, 0)), module.array([0, 1, 2]), axis=0)
+
+
+# --- floating-point errors in eager arithmetic -------------------------------------------------
+
+
+def _special_operands():
+    return (
+        np.array([np.inf, 1.0, 0.0, 1e30, -np.inf], np.float32),
+        np.array([np.inf, 0.0, 0.0, 1e30, np.inf], np.float32),
+    )
+
+
+@pytest.mark.parametrize("name", ["add", "subtract", "multiply", "true_divide"])
+def test_eager_arithmetic_on_inf_and_nan_never_warns_or_raises(name):
+    """Like XLA, kiln makes inf and nan silently: NumPy's error state and the warnings filters
+    (pytest's `filterwarnings = error` among them) do not turn them into warnings or errors,
+    and the caller's NumPy error state is left as it was."""
+    a, b = _special_operands()
+    with np.errstate(all="ignore"):
+        expected = getattr(np, name)(a, b), getattr(np, name)(b, 2.0)
+    x, y = jnp.asarray(a), jnp.asarray(b)
+    op = {"add": "add", "subtract": "sub", "multiply": "mul", "true_divide": "truediv"}[name]
+    op = getattr(operator, op)
+    with warnings.catch_warnings(), np.errstate(all="raise"):
+        warnings.simplefilter("error")
+        got = op(x, y), op(y, 2.0)
+        assert np.geterr() == {
+            "divide": "raise",
+            "over": "raise",
+            "under": "raise",
+            "invalid": "raise",
+        }
+    for value, reference in zip(got, expected):
+        np.testing.assert_array_equal(np.asarray(value), reference)
+
+
+def test_eager_arithmetic_without_numpys_error_context_falls_back_to_errstate(monkeypatch):
+    """Where NumPy does not expose its error-state context variable, the fast path enters
+    np.errstate instead: the same silence."""
+    from kiln.numpy import array_methods
+
+    monkeypatch.setattr(array_methods, "_fp_errors", None)
+    subtract = array_methods._fast_binop(np.subtract, "subtract")
+    a, _ = _special_operands()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = subtract(jnp.asarray(a), jnp.asarray(a))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(np.asarray(got), a - a)

@@ -5,7 +5,6 @@ which skips promotion and tracing machinery entirely (it is what `x * y` costs).
 from __future__ import annotations
 
 import functools
-import warnings
 
 import numpy as np
 
@@ -14,9 +13,27 @@ from kiln.core import trace as _trace
 from kiln.core.trace import Tracer, current_trace_state
 
 # The eager fast path calls a NumPy ufunc directly; like XLA, kiln produces inf/nan silently,
-# so the floating-point warnings NumPy raises from that one call site are filtered (entering
-# np.errstate on every call would cost more than the multiply itself).
-warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"kiln\.numpy\.array_methods")
+# whatever NumPy's error state and the warnings filters (a filter of this module's warnings was
+# undone by pytest's per-test filters, and `filterwarnings = error` made inf - inf raise). Each
+# call sets NumPy's error-state context variable to "ignore" and back, which is what np.errstate
+# does, without its object (entering np.errstate costs four times the multiply itself).
+try:
+    from numpy._core.umath import _extobj_contextvar as _fp_errors, _make_extobj
+
+    _FP_QUIET = _make_extobj(all="ignore")
+except ImportError:  # (a NumPy without them: np.errstate, slower)
+    _fp_errors = _FP_QUIET = None
+
+
+def _errstate_enter():
+    state = np.errstate(all="ignore")
+    state.__enter__()
+    return state
+
+
+def _errstate_exit(state) -> None:
+    state.__exit__(None, None, None)
+
 
 _jnp_module = None
 
@@ -50,6 +67,10 @@ def _fast_binop(ufunc, name: str, reverse: bool = False):
     array's dtype). 0-d arrays take the general path, since NumPy returns scalars for them."""
     slow = _forward(name, reverse)
     new_array = functools.partial(object.__new__, Array)
+    if _fp_errors is not None:
+        quiet, loud = functools.partial(_fp_errors.set, _FP_QUIET), _fp_errors.reset
+    else:
+        quiet, loud = _errstate_enter, _errstate_exit
 
     def op(self, other):
         # (the general path while debug_nans/debug_infs check each result)
@@ -69,7 +90,11 @@ def _fast_binop(ufunc, name: str, reverse: bool = False):
             else:
                 return slow(self, other)
             result = new_array()
-            result._value = ufunc(b, a) if reverse else ufunc(a, b)
+            token = quiet()
+            try:
+                result._value = ufunc(b, a) if reverse else ufunc(a, b)
+            finally:
+                loud(token)
             result.weak_type = weak
             result._aval = None
             result._address = None
