@@ -653,3 +653,36 @@ def test_explain_cache_miss_names_the_changed_capture(caplog):
     messages = [r.getMessage() for r in caplog.records if r.name == "kiln"]
     assert len(messages) == 1
     assert "global variable `WEIGHT` held 2.0; it has changed since" in messages[0]
+
+
+def test_self_attributes_read_through_paired_loads_are_found(monkeypatch):
+    """From Python 3.13 on, `x * self.weight` loads both locals with one LOAD_FAST_LOAD_FAST
+    (argval ('x', 'self')) before LOAD_ATTR weight: the attribute is still a read of self's
+    (missed, a rebound weight gave the old trace's result). The suite runs these methods on
+    whichever Python it has; this feeds the analysis the newer interpreters' instructions."""
+    from kiln.runtime import capture_guards
+
+    def method(self, x):
+        return x * self.weight + self.bias
+
+    newer = (
+        ("RESUME", 0),
+        ("LOAD_FAST_LOAD_FAST", ("x", "self")),
+        ("LOAD_ATTR", "weight"),
+        ("BINARY_OP", 5),
+        ("LOAD_FAST_BORROW", "self"),
+        ("LOAD_ATTR", "bias"),
+        ("BINARY_OP", 0),
+        ("STORE_FAST_LOAD_FAST", ("y", "self")),
+        ("LOAD_ATTR", "scale"),
+        ("LOAD_FAST_LOAD_FAST", ("self", "x")),
+        ("LOAD_ATTR", "real"),  # (an attribute of x, not of self)
+        ("RETURN_VALUE", None),
+    )
+    capture_guards._self_attribute_loads.cache_clear()
+    monkeypatch.setattr(capture_guards, "_instructions", lambda code: newer)
+    try:
+        found = capture_guards._self_attribute_loads(method.__code__)
+    finally:
+        capture_guards._self_attribute_loads.cache_clear()
+    assert found == ("weight", "bias", "scale")

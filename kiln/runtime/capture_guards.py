@@ -339,10 +339,20 @@ def _attribute_loads_after(code: types.CodeType, first_op: tuple, first_name) ->
         if opname in ("LOAD_ATTR", "LOAD_METHOD") and previous is not None:
             if isinstance(argval, str):
                 pairs.append((previous, argval))
+        if opname in _PAIRED_LOADS and isinstance(argval, tuple) and "LOAD_FAST" in first_op:
+            opname, argval = "LOAD_FAST", argval[-1]  # (the name it pushes last)
         previous = (
             argval if opname in first_op and (first_name is None or argval == first_name) else None
         )
     return pairs
+
+
+#: Instructions that load (or store, then load) two local variables at once, from Python 3.13
+#: on (`x * self.weight` is LOAD_FAST_LOAD_FAST (x, self), LOAD_ATTR weight): their argval is
+#: the pair of names, and the second is the one an attribute load right after reads.
+_PAIRED_LOADS = frozenset(
+    {"LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW", "STORE_FAST_LOAD_FAST"}
+)
 
 
 @functools.lru_cache(maxsize=4096)
