@@ -58,7 +58,8 @@ class Config:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._enable_x64 = self._threefry_partitionable = False
-        self.trace_key = (False, False)
+        self._cpu, self._cpu_features = "host", ""
+        self.trace_key = (False, False, "host", "")
         self.enable_x64 = _env_bool("KILN_ENABLE_X64")
         self.log_compiles = _env_bool("KILN_LOG_COMPILES")
         self.explain_cache_misses = _env_bool("KILN_EXPLAIN_CACHE_MISSES")
@@ -101,9 +102,18 @@ class Config:
         self.debug_nans = _env_bool("KILN_DEBUG_NANS") or _env_bool("JAX_DEBUG_NANS")
         self.debug_infs = _env_bool("KILN_DEBUG_INFS") or _env_bool("JAX_DEBUG_INFS")
 
-    # enable_x64 and threefry_partitionable change what tracing produces: they are properties
-    # that keep `trace_key`, the compile-cache key part made of them, current (jit's call path
-    # reads it on every call).
+    # enable_x64 and threefry_partitionable change what tracing produces, cpu and cpu_features
+    # the machine code compiled from it: they are properties that keep `trace_key`, the
+    # compile-cache key part made of them, current (jit's call path reads it on every call),
+    # so that a function jitted before one of them changes compiles again after.
+    def _key_changed(self) -> None:
+        self.trace_key = (
+            self._enable_x64,
+            self._threefry_partitionable,
+            self._cpu,
+            self._cpu_features,
+        )
+
     @property
     def enable_x64(self) -> bool:
         return self._enable_x64
@@ -111,7 +121,7 @@ class Config:
     @enable_x64.setter
     def enable_x64(self, value: bool) -> None:
         self._enable_x64 = bool(value)
-        self.trace_key = (self._enable_x64, self._threefry_partitionable)
+        self._key_changed()
 
     @property
     def threefry_partitionable(self) -> bool:
@@ -120,7 +130,25 @@ class Config:
     @threefry_partitionable.setter
     def threefry_partitionable(self, value: bool) -> None:
         self._threefry_partitionable = bool(value)
-        self.trace_key = (self._enable_x64, self._threefry_partitionable)
+        self._key_changed()
+
+    @property
+    def cpu(self) -> str:
+        return self._cpu
+
+    @cpu.setter
+    def cpu(self, value: str) -> None:
+        self._cpu = value
+        self._key_changed()
+
+    @property
+    def cpu_features(self) -> str:
+        return self._cpu_features
+
+    @cpu_features.setter
+    def cpu_features(self, value: str) -> None:
+        self._cpu_features = value
+        self._key_changed()
 
     # debug_nans and debug_infs are properties, so that check_special and the listeners follow
     # every change, through update() or plain assignment alike.
@@ -173,7 +201,8 @@ class Config:
         return getattr(self, self._canonical_name(name))
 
     def trace_context(self) -> tuple:
-        """The flags that change tracing; they form part of every compile-cache key."""
+        """The flags that change tracing or the machine code compiled from it; they form part
+        of every compile-cache key."""
         return self.trace_key
 
     def __repr__(self) -> str:

@@ -530,3 +530,25 @@ def test_signatures_are_interned():
     f(a), f(b)
     assert a._sig is b._sig
     assert cache.intern_signature(((2, 3), np.dtype(np.float32), False)) is a._sig
+
+
+def test_a_function_jitted_before_the_target_changes_compiles_again_after():
+    """The code generation target (kiln_cpu, kiln_cpu_features) is part of the compile-cache
+    key, as x64 is: a function jitted for the host and called again once the target is the
+    AVX2 baseline ran the host's code."""
+    from kiln.codegen.llvm import target
+    from tests._testing import use_codegen_target
+
+    if not target.host_can_run("x86-64-v3"):
+        pytest.skip("this CPU cannot run x86-64-v3 code")
+    f = kiln.jit(lambda x: jnp.exp(x) * 2.0)
+    x = np.linspace(-3.0, 3.0, 4096, dtype=np.float32)
+    expected = np.asarray(f(x))
+    assert f._cache_size() == 1
+    with use_codegen_target("x86-64-v3"):
+        np.testing.assert_allclose(np.asarray(f(x)), expected, rtol=1e-6)
+        assert f._cache_size() == 2
+        (entry,) = [e for e in f._fc.entries.values() if e.key[2][2] != "host"]
+        assert entry.key[2][2:] == (kiln.config.cpu, kiln.config.cpu_features)
+    np.testing.assert_array_equal(np.asarray(f(x)), expected)  # (the host's entry again)
+    assert f._cache_size() == 2

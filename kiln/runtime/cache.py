@@ -469,7 +469,9 @@ def explain_miss(key, previous: list, names: list[str], static_names) -> str:
                 was = "not passed" if before is None else repr(before[1])
                 reasons.append(f"static argument {label}: {was} -> {typed[1]!r}")
     if o_context != context:
-        reasons.append(f"config flags that affect tracing changed: {o_context} -> {context}")
+        reasons.append(
+            f"config flags that affect tracing or code generation changed: {o_context} -> {context}"
+        )
     if o_backend != backend:
         reasons.append(f"backend changed: {o_backend} -> {backend}")
     if not reasons:
