@@ -21,6 +21,7 @@ from kiln.compiler import kir
 from kiln.compiler.kir import Buffer, Kernel, Program, Reduce, ReduceKind, Store, Var
 from kiln.compiler.kir_schedule import schedule_kernel
 from kiln.runtime.engine import compile_program
+from tests._testing import CODEGEN_TARGETS, use_codegen_target
 
 RTOL = 1e-6
 TENTH = float(np.float32(0.1))  # the float32 nearest 0.1, exactly
@@ -39,6 +40,18 @@ MODES = ["jit", "interpret", "eager"]
 
 
 # --- whole-array sums of 10M and 50M float32 values ----------------------------------------------
+
+
+@pytest.mark.parametrize("codegen_target", CODEGEN_TARGETS)
+def test_a_long_float32_sum_is_as_accurate_on_every_target(codegen_target):
+    """Each vector lane adds as many elements per compensated block whatever the vector width:
+    with a fixed 1024-element block, AVX2's 8 lanes added 128 each, and float32 tenths summed
+    9.7e-7 off (the in-block error, the same from 64K elements to 10M; 1.1e-6 at 50M), against
+    6.0e-7 with AVX-512's 16 lanes of 64."""
+    n = 1 << 18
+    with use_codegen_target(codegen_target):
+        total = kiln.jit(jnp.sum)(np.full(n, 0.1, np.float32))
+    assert relative_error(total, n * TENTH) < 0.75 * RTOL
 
 
 @pytest.fixture(scope="module")

@@ -219,4 +219,7 @@ def test_short_column_sums_are_left_to_the_scheduler():
     executable, compiled = compile_native(fn, x)
     assert not any(plan.partials for plan in plans(executable))
     n = x.astype(np.float64) / np.abs(x).sum(1, keepdims=True)
-    np.testing.assert_allclose(np.asarray(compiled(x)), n.sum(0), rtol=1e-5)
+    # (Against the terms' magnitude: a column's terms may cancel to a small sum, whose relative
+    # error then depends on the summation order, which differs with the vector width.)
+    error = np.abs(np.asarray(compiled(x)) - n.sum(0))
+    assert (error <= 1e-6 * np.abs(n).sum(0)).all(), error
