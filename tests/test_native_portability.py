@@ -389,6 +389,33 @@ def test_kiln_cpu_selects_the_target_of_generated_code():
     assert result.stdout.split() == ["x86-64-v3", "x86-64-v3", "True"]
 
 
+#: Suites whose results depend on the vector width (summation order, compensated blocks, fused
+#: column sums), run whole for the AVX2 baseline: every test in them compiles through kiln.jit
+#: for whatever KILN_CPU names, as on a machine without AVX-512.
+WIDTH_SENSITIVE_SUITES = (
+    "tests/test_accurate_reductions.py",
+    "tests/test_accurate_dot.py",
+    "tests/compiler/test_fusion_columns.py",
+)
+
+
+def test_the_width_sensitive_suites_pass_on_the_avx2_baseline():
+    """On this host the suite runs AVX-512 code; these suites also run as an AVX2-only
+    machine would run them (a long float32 sum's error bound failed there alone)."""
+    if not target.host_can_run("x86-64-v3"):
+        pytest.skip("this CPU cannot run x86-64-v3 code")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *WIDTH_SENSITIVE_SUITES],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=dict(os.environ, KILN_CPU="x86-64-v3", KILN_CPU_FEATURES=""),
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
 def test_baseline_code_uses_only_its_features():
     if not target.host_can_run("x86-64-v3"):
         pytest.skip("this CPU cannot run x86-64-v3 code")
