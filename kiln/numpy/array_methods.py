@@ -21,7 +21,7 @@ try:
     from numpy._core.umath import _extobj_contextvar as _fp_errors, _make_extobj
 
     _FP_QUIET = _make_extobj(all="ignore")
-except ImportError:  # (a NumPy without them: np.errstate, slower)
+except (ImportError, TypeError):  # (a NumPy without them as 2.4 has them: np.errstate, slower)
     _fp_errors = _FP_QUIET = None
 
 
