@@ -41,6 +41,20 @@ def _env_int(name: str) -> int | None:
     return int(value) if value else None
 
 
+def _keyed(name: str, convert: Callable) -> property:
+    """A Config property that stores convert(value) and refreshes the compile-cache key."""
+    private = f"_{name}"
+
+    def get(self):
+        return getattr(self, private)
+
+    def set(self, value) -> None:
+        setattr(self, private, convert(value))
+        self._key_changed()
+
+    return property(get, set)
+
+
 class Config:
     """Holds kiln's flags; `kiln.config.update(name, value)` changes one."""
 
@@ -103,52 +117,18 @@ class Config:
         self.debug_infs = _env_bool("KILN_DEBUG_INFS") or _env_bool("JAX_DEBUG_INFS")
 
     # enable_x64 and threefry_partitionable change what tracing produces, cpu and cpu_features
-    # the machine code compiled from it: they are properties that keep `trace_key`, the
-    # compile-cache key part made of them, current (jit's call path reads it on every call),
-    # so that a function jitted before one of them changes compiles again after.
+    # the machine code compiled from it: they are properties (_keyed) that keep `trace_key`,
+    # the compile-cache key part made of them, current (jit's call path reads it on every
+    # call), so that a function jitted before one of them changes compiles again after.
+    _KEYED = ("enable_x64", "threefry_partitionable", "cpu", "cpu_features")
+
     def _key_changed(self) -> None:
-        self.trace_key = (
-            self._enable_x64,
-            self._threefry_partitionable,
-            self._cpu,
-            self._cpu_features,
-        )
+        self.trace_key = tuple(getattr(self, f"_{name}") for name in self._KEYED)
 
-    @property
-    def enable_x64(self) -> bool:
-        return self._enable_x64
-
-    @enable_x64.setter
-    def enable_x64(self, value: bool) -> None:
-        self._enable_x64 = bool(value)
-        self._key_changed()
-
-    @property
-    def threefry_partitionable(self) -> bool:
-        return self._threefry_partitionable
-
-    @threefry_partitionable.setter
-    def threefry_partitionable(self, value: bool) -> None:
-        self._threefry_partitionable = bool(value)
-        self._key_changed()
-
-    @property
-    def cpu(self) -> str:
-        return self._cpu
-
-    @cpu.setter
-    def cpu(self, value: str) -> None:
-        self._cpu = value
-        self._key_changed()
-
-    @property
-    def cpu_features(self) -> str:
-        return self._cpu_features
-
-    @cpu_features.setter
-    def cpu_features(self, value: str) -> None:
-        self._cpu_features = value
-        self._key_changed()
+    enable_x64 = _keyed("enable_x64", bool)
+    threefry_partitionable = _keyed("threefry_partitionable", bool)
+    cpu = _keyed("cpu", str)
+    cpu_features = _keyed("cpu_features", str)
 
     # debug_nans and debug_infs are properties, so that check_special and the listeners follow
     # every change, through update() or plain assignment alike.
