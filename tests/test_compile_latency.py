@@ -19,6 +19,7 @@ from kiln.codegen.llvm import llvm_pipeline, target
 from kiln.compiler import kir, kir_schedule
 from kiln.compiler.kir import Buffer, Kernel, Load, Loop, Program, Reduce, ReduceKind, Store, Var
 from kiln.runtime import disk_cache, engine, native_segment
+from tests._testing import CODEGEN_TARGETS, use_codegen_target
 
 F32 = np.dtype(np.float32)
 
@@ -333,16 +334,7 @@ def test_loop_merge_unit():
 # --- pipelines --------------------------------------------------------------------------------
 
 
-def _codegen_target(name: str):
-    """The host target, or a baseline one (skipped where this CPU cannot run its code)."""
-    if name == "host":
-        return target.host_target()
-    if not target.host_can_run(name):
-        pytest.skip(f"this CPU cannot run {name} code")
-    return target.baseline_target(name)
-
-
-@pytest.mark.parametrize("codegen_target", ["host", "x86-64-v3", "x86-64-v4"])
+@pytest.mark.parametrize("codegen_target", CODEGEN_TARGETS)
 @pytest.mark.parametrize("pipeline", sorted(llvm_pipeline.PIPELINES))
 def test_every_pipeline_computes_the_same_values(pipeline, codegen_target):
     size = 1000
@@ -352,9 +344,8 @@ def test_every_pipeline_computes_the_same_values(pipeline, codegen_target):
     total = Reduce(ReduceKind.SUM, k, 0, size, x[k])
     value = kir.op(kir.ScalarOp.EXP, x[i] * 0.25) / (total + 2000.0)
     program = Program("tiered", [x, y], [Kernel("k", [Loop(i, 0, size, [Store(y, i, value)])])])
-    (native,) = engine.Engine(_codegen_target(codegen_target)).compile_many(
-        [program], pipelines=[pipeline]
-    )
+    with use_codegen_target(codegen_target) as chosen:
+        (native,) = engine.Engine(chosen).compile_many([program], pipelines=[pipeline])
     data = np.linspace(-4, 4, size, dtype=F32)
     expected = np.exp(data.astype(np.float64) * 0.25) / (data.astype(np.float64).sum() + 2000)
     np.testing.assert_allclose(native(data)[0], expected, rtol=2e-6)
@@ -388,7 +379,7 @@ def test_product_kernels_compile_with_the_quick_pipeline(monkeypatch):
     assert any(not products for products, _ in chosen)  # the tanh
 
 
-@pytest.mark.parametrize("codegen_target", ["host", "x86-64-v3", "x86-64-v4"])
+@pytest.mark.parametrize("codegen_target", CODEGEN_TARGETS)
 def test_quick_modules_of_vector_code_take_the_short_passes(monkeypatch, codegen_target):
     # A quick module whose loops kiln emitted as vector code is optimized with the short pass
     # list ("quick vector"), not LLVM's O1 pipeline; one with a scalar loop, or with a module
@@ -414,9 +405,8 @@ def test_quick_modules_of_vector_code_take_the_short_passes(monkeypatch, codegen
     i = Var("i")
     value = kir.op(kir.ScalarOp.EXP, x[i] * 0.5) - x[i]
     program = Program("quick_vec", [x, y], [Kernel("k", [Loop(i, 0, size, [Store(y, i, value)])])])
-    (native,) = engine.Engine(_codegen_target(codegen_target)).compile_many(
-        [program], pipelines=["quick"]
-    )
+    with use_codegen_target(codegen_target) as chosen:
+        (native,) = engine.Engine(chosen).compile_many([program], pipelines=["quick"])
     assert used == ["quick vector"]
     data = np.linspace(-6, 6, size, dtype=F32)
     expected = np.exp(data.astype(np.float64) * 0.5) - data
