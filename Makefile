@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kiln-installed
 
-.PHONY: demo tour test lint format fuzz bench bytecode clean
+.PHONY: demo tour test test-interpret lint format fuzz bench bytecode clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ format: $(STAMP)
 
 test: $(STAMP) lint bytecode
 	$(PY) -m pytest -n 2 tests
+
+# The suite with jitted programs run by the interpreter backend (tests of the native backend's
+# own workings, marked `native`, still run natively: tests/conftest.py).
+test-interpret: $(STAMP) bytecode
+	KILN_BACKEND=interpret $(PY) -m pytest -n 2 tests
 
 # The differential fuzz tests of `make test`, with many more random programs each.
 FUZZ_EXAMPLES ?= 1000

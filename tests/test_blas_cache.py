@@ -8,6 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+# (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
+pytestmark = pytest.mark.native
+
 SCRIPT = textwrap.dedent(
     """
     import numpy as np, kiln, kiln.numpy as jnp

@@ -21,6 +21,9 @@ from kiln.compiler.kir import Buffer, Kernel, Load, Loop, Program, Reduce, Reduc
 from kiln.runtime import disk_cache, engine, native_segment
 from tests._testing import CODEGEN_TARGETS, use_codegen_target
 
+# (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
+pytestmark = pytest.mark.native
+
 F32 = np.dtype(np.float32)
 
 

@@ -19,6 +19,9 @@ from kiln.codegen.llvm import target
 from kiln.compiler.kir import Buffer, Kernel, Loop, Program, Store, Var
 from kiln.runtime import disk_cache, engine
 
+# (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
+pytestmark = pytest.mark.native
+
 F32 = np.dtype(np.float32)
 
 

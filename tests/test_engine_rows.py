@@ -20,6 +20,9 @@ from kiln.config import config
 from kiln.runtime import engine
 from tests._testing import first_compile, use_codegen_target
 
+# (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
+pytestmark = pytest.mark.native
+
 
 def layernorm_softmax(x, g, b):
     c = x - jnp.mean(x, axis=-1, keepdims=True)

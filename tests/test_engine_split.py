@@ -19,6 +19,9 @@ from kiln.config import config
 from kiln.runtime import engine
 from tests._testing import CODEGEN_TARGETS, first_compile, run_script_json, use_codegen_target
 
+# (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
+pytestmark = pytest.mark.native
+
 
 def many_kernels(x, w):
     # Reductions along alternating axes, each broadcast back: one kernel per step or so.

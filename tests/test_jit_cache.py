@@ -515,6 +515,7 @@ def test_shortcut_respects_config_changes():
     assert f(x).dtype == np.float32
 
 
+@pytest.mark.native
 def test_shortcut_sees_donated_arguments_deleted():
     f = kiln.jit(lambda a: a + 1, donate_argnums=0)
     x = jnp.arange(4.0)

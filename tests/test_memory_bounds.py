@@ -11,9 +11,13 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import kiln
 from kiln.runtime import engine
+
+# (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
+pytestmark = pytest.mark.native
 
 #: The stated bound: growth of the process (RSS) after the first 1,000 signatures, over the
 #: next 2,000, with 64 cached signatures. Without eviction and freeing this grows by

@@ -20,6 +20,9 @@ from kiln.runtime import memory_plan
 from tests import _program_gen as gen
 from tests.test_fuzz_programs import fuzz_settings, leaves
 
+# (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
+pytestmark = pytest.mark.native
+
 MB = 1 << 20
 
 

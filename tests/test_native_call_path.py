@@ -14,6 +14,9 @@ from kiln.core.avals import ShapedArray
 from kiln.runtime import cache
 from kiln.runtime.native_call import FirstCallOutputs, SmallOutputs, data_address
 
+# (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
+pytestmark = pytest.mark.native
+
 
 def _run_threads(target, count: int) -> None:
     """target(0), ..., target(count - 1), each on a thread of its own, all started at once."""

@@ -23,6 +23,9 @@ from kiln.compiler import kir
 from kiln.runtime import native_loop_driver, native_loop_kernel
 from tests._testing import CODEGEN_TARGETS, results_in_threads, use_codegen_target
 
+# (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
+pytestmark = pytest.mark.native
+
 
 @pytest.fixture(autouse=True)
 def strict_native(monkeypatch):

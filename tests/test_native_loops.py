@@ -527,6 +527,7 @@ def test_hoisted_row_products_feed_ys_and_the_carry(reverse):
     assert "row-invariant products hoisted" in line and "one native call" in line
 
 
+@pytest.mark.native
 def test_loop_bodies_compile_with_the_vectorizing_pipeline(monkeypatch):
     from kiln.runtime import native_segment
 

@@ -9,6 +9,7 @@ mismatch names its case.
 
 from __future__ import annotations
 
+import os
 import ml_dtypes
 import numpy as np
 import optree
@@ -566,6 +567,7 @@ def test_captured_constants_small_and_large():
     np.testing.assert_allclose(float(b), float((large.astype(np.float64)).sum()), rtol=1e-4)
 
 
+@pytest.mark.native
 def test_backend_choice_and_default(monkeypatch):
     x = jnp.asarray(np.ones(3, np.float32))
 
@@ -645,3 +647,21 @@ def test_64_bit_types_with_x64_enabled(dtype, monkeypatch):
     for got, want in zip(actual, expected):
         assert np.asarray(got).dtype == np.asarray(want).dtype
         assert mismatch(got, want, 1e-12) is None
+
+
+def test_unmarked_tests_run_on_the_backend_the_environment_names():
+    """`make test-interpret` sets KILN_BACKEND=interpret: the tests without the `native` marker
+    must then run through the interpreter, or that run would test nothing new."""
+    expected = os.environ.get("KILN_BACKEND", "native")
+    assert kiln.config.backend == expected
+    x = jnp.asarray(np.ones(3, np.float32))
+    backend = kiln.jit(lambda x: x * 2).lower(x).compile()._entry.executable.backend
+    assert backend == {"native": "native", "interpret": "interpreter"}[expected]
+
+
+@pytest.mark.native
+def test_tests_marked_native_run_natively_whatever_the_environment_says():
+    """The `native` marker (tests/conftest.py) pins the backend, here and in child processes."""
+    assert kiln.config.backend == "native" and os.environ["KILN_BACKEND"] == "native"
+    x = jnp.asarray(np.ones(3, np.float32))
+    assert kiln.jit(lambda x: x * 2).lower(x).compile()._entry.executable.backend == "native"

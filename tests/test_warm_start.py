@@ -20,6 +20,9 @@ from kiln.compiler import fusion, pipeline
 from kiln.runtime import disk_cache, engine, program_cache
 from tests._testing import run_script_json
 
+# (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
+pytestmark = pytest.mark.native
+
 
 def _layernorm_softmax_loss(x, g, t):
     c = x - jnp.mean(x, axis=-1, keepdims=True)

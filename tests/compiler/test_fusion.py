@@ -293,6 +293,7 @@ def test_long_chain_lowers_without_deep_recursion():
     np.testing.assert_allclose(np.asarray(compiled(x)), np.asarray(expected), rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.native
 def test_lowering_from_a_deep_caller_stack_still_compiles_natively():
     """Lowering keeps its own stack (stand-ins and reruns, see lower.ExprBuilder): a caller
     whose Python stack is already near the recursion limit still compiles natively, where a

@@ -1,0 +1,29 @@
+"""Suite-wide set-up: the `native` marker.
+
+The suite passes on either backend (`KILN_BACKEND=interpret make test` runs the user-level
+tests through the interpreter: `make test-interpret`). Tests about the native backend's own
+workings (its kernels, BLAS calls, the engine's modules and threads, memory plans, the disk
+cache, the call path) are marked `native`: they run on the native backend whatever KILN_BACKEND
+says, and so do the processes they start. A module marks all its tests with
+`pytestmark = pytest.mark.native`; tests/codegen/ is native as a whole (its conftest).
+"""
+
+import pytest
+
+import kiln
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "native: the test checks the native backend's own workings; it runs on that backend "
+        "whatever KILN_BACKEND says",
+    )
+
+
+@pytest.fixture(autouse=True)
+def native_backend_where_marked(request, monkeypatch):
+    """For a test marked `native`: the native backend, here and in the processes it starts."""
+    if request.node.get_closest_marker("native") is not None:
+        monkeypatch.setattr(kiln.config, "backend", "native")
+        monkeypatch.setenv("KILN_BACKEND", "native")
