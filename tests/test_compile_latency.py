@@ -144,6 +144,43 @@ def test_compile_many_shares_identical_programs():
     assert first is second and host.stats["modules"] == 1
 
 
+def test_programs_that_differ_only_in_name_share_one_machine_code():
+    host = engine.Engine(target.host_target())
+    first = host.compile(_scaled_program("forward_0", 2.0))
+    second = host.compile(_scaled_program("other_0", 2.0))
+    assert second is first and host.stats == {"programs": 2, "reused": 1, "modules": 1}
+    x = np.arange(257, dtype=F32)
+    np.testing.assert_array_equal(second(x)[0], x * np.float32(2.0))
+    # Anything else that differs is another program: a constant, a size.
+    assert host.compile(_scaled_program("other_0", 3.0)) is not first
+    assert host.compile(_scaled_program("other_0", 2.0, size=256)) is not first
+    assert host.stats["modules"] == 3
+
+
+def test_the_same_computation_jitted_under_another_name_compiles_no_module():
+    """A second function computing what a first one did (another name, so another program
+    name) runs the first one's machine code: before, the program's name was part of the key
+    of the engine's table, and the second compile cost as much as the first."""
+    x = np.random.default_rng(3).standard_normal((64, 300)).astype(np.float32)
+
+    def normalized(a):
+        c = a - jnp.mean(a, axis=-1, keepdims=True)
+        return jnp.exp(c) / jnp.sum(jnp.exp(c), axis=-1, keepdims=True) + 0.125
+
+    def also_normalized(a):
+        return normalized(a)
+
+    first = np.asarray(kiln.jit(normalized)(x))
+    before = _stats()
+    second = np.asarray(kiln.jit(also_normalized)(x))
+    delta = _delta(before)
+    assert delta["modules"] == 0 and delta["reused"] == delta["programs"] >= 1, delta
+    np.testing.assert_array_equal(second, first)
+    c = x.astype(np.float64) - x.mean(axis=-1, keepdims=True)
+    expected = np.exp(c) / np.exp(c).sum(axis=-1, keepdims=True) + 0.125
+    np.testing.assert_allclose(second, expected, rtol=2e-6, atol=1e-7)
+
+
 def test_one_module_per_pipeline():
     host = engine.Engine(target.host_target())
     programs = [_scaled_program(f"p{n}", 1.0 + n) for n in range(3)]

@@ -216,9 +216,10 @@ def test_a_split_groups_ir_and_assembly_cover_every_part(monkeypatch):
 # --- kernels inlined into their entries ----------------------------------------------------------
 
 
-def _chain(name: str, kernels: int, size: int = 96):
-    """y = x passed through `kernels` kernels (t = t * 1.5 + j each, through temps), and its
-    NumPy reference."""
+def _chain(name: str, kernels: int, size: int = 96, shift: float = 0.0):
+    """y = x passed through `kernels` kernels (t = t * 1.5 + j + shift each, through temps),
+    and its NumPy reference. (Programs that differ only in their names share one machine
+    code: give each program of a compile its own shift.)"""
     from kiln.compiler.kir import Buffer, Kernel, Loop, Program, Store, Var
 
     f32 = np.dtype(np.float32)
@@ -227,15 +228,13 @@ def _chain(name: str, kernels: int, size: int = 96):
     temps = [Buffer(f"t{j}", f32, (size,), "temp") for j in range(kernels - 1)]
     chain = [x] + temps + [y]
     i = Var("i")
-    body = [
-        Kernel(f"k{j}", [Loop(i, 0, size, [Store(chain[j + 1], i, chain[j][i] * 1.5 + float(j))])])
-        for j in range(kernels)
-    ]
+    steps = [Store(chain[j + 1], i, chain[j][i] * 1.5 + (j + shift)) for j in range(kernels)]
+    body = [Kernel(f"k{j}", [Loop(i, 0, size, [step])]) for j, step in enumerate(steps)]
 
     def reference(data):
         # (in float64, rounded once per kernel, as the contracted multiply-add does)
         for j in range(kernels):
-            data = (data.astype(np.float64) * 1.5 + j).astype(np.float32)
+            data = (data.astype(np.float64) * 1.5 + (j + shift)).astype(np.float32)
         return data
 
     return Program(name, [x, y] + temps, body), reference
@@ -265,7 +264,7 @@ def test_a_split_group_exports_only_the_kernels_another_part_calls(monkeypatch):
     monkeypatch.setattr(config, "num_threads", 2)
     assert engine.PART_KERNELS == 4
     host = engine.Engine(engine.engine().target)
-    chains = [_chain(f"split_chain_{n}", 3) for n in range(3)]
+    chains = [_chain(f"split_chain_{n}", 3, shift=n / 4) for n in range(3)]
     natives = host.compile_many([p for p, _ in chains], pipelines=["lean"] * 3)
     modules = natives[0].llvm_ir.split(engine.MODULE_SEPARATOR)
     assert len(modules) == 3 and host.stats["modules"] == 3
@@ -286,7 +285,7 @@ def test_a_small_group_next_to_a_large_one_is_split_too(monkeypatch):
     monkeypatch.setattr(config, "num_threads", 2)
     host = engine.Engine(engine.engine().target)
     lean, lean_reference = _chain("few_lean_kernels", 3)
-    quick = [_chain(f"many_quick_{n}", 2) for n in range(3)]
+    quick = [_chain(f"many_quick_{n}", 2, shift=n / 4) for n in range(3)]
     natives = host.compile_many([lean] + [p for p, _ in quick], pipelines=["lean"] + ["quick"] * 3)
     # lean: 3 kernels, one part; quick: 6 kernels, two parts
     assert host.stats["modules"] == 3

@@ -165,3 +165,15 @@ def test_the_engine_finds_a_rebuilt_program_without_emitting_it(monkeypatch):
     assert again is first and not emitted
     # The IR is still there for whoever asks (emitted then, once).
     assert again.unoptimized_ir and "define" in again.unoptimized_ir
+
+
+def test_the_content_fingerprint_leaves_out_the_program_name_only():
+    program = _program()
+    renamed = Program("renamed", program.buffers, program.kernels)
+    (full, content), (full_renamed, content_renamed) = map(
+        kir_codec.fingerprints, (program, renamed)
+    )
+    assert full == kir_codec.fingerprint(program) and full != full_renamed
+    assert content == content_renamed
+    assert kir_codec.fingerprints(_program(constant=3.0))[1] != content
+    assert kir_codec.fingerprints(_program(rows=7))[1] != content

@@ -70,13 +70,22 @@ class UnresolvedSymbolError(RuntimeError):
 
 class _Unit:
     """A program on its way to machine code: its key names its content (the fingerprint of
-    its kernel IR, else its emitted LLVM IR), `unoptimized` is its LLVM IR once emitted."""
+    its kernel IR, else its emitted LLVM IR), `unoptimized` is its LLVM IR once emitted.
+    `shared` keys the engine's table of loaded programs: the key without the program's name
+    (which only names the entry symbol), so that the same computation jitted under another
+    function's name runs the machine code loaded already; the disk cache, whose objects
+    hold the symbol, stays keyed by `key`."""
 
-    __slots__ = ("program", "key", "symbol", "unoptimized", "pipeline", "side", "parts", "rows")
+    __slots__ = (
+        "program", "key", "shared", "symbol", "unoptimized", "pipeline", "side", "parts", "rows"
+    )  # fmt: skip
 
-    def __init__(self, program, key: str, unoptimized: str | None, pipeline: str):
+    def __init__(
+        self, program, key: str, unoptimized: str | None, pipeline: str, shared: str | None = None
+    ):
         self.program = program
         self.key = key
+        self.shared = key if shared is None else shared
         self.symbol = f"kiln_{program.name}_{key[:20]}"
         self.unoptimized = unoptimized
         self.pipeline = pipeline
@@ -366,7 +375,8 @@ class Engine:
     ) -> list[NativeProgram]:
         """Compile several programs as one LLVM module with one entry each (one optimizer run,
         one object file, one load); a program compiled before and still loaded is reused, and
-        identical programs share one result. pipelines[i] names the optimization pipeline of
+        identical programs share one result (programs that differ only in their names count
+        as identical: see _Unit.shared). pipelines[i] names the optimization pipeline of
         programs[i] (llvm_pipeline.PIPELINES, default "full"): one module per pipeline.
 
         Programs are keyed by the fingerprint of their kernel IR, so one found loaded or in
@@ -374,8 +384,8 @@ class Engine:
         pipelines = ["full"] * len(programs) if pipelines is None else list(pipelines)
         units = [self._unit(p, verify, q) for p, q in zip(programs, pipelines)]
         with self._lock:
-            found = {unit.key: self._programs.get(unit.key) for unit in units}
-            missing = list({u.key: u for u in units if found[u.key] is None}.values())
+            found = {unit.shared: self._programs.get(unit.shared) for unit in units}
+            missing = list({u.shared: u for u in units if found[u.shared] is None}.values())
             pending = []  # groups to compile: (units, group key)
             kernels = sum(len(u.program.kernels) for u in missing if u.unoptimized is None)
             for pipeline in llvm_pipeline.PIPELINES:
@@ -392,14 +402,14 @@ class Engine:
                     pending.append((group_units, group))
                     continue
                 for unit, native in zip(group_units, natives):
-                    found[unit.key] = self._programs[unit.key] = native
+                    found[unit.shared] = self._programs[unit.shared] = native
             if pending:
                 for (group_units, _), natives in zip(pending, self._compile_fresh(pending, verify)):
                     for unit, native in zip(group_units, natives):
-                        found[unit.key] = self._programs[unit.key] = native
+                        found[unit.shared] = self._programs[unit.shared] = native
             self.stats["programs"] += len(units)
             self.stats["reused"] += len(units) - len(missing)
-            return [found[unit.key] for unit in units]
+            return [found[unit.shared] for unit in units]
 
     def _unit(self, program: kir.Program, verify: bool, pipeline: str = "full") -> "_Unit":
         """A program's unit, keyed by its kernel IR's fingerprint; a program the codec cannot
@@ -407,10 +417,12 @@ class Engine:
         tag = self.target.cache_tag + ("" if pipeline == "full" else f" {pipeline}")
         if not emit.vector_loops():  # (other code for the same kernel IR)
             tag += " scalar loops"
-        fingerprint = kir_codec.fingerprint(program)
-        if fingerprint is not None:
+        fingerprints = kir_codec.fingerprints(program)
+        if fingerprints is not None:
+            fingerprint, content = fingerprints
             key = digest.hexdigest(f"kir {fingerprint} {tag}")
-            return _Unit(program, key, None, pipeline)
+            shared = digest.hexdigest(f"kir content {content} {tag}")
+            return _Unit(program, key, None, pipeline, shared)
         if verify:
             kir.verify_program(program)
         unoptimized = self.emit_ir(program)

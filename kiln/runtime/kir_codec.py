@@ -21,7 +21,7 @@ import numpy as np
 from kiln.core import digest
 from kiln.compiler import kir
 
-__all__ = ["UnknownNode", "dtype_text", "dumps", "fingerprint", "loads"]
+__all__ = ["UnknownNode", "dtype_text", "dumps", "fingerprint", "fingerprints", "loads"]
 
 
 class UnknownNode(pickle.PicklingError):
@@ -169,10 +169,20 @@ def fingerprint(program: kir.Program) -> str | None:
     Written from the structure alone (unlike the serialization, whose bytes follow which
     equal objects happen to be shared): expression nodes are numbered in the order first
     met (nodes are interned, so equal subexpressions are one node), buffers by value."""
+    found = fingerprints(program)
+    return None if found is None else found[0]
+
+
+def fingerprints(program: kir.Program) -> tuple[str, str] | None:
+    """(fingerprint, content fingerprint): the second leaves out the program's name, which
+    only names its entry symbol, so that two programs that differ in nothing else (the same
+    computation jitted under two function names) can share one machine code. None as for
+    fingerprint."""
     try:
-        return digest.hexdigest(_Describer().program(program))
+        text = _Describer().program(program)
     except UnknownNode:
         return None
+    return digest.hexdigest(text), digest.hexdigest(text.partition("\n")[2])
 
 
 class _Describer:
