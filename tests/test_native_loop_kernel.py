@@ -11,6 +11,8 @@ kernels may fuse a multiply and an add) agrees within rounding.
 from __future__ import annotations
 
 
+import re
+
 import numpy as np
 import optree
 import pytest
@@ -281,7 +283,8 @@ def test_rounded_kernels_carry_no_fast_math_flags(codegen_target):
         texts[name] = str(emit.emit_program(program))
     assert "fmul contract" in texts["k"] and "reassoc" in texts["k"]
     rounded = texts["k" + emit.ROUNDED_SUFFIX]
-    assert "fmul float" in rounded and "fadd float" in rounded
+    # (the store loop is a 4-lane strip, the sum scalar: plain instructions either way)
+    assert re.search(r"fmul (<4 x )?float", rounded) and re.search(r"fadd (<4 x )?float", rounded)
     assert "contract" not in rounded and "reassoc" not in rounded
 
 

@@ -92,7 +92,7 @@ def _saturating_int32(values):
     return np.where(np.isnan(wide), 0, np.clip(np.nan_to_num(wide), -(2**31), 2**31 - 1))
 
 
-@pytest.mark.parametrize("n", [1, 15, 16, 17, 100, 1003])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 15, 16, 17, 29, 100, 1003])
 @pytest.mark.parametrize("case", sorted(_CASES))
 def test_elementwise_loops_give_the_scalar_loops_bits(monkeypatch, case, n):
     dtype, build, out_dtype, reference = _CASES[case]
@@ -112,6 +112,29 @@ def test_elementwise_loops_give_the_scalar_loops_bits(monkeypatch, case, n):
         np.testing.assert_allclose(vector, expected, rtol=1e-5)
     else:
         np.testing.assert_array_equal(vector, expected)
+
+
+@pytest.mark.parametrize("n", [4, 7, 29])
+def test_a_short_tail_is_vector_code_of_fewer_lanes(n):
+    """A constant tail shorter than a vector, or a whole loop that short, runs as strips of
+    halving lane counts, then at most one scalar iteration: the body is emitted once per
+    strip rather than once per element (bits: the test above)."""
+    lanes = _lanes(4)
+    program = _elementwise(f"short_tail_{n}", n, F32, lambda x, y, i: x * y * y)
+    text = compile_program(program).unoptimized_ir
+    tail, strips = n % lanes, []
+    width = lanes // 2
+    while width >= 2:
+        if tail >= width:
+            strips.append(width)
+            tail -= width
+        width //= 2
+    for width in strips:
+        assert f"fmul <{width} x float>" in text or f"fmul contract <{width} x float>" in text
+    scalar = text.count("fmul float") + text.count("fmul contract float")
+    assert scalar == 2 * tail  # (x * y * y: two multiplies per scalar iteration)
+    x, y = np.linspace(-2.0, 2.0, n, dtype=F32), np.linspace(1.0, 3.0, n, dtype=F32)
+    np.testing.assert_array_equal(compile_program(program)(x, y)[0], x * y * y)
 
 
 def _sum(k, n, value):

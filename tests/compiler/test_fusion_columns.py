@@ -46,8 +46,14 @@ def unfolded(monkeypatch, fn, *args):
 
 
 def assert_same_sums(folded, plain):
-    """Equal but for the last bit or two of some elements."""
-    np.testing.assert_allclose(folded, plain, rtol=1e-6, atol=1e-9)
+    """Equal but for rounding, within a few ulps of the largest element. The two plans are
+    different kernels: besides the column sums' order, their other sums may round
+    differently where terms cancel. LLVM fuses a `contract` multiply into a `reassoc` add
+    (one rounding) in blocks that SelectionDAG selects; at code generator level 0 (small
+    kernels), a block of scalar code alone goes through fast instruction selection, which
+    never fuses, and a block that holds vector code too does not."""
+    scale = float(np.abs(plain[np.isfinite(plain)]).max(initial=0.0))
+    np.testing.assert_allclose(folded, plain, rtol=1e-6, atol=4 * np.finfo(np.float32).eps * scale)
 
 
 def normal(*shape, seed=0):
@@ -187,7 +193,10 @@ def test_folded_sums_keep_inf_and_nan(monkeypatch):
     executable, compiled = compile_native(fn, x, w)
     assert plans(executable)[0].partials
     got = np.asarray(compiled(x, w)[1])
-    np.testing.assert_array_equal(got, unfolded(monkeypatch, fn, x, w)[1])
+    plain = unfolded(monkeypatch, fn, x, w)[1]
+    finite = np.isfinite(plain)
+    np.testing.assert_array_equal(got[~finite], plain[~finite])  # (nan where nan, signed inf)
+    assert_same_sums(got, plain)
     n = x.astype(np.float64) / np.abs(x).sum(1, keepdims=True)
     with np.errstate(invalid="ignore"):
         expected = (n * w).sum(0)

@@ -20,7 +20,11 @@ Semantics: element-wise results are those of the scalar code (the same instructi
 fast-math flags per lane). A vectorized reduction accumulates lane by lane (lane l takes
 iterations l, l + lanes, ...), then folds the lanes pairwise (halves, then quarters, ...), then
 adds the remainder in order: a fixed order, so every compile of the program, whatever the
-pipeline or code generator level, gives the same bits.
+pipeline or code generator level, gives the same bits. One exception, of LLVM's making: a
+`contract` multiply feeding an add becomes one fused multiply-add in blocks that SelectionDAG
+selects, but at code generator level 0 ("quick" modules: small kernels) a block of scalar
+code alone goes through fast instruction selection, which never fuses. Whether a short row's
+multiply-adds round once or twice there depends on whether vector code shares their block.
 """
 
 from __future__ import annotations
@@ -180,11 +184,32 @@ class VectorLoops:
                 with for_range(builder, start, vector_end, name, lanes, unroll=False) as base:
                     self._stores(stmt, base, plan, splats)
         if rest:
+            vector_end = self._narrow_strips(stmt, plan, vector_end, stop)
             for index in self._remainder(vector_end, stop, stmt.var.name):
                 with kernel.scope({stmt.var: index}):
                     for store in body:
                         kernel.emit_store(store)
         return True
+
+    def _narrow_strips(self, stmt: Loop, plan: "_Plan", start: ir.Value, stop: ir.Value):
+        """A constant tail (or a whole loop shorter than a vector) as vector code of fewer
+        lanes, halving down to two: 4 float32 iterations on AVX-512 are one 4-lane strip,
+        not 4 copies of the scalar body (which LLVM then compiled 4 times: the seed's chain
+        of 1,000 multiplies on a float32[4] was 4,000 scalar instructions). Each lane
+        computes what the scalar code would (see the module docstring), so the bits are the
+        same. Returns where the iterations left to the scalar code start."""
+        if not (isinstance(start, ir.Constant) and isinstance(stop, ir.Constant)):
+            return start
+        first, end = start.constant, stop.constant
+        lanes = plan.lanes // 2
+        while lanes >= 2 and end - first >= 2:
+            if end - first >= lanes:
+                strip = plan._replace(lanes=lanes)
+                base = ir.Constant(T.I64, first)
+                self._stores(stmt, base, strip, self._prepare(strip, base, stop))
+                first += lanes
+            lanes //= 2
+        return ir.Constant(T.I64, first)
 
     def _stores(self, stmt: Loop, base: ir.Value, plan: "_Plan", splats: dict) -> None:
         """The loop body's stores for the plan's lanes of iterations from `base` on."""
