@@ -2,7 +2,7 @@
 into its phases (figures, no asserts).
 
 Run: .venv/bin/python benchmarks/bench_first_call.py [--repeat N] [--before PATH] [--warm]
-     [--later] [--only WORKLOAD,...]
+     [--later] [--renamed] [--only WORKLOAD,...]
 JAX runs in a separate interpreter: this one if it imports jax, else $KILN_BENCH_JAX_PYTHON
 (e.g. /tmp/jaxvenv/bin/python), else it is left out. --before PATH also measures the kiln
 checkout at PATH (say, a copy of the tree without a change), so that before/after ratios come
@@ -13,7 +13,11 @@ the first call is timed in fresh processes that find every program there. --late
 combined report) adds each workload as a later program: the process first compiles and runs
 two small programs of its own (a gradient through a product, an elementwise program with
 reductions), so that the figure is one new program's compile, without what a process pays
-once (the compiler's imports, LLVM's and JAX's first-use set-up, BLAS loading).
+once (the compiler's imports, LLVM's and JAX's first-use set-up, BLAS loading). --renamed
+(on in the combined report) adds each workload jitted again under another function's name in
+the process that has just compiled it (a wrapper that calls the same function): the same
+computation as a new program, which kiln's engine finds loaded by its kernel IR (trace and
+fusion remain), where JAX compiles it again.
 
 Each figure is one first call of a freshly jitted function (trace, optimize, compile, run) in
 a fresh process, the median of --repeat processes (default 5: with 3, one slow process moved
@@ -82,7 +86,8 @@ import numpy as np
 
 system, workload = sys.argv[1], sys.argv[2]
 cache_dir = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
-later = len(sys.argv) > 4 and sys.argv[4] == "later"
+mode = sys.argv[4] if len(sys.argv) > 4 else "cold"
+later, renamed = mode == "later", mode == "renamed"
 phases = collections.Counter()
 
 def timed(owner, name, phase):
@@ -241,6 +246,19 @@ if later:
     if system == "kiln" and getattr(engine, "compile_stats", None):
         modules_before = engine.compile_stats()["modules"]
 fn, args = globals()[workload]()
+if renamed:
+    # The same computation jitted again under another function's name, once the process has
+    # compiled it: a new program to the jit cache, with the kernels of one compiled already.
+    block(fn(*args))
+    inner = fn.__wrapped__
+
+    def renamed_program(*a):
+        return inner(*a)
+
+    fn = jit(renamed_program)
+    phases.clear()
+    if system == "kiln" and getattr(engine, "compile_stats", None):
+        modules_before = engine.compile_stats()["modules"]
 start = time.perf_counter()
 block(fn(*args))
 first = time.perf_counter() - start + phases["imports"]
@@ -269,16 +287,17 @@ def run_one(
     workload: str,
     root: pathlib.Path,
     cache: str | None = None,
-    later: bool = False,
+    mode: str = "cold",
 ) -> dict | None:
     """One first call in a fresh interpreter (with a persistent cache at `cache`, if given;
-    `later`: after the process has compiled two other programs); None if it failed."""
+    mode "later": after the process has compiled two other programs, "renamed": the workload
+    jitted again under another name after its own first call); None if it failed."""
     inherited = os.environ.get("PYTHONPATH", "")
     path = os.pathsep.join(filter(None, [str(root), inherited])) if system == "kiln" else inherited
     env = dict(os.environ, PYTHONPATH=path)
     try:
         done = subprocess.run(
-            [python, "-c", _PROGRAM, system, workload, cache or "-"] + (["later"] if later else []),
+            [python, "-c", _PROGRAM, system, workload, cache or "-", mode],
             env=env,
             cwd=str(root),
             capture_output=True,
@@ -300,13 +319,13 @@ def median_runs(
     roots: list[pathlib.Path],
     repeat: int,
     warm: bool = False,
-    later: bool = False,
+    mode: str = "cold",
 ) -> list:
     """For each checkout in `roots`, the run with the median first call of `repeat` fresh
     processes (None if every one failed); the checkouts' processes alternate, so that drift
     in the machine's load lands on all of them alike. `warm`: each process finds the program
-    in a persistent cache (one per checkout) that one earlier process filled. `later`: each
-    process compiles two other programs first (see run_one)."""
+    in a persistent cache (one per checkout) that one earlier process filled. `mode`: see
+    run_one."""
     with contextlib.ExitStack() as stack:
         caches: list = [None] * len(roots)
         if warm:
@@ -322,7 +341,7 @@ def median_runs(
             for n, root in enumerate(roots):
                 if caches[n] is False:
                     continue
-                run = run_one(python, system, workload, root, caches[n], later)
+                run = run_one(python, system, workload, root, caches[n], mode)
                 if run:
                     runs[n].append(run)
     return [_median_of(found) for found in runs]
@@ -358,6 +377,7 @@ def main(
     warm: bool = False,
     workloads: tuple[str, ...] = WORKLOADS,
     later: bool = False,
+    renamed: bool = False,
 ) -> list[dict]:
     repeat = repeat or (1 if quick else 5)
     jax_py = jax_python()
@@ -376,18 +396,19 @@ def main(
     if jax_py is None:
         print("(JAX not available: set KILN_BENCH_JAX_PYTHON)")
     modes = ("cold",) + (("warm",) if warm else ()) + (("later",) if later else ())
+    modes += ("renamed",) if renamed else ()
     results = {}
     for workload in workloads:
         for mode in modes:
             # kiln's runs first, then JAX's, so that their worker threads never compete.
-            hot, after_others = mode == "warm", mode == "later"
+            hot, run_mode = mode == "warm", "cold" if mode == "warm" else mode
             roots = [ROOT, before_root] if before_root else [ROOT]
             kiln_run, *before = median_runs(
-                sys.executable, "kiln", workload, roots, repeat, hot, after_others
+                sys.executable, "kiln", workload, roots, repeat, hot, run_mode
             )
             before_run = before[0] if before else None
             jax_run = (
-                median_runs(jax_py, "jax", workload, [ROOT], repeat, hot, after_others)[0]
+                median_runs(jax_py, "jax", workload, [ROOT], repeat, hot, run_mode)[0]
                 if jax_py
                 else None
             )
@@ -455,8 +476,9 @@ def main(
 
 def report_rows(quick: bool = False) -> list[dict]:
     """The measured rows in the combined report's format (first programs of fresh processes,
-    then each workload as a later program); `quick` runs each process once."""
-    return main(quick, later=True)
+    then each workload as a later program and jitted again under another name); `quick` runs
+    each process once."""
+    return main(quick, later=True, renamed=True)
 
 
 if __name__ == "__main__":
@@ -472,6 +494,11 @@ if __name__ == "__main__":
         "--later",
         action="store_true",
         help="also time each workload as a later program (the process compiled two first)",
+    )
+    parser.add_argument(
+        "--renamed",
+        action="store_true",
+        help="also time each workload jitted again under another name (after its first call)",
     )
     parser.add_argument(
         "--only",
@@ -491,4 +518,5 @@ if __name__ == "__main__":
         warm=options.warm,
         workloads=chosen,
         later=options.later,
+        renamed=options.renamed,
     )
