@@ -374,6 +374,29 @@ def test_loop_merge_unit():
 # --- pipelines --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("pipeline, fused", [("quick", False), ("lean", True)])
+def test_the_assembly_shown_is_the_code_that_runs(pipeline, fused):
+    """A program's assembly (KILN_DUMP=asm, as_text) comes from the code generator level its
+    pipeline ran: a "quick" module's scalar code goes through fast instruction selection,
+    which keeps x * y + w two roundings, where level 3 fuses them into one FMA. It was shown
+    at level 3 whatever ran. Operands where the two differ: x * y = 1 + 2^-11 + 2^-24, whose
+    last term one rounding keeps and two lose (ties to even)."""
+    x, y, w = (Buffer(n, F32, (1,)) for n in "xyw")
+    z = Buffer("z", F32, (1,), "output")
+    i = Var("i")
+    program = Program(
+        f"fused_{pipeline}",
+        [x, y, w, z],
+        [Kernel("k", [Loop(i, 0, 1, [Store(z, i, x[i] * y[i] + w[i])])])],
+    )
+    (native,) = engine.Engine(target.host_target()).compile_many([program], pipelines=[pipeline])
+    near_one = np.array([1 + 2.0**-12], F32)
+    (got,) = native(near_one, near_one, np.array([-(1 + 2.0**-11)], F32))
+    assert got[0] == (np.float32(2.0**-24) if fused else 0.0)
+    assert ("vfmadd" in native.asm) == fused
+    assert ("vmulss" in native.asm) != fused
+
+
 @pytest.mark.parametrize("codegen_target", CODEGEN_TARGETS)
 @pytest.mark.parametrize("pipeline", sorted(llvm_pipeline.PIPELINES))
 def test_every_pipeline_computes_the_same_values(pipeline, codegen_target):

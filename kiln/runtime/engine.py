@@ -151,8 +151,12 @@ class NativeProgram:
         unoptimized_ir: str | None,
         llvm_ir: str | None,
         engine: "Engine",
+        pipeline: str = "full",
     ):
         self.program = program
+        #: the pipeline its modules were compiled with (their code generator level: the
+        #: assembly shown is that of the code that runs)
+        self.pipeline = pipeline
         self.symbol = symbol
         self._library = library
         self.address = library.address(symbol)
@@ -180,7 +184,7 @@ class NativeProgram:
     def asm(self) -> str:
         """Assembly of the optimized module for its target (generated lazily, then kept)."""
         if self._asm is None:
-            self._asm = self._engine.assembly(self.llvm_ir or self.unoptimized_ir)
+            self._asm = self._engine.assembly(self.llvm_ir or self.unoptimized_ir, self.pipeline)
         return self._asm
 
     def run(self, pointers) -> None:
@@ -672,16 +676,20 @@ class Engine:
         texts = [optimized for optimized, _ in compiled]
         optimized = None if None in texts else MODULE_SEPARATOR.join(texts)
         return [
-            NativeProgram(unit.program, unit.symbol, library, unit.unoptimized, optimized, self)
+            NativeProgram(
+                unit.program, unit.symbol, library, unit.unoptimized, optimized, self, unit.pipeline
+            )
             for unit in units
         ]
 
-    def assembly(self, llvm_ir: str) -> str:
+    def assembly(self, llvm_ir: str, pipeline: str = "full") -> str:
         """Assembly of a module's text (or of a split group's, MODULE_SEPARATOR between
-        them) for this engine's target."""
+        them) for this engine's target, by the code generator level of the pipeline it was
+        compiled with: a "quick" module's level-0 code is not the level-3 code of the same
+        IR (fast instruction selection never fuses a multiply and an add, for one)."""
         with self._lock:
             return MODULE_SEPARATOR.join(
-                self._machine("full").emit_assembly(llvm.parse_assembly(text))
+                self._machine(pipeline).emit_assembly(llvm.parse_assembly(text))
                 for text in llvm_ir.split(MODULE_SEPARATOR)
             )
 
