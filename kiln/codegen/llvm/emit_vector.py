@@ -196,8 +196,9 @@ class VectorLoops:
         lanes, halving down to two: 4 float32 iterations on AVX-512 are one 4-lane strip,
         not 4 copies of the scalar body (which LLVM then compiled 4 times: the seed's chain
         of 1,000 multiplies on a float32[4] was 4,000 scalar instructions). Each lane
-        computes what the scalar code would (see the module docstring), so the bits are the
-        same. Returns where the iterations left to the scalar code start."""
+        computes what the scalar code would (see the module docstring, and its one exception
+        at code generator level 0). Returns where the iterations left to the scalar code
+        start."""
         if not (isinstance(start, ir.Constant) and isinstance(stop, ir.Constant)):
             return start
         first, end = start.constant, stop.constant
