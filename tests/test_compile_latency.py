@@ -374,8 +374,9 @@ def test_loop_merge_unit():
 # --- pipelines --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("codegen_target", CODEGEN_TARGETS)
 @pytest.mark.parametrize("pipeline, fused", [("quick", False), ("lean", True)])
-def test_the_assembly_shown_is_the_code_that_runs(pipeline, fused):
+def test_the_assembly_shown_is_the_code_that_runs(pipeline, fused, codegen_target):
     """A program's assembly (KILN_DUMP=asm, as_text) comes from the code generator level its
     pipeline ran: a "quick" module's scalar code goes through fast instruction selection,
     which keeps x * y + w two roundings, where level 3 fuses them into one FMA. It was shown
@@ -389,7 +390,8 @@ def test_the_assembly_shown_is_the_code_that_runs(pipeline, fused):
         [x, y, w, z],
         [Kernel("k", [Loop(i, 0, 1, [Store(z, i, x[i] * y[i] + w[i])])])],
     )
-    (native,) = engine.Engine(target.host_target()).compile_many([program], pipelines=[pipeline])
+    with use_codegen_target(codegen_target) as chosen:
+        (native,) = engine.Engine(chosen).compile_many([program], pipelines=[pipeline])
     near_one = np.array([1 + 2.0**-12], F32)
     (got,) = native(near_one, near_one, np.array([-(1 + 2.0**-11)], F32))
     assert got[0] == (np.float32(2.0**-24) if fused else 0.0)

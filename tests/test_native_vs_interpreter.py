@@ -10,6 +10,7 @@ mismatch names its case.
 from __future__ import annotations
 
 import os
+
 import ml_dtypes
 import numpy as np
 import optree
