@@ -22,6 +22,7 @@ never imports the compiler. Importing this module registers them all.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -135,6 +136,27 @@ class Operand:
         return self.builder.read(self.atom, index)
 
 
+#: How many ExprBuilder._resolve calls may be open at once before a rule's reads of operands
+#: not built yet get stand-ins instead of nested builds; fewer where the caller's Python stack
+#: leaves less room (_direct_depth).
+DIRECT_DEPTH = 24
+#: Python frames one nested build takes (read, _resolve, the rule and its helpers; ~8 seen),
+#: and the frames kept free below the recursion limit for everything else.
+_FRAMES_PER_LEVEL = 12
+_SPARE_FRAMES = 120
+
+
+def _direct_depth() -> int:
+    """DIRECT_DEPTH, or less where the stack so far leaves too little room below the
+    recursion limit for it (a caller that is deep in recursion still compiles)."""
+    frames, frame = 0, sys._getframe()
+    while frame is not None:
+        frames += 1
+        frame = frame.f_back
+    room = sys.getrecursionlimit() - frames - _SPARE_FRAMES
+    return max(0, min(DIRECT_DEPTH, room // _FRAMES_PER_LEVEL))
+
+
 class ExprBuilder:
     """Builds the expression of any value of a segment at any index, memoized.
 
@@ -143,11 +165,12 @@ class ExprBuilder:
     memo is keyed by (value, index): indices are hash-consed, so a value read at the same
     index twice is one node, which the emitter computes once.
 
-    Building never recurses through the program: a rule that reads an operand not built yet
-    gets a stand-in node, the missing (operand, index) pairs go on an explicit stack, and the
-    rule runs again once they are built (so most rules run twice per (value, index): once to
-    learn what they read, once to build). A chain thousands of equations deep therefore needs
-    no deeper Python stack than a single equation.
+    Building recurses through the program only DIRECT_DEPTH levels deep: there, a rule that
+    reads an operand not built yet gets a stand-in node, the missing (operand, index) pairs go
+    on an explicit stack, and the rule runs again once they are built (once to learn what it
+    reads, once to build). A chain thousands of equations deep therefore needs no deeper
+    Python stack than DIRECT_DEPTH equations, while in the common shallow case each rule runs
+    once: operands are built by nested calls as the rule reads them.
 
     `nodes_of[v]` collects every node that stands for v (one per distinct index it was read
     at): fusion.py counts how often those nodes run to decide what to materialize.
@@ -168,6 +191,8 @@ class ExprBuilder:
         # builds the same reduction (and so reads its operands at the indices just built).
         self._fresh_of: dict[tuple, list[Var]] = {}
         self._supported: dict[int, object] = {}  # equations whose types were checked
+        self._depth = 0  # _resolve calls in progress (nested: a rule reading its operands)
+        self._max_depth = _direct_depth()
 
     def fresh_var(self, prefix: str) -> Var:
         attempt = self._attempt
@@ -199,7 +224,10 @@ class ExprBuilder:
         if buffer is not None:
             node = self.memo[key] = Load(buffer, flat_index(aval.shape, index))
             return node
-        if self._attempt is not None:
+        if self._attempt is not None and (
+            self._depth >= self._max_depth
+            or (self._tainted and any(self._is_tainted(i) for i in index))
+        ):
             return self._stand_in(key)
         return self._resolve(key)
 
@@ -237,7 +265,19 @@ class ExprBuilder:
 
     def _resolve(self, key: tuple) -> Expr:
         """Build the node of key ((value, index), or ("own", value, index)) and everything it
-        needs, depth first, with an explicit stack."""
+        needs, depth first, with an explicit stack.
+
+        A rule that reads an operand not built yet builds it then and there, through a
+        nested call, while fewer than DIRECT_DEPTH calls are open (_direct_depth); deeper,
+        the read gets a stand-in and the rule runs again once its operands are built (see
+        the class docstring). Most rules therefore run once."""
+        self._depth += 1
+        try:
+            return self._resolve_with_stack(key)
+        finally:
+            self._depth -= 1
+
+    def _resolve_with_stack(self, key: tuple) -> Expr:
         stack = [key]
         while stack:
             top = stack[-1]

@@ -171,6 +171,68 @@ def test_lowerable_decisions():
     assert not lower.lowerable(first_eqn(lambda x: jnp.cumsum(x), x))
 
 
+def _counting_rules(monkeypatch) -> dict:
+    calls = {"n": 0}
+    original = lower.ExprBuilder.lower
+
+    def counting(self, var, index):
+        calls["n"] += 1
+        return original(self, var, index)
+
+    monkeypatch.setattr(lower.ExprBuilder, "lower", counting)
+    return calls
+
+
+def _chain(length):
+    def fn(x, y):
+        for k in range(length):
+            x = jnp.sin(x) * y if k % 2 else jnp.exp(x) + 1.0
+        return x
+
+    return fn
+
+
+def test_a_shallow_expression_runs_each_rule_once(monkeypatch):
+    """Operands are built by nested calls as a rule reads them: no rule runs twice (with
+    stand-ins only, every rule that reads a fused operand ran twice: 6 runs here, not 4)."""
+    calls = _counting_rules(monkeypatch)
+    node = expression(lambda x, y: jnp.exp(x * y + 1.0) - x, zeros(4), zeros(4))
+    assert calls["n"] == 4  # mul, add, exp, sub
+    assert format_expr(node) == "exp(x0[i0] * x1[i0] + 1.0) - x0[i0]"
+
+
+@pytest.mark.parametrize("depth", [0, 3])
+def test_a_chain_deeper_than_the_nesting_bound_builds_the_same_nodes(monkeypatch, depth):
+    """Past lower.DIRECT_DEPTH nested builds (0: none), reads get stand-ins and rules run
+    again: the nodes are the same (hash-consed) ones, and no rule runs more than twice."""
+    x = zeros(4)
+    direct = expression(_chain(40), x, x)
+    monkeypatch.setattr(lower, "DIRECT_DEPTH", depth)
+    calls = _counting_rules(monkeypatch)
+    assert expression(_chain(40), x, x) is direct
+    assert 80 < calls["n"] <= 2 * 80  # 80 equations: exp, add, sin, mul, ...
+    if depth:  # (the first levels ran their rules once)
+        assert calls["n"] <= 2 * 80 - depth
+
+
+def test_nesting_stays_within_the_room_the_stack_leaves():
+    import sys
+
+    assert lower._direct_depth() == lower.DIRECT_DEPTH
+    limit = sys.getrecursionlimit()
+    frames = 0
+    frame = sys._getframe()
+    while frame is not None:
+        frames, frame = frames + 1, frame.f_back
+    try:
+        sys.setrecursionlimit(frames + lower._SPARE_FRAMES + 5 * lower._FRAMES_PER_LEVEL + 3)
+        assert lower._direct_depth() == 5
+        sys.setrecursionlimit(frames + 50)
+        assert lower._direct_depth() == 0
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def test_elementwise_ops_read_operands_at_the_output_index():
     assert text(lambda x, y: x * y + 1.0, zeros(4), zeros(4)) == "x0[i0] * x1[i0] + 1.0"
     # a rank-0 operand broadcasts: it is read at the empty index
