@@ -73,7 +73,8 @@ class Config:
         self._lock = threading.Lock()
         self._enable_x64 = self._threefry_partitionable = False
         self._cpu, self._cpu_features = "host", ""
-        self.trace_key = (False, False, "host", "")
+        self._vector_loops, self._num_threads = True, None
+        self.trace_key = (False, False, "host", "", True, None)
         self.enable_x64 = _env_bool("KILN_ENABLE_X64")
         self.log_compiles = _env_bool("KILN_LOG_COMPILES")
         self.explain_cache_misses = _env_bool("KILN_EXPLAIN_CACHE_MISSES")
@@ -116,11 +117,20 @@ class Config:
         self.debug_nans = _env_bool("KILN_DEBUG_NANS") or _env_bool("JAX_DEBUG_NANS")
         self.debug_infs = _env_bool("KILN_DEBUG_INFS") or _env_bool("JAX_DEBUG_INFS")
 
-    # enable_x64 and threefry_partitionable change what tracing produces, cpu and cpu_features
-    # the machine code compiled from it: they are properties (_keyed) that keep `trace_key`,
-    # the compile-cache key part made of them, current (jit's call path reads it on every
-    # call), so that a function jitted before one of them changes compiles again after.
-    _KEYED = ("enable_x64", "threefry_partitionable", "cpu", "cpu_features")
+    # enable_x64 and threefry_partitionable change what tracing produces, cpu, cpu_features and
+    # vector_loops the machine code compiled from it, num_threads how its kernels are split
+    # across threads (fixed when a program is built): they are properties (_keyed) that keep
+    # `trace_key`, the compile-cache key part made of them, current (jit's call path reads it
+    # on every call), so that a function jitted before one of them changes compiles again
+    # after.
+    _KEYED = (
+        "enable_x64",
+        "threefry_partitionable",
+        "cpu",
+        "cpu_features",
+        "vector_loops",
+        "num_threads",
+    )
 
     def _key_changed(self) -> None:
         self.trace_key = tuple(getattr(self, f"_{name}") for name in self._KEYED)
@@ -129,6 +139,8 @@ class Config:
     threefry_partitionable = _keyed("threefry_partitionable", bool)
     cpu = _keyed("cpu", str)
     cpu_features = _keyed("cpu_features", str)
+    vector_loops = _keyed("vector_loops", bool)
+    num_threads = _keyed("num_threads", lambda value: None if value is None else int(value))
 
     # debug_nans and debug_infs are properties, so that check_special and the listeners follow
     # every change, through update() or plain assignment alike.

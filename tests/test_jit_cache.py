@@ -551,6 +551,47 @@ def test_a_function_jitted_before_the_target_changes_compiles_again_after():
         np.testing.assert_allclose(np.asarray(f(x)), expected, rtol=1e-6)
         assert f._cache_size() == 2
         (entry,) = [e for e in f._fc.entries.values() if e.key[2] != before]
-        assert entry.key[2][2:] == (kiln.config.cpu, kiln.config.cpu_features)
+        assert entry.key[2][2:4] == (kiln.config.cpu, kiln.config.cpu_features)
     np.testing.assert_array_equal(np.asarray(f(x)), expected)  # (the host's entry again)
     assert f._cache_size() == 2
+
+
+@pytest.mark.native
+def test_a_function_jitted_before_the_thread_count_changes_compiles_again_after(monkeypatch):
+    """kiln_num_threads is fixed in a program when it is built (how its kernels are cut into
+    chunks): a function jitted before it changed kept running on the old count."""
+    f = kiln.jit(lambda x: jnp.tanh(x) * 2.0 + 1.0)
+    x = np.linspace(-3.0, 3.0, 1 << 20, dtype=np.float32)
+    monkeypatch.setattr(kiln.config, "num_threads", 2)
+    expected = np.asarray(f(x))
+    monkeypatch.setattr(kiln.config, "num_threads", 1)
+    np.testing.assert_array_equal(np.asarray(f(x)), expected)
+    assert f._cache_size() == 2
+    threads = {
+        entry.key[2][5]: {s.threads for s in entry.executable.segments if s is not None}
+        for entry in f._fc.entries.values()
+    }
+    assert threads == {2: {2}, 1: {1}}
+
+
+@pytest.mark.native
+def test_a_function_jitted_before_vector_loops_change_compiles_again_after(monkeypatch):
+    """kiln_vector_loops chooses the code emitted for every loop: turned off after a function
+    was jitted, the function kept running its explicit vector code."""
+    f = kiln.jit(lambda x: jnp.exp(x) * 2.0)
+    x = np.linspace(-3.0, 3.0, 4096, dtype=np.float32)
+    expected = np.asarray(f(x))
+    monkeypatch.setattr(kiln.config, "vector_loops", False)
+    np.testing.assert_allclose(np.asarray(f(x)), expected, rtol=1e-6)
+    assert f._cache_size() == 2
+    programs = {
+        entry.key[2][4]: [p for s in entry.executable.segments if s for p in s._natives()]
+        for entry in f._fc.entries.values()
+    }
+    # (what kiln emits for each, read under the setting it was compiled with)
+    scalar = "".join(p.unoptimized_ir for p in programs[False])
+    monkeypatch.setattr(kiln.config, "vector_loops", True)
+    vector = "".join(p.unoptimized_ir for p in programs[True])
+    assert not {id(p) for p in programs[True]} & {id(p) for p in programs[False]}
+    assert "x float>" in vector
+    assert "x float>" not in scalar  # (scalar loops, left to LLVM's vectorizer)
