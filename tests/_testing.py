@@ -391,3 +391,19 @@ def first_compile(monkeypatch, fun: Callable, args: Sequence, threads: int):
     outs = out if isinstance(out, (tuple, list)) else (out,)
     modules = engine.compile_stats()["modules"] - before
     return [np.asarray(o) for o in outs], modules, groups
+
+
+def count_rule_runs(monkeypatch) -> dict:
+    """{"n": how many lowering rules ExprBuilder has run since}: lower.ExprBuilder.lower
+    wrapped to count its calls for the rest of the test."""
+    from kiln.compiler import lower
+
+    calls = {"n": 0}
+    original = lower.ExprBuilder.lower
+
+    def counting(self, var, index):
+        calls["n"] += 1
+        return original(self, var, index)
+
+    monkeypatch.setattr(lower.ExprBuilder, "lower", counting)
+    return calls

@@ -1,6 +1,6 @@
 """Compile work grows linearly with the program: values that feed several consumers at
 different indices (rolls, stencils) are recomputed only while that stays cheap, deep chains
-lower without recursion, and heavy stages are cut into segments. Work is counted (rule
+lower with bounded recursion, and heavy stages are cut into segments. Work is counted (rule
 expansions, kernel IR nodes), not timed; results are checked against the interpreter."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 
 import kiln
 import kiln.numpy as jnp
-from kiln.compiler import fusion, kir, lower
+from kiln.compiler import fusion, kir
+from tests._testing import count_rule_runs
 
 
 @pytest.fixture(autouse=True)
@@ -137,14 +138,7 @@ def test_random_dag_matches_the_interpreter():
 def test_long_chain_lowering_work_is_linear(monkeypatch):
     """A 2,000-equation chain: each equation's rule runs a bounded number of times (once in
     the read analysis, at most twice when building), and the chain is cut into segments."""
-    calls = {"n": 0}
-    original = lower.ExprBuilder.lower
-
-    def counting(self, var, index):
-        calls["n"] += 1
-        return original(self, var, index)
-
-    monkeypatch.setattr(lower.ExprBuilder, "lower", counting)
+    calls = count_rule_runs(monkeypatch)
 
     def chain(x):
         for k in range(1000):

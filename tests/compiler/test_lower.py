@@ -19,6 +19,7 @@ from kiln.compiler.kir import Buffer, Var
 from kiln.compiler.kir_print import format_expr
 from kiln.core.jaxpr import Literal
 from kiln.primitives import elementwise
+from tests._testing import count_rule_runs
 
 F32 = np.dtype(np.float32)
 
@@ -171,18 +172,6 @@ def test_lowerable_decisions():
     assert not lower.lowerable(first_eqn(lambda x: jnp.cumsum(x), x))
 
 
-def _counting_rules(monkeypatch) -> dict:
-    calls = {"n": 0}
-    original = lower.ExprBuilder.lower
-
-    def counting(self, var, index):
-        calls["n"] += 1
-        return original(self, var, index)
-
-    monkeypatch.setattr(lower.ExprBuilder, "lower", counting)
-    return calls
-
-
 def _chain(length):
     def fn(x, y):
         for k in range(length):
@@ -195,7 +184,7 @@ def _chain(length):
 def test_a_shallow_expression_runs_each_rule_once(monkeypatch):
     """Operands are built by nested calls as a rule reads them: no rule runs twice (with
     stand-ins only, every rule that reads a fused operand ran twice: 6 runs here, not 4)."""
-    calls = _counting_rules(monkeypatch)
+    calls = count_rule_runs(monkeypatch)
     node = expression(lambda x, y: jnp.exp(x * y + 1.0) - x, zeros(4), zeros(4))
     assert calls["n"] == 4  # mul, add, exp, sub
     assert format_expr(node) == "exp(x0[i0] * x1[i0] + 1.0) - x0[i0]"
@@ -208,7 +197,7 @@ def test_a_chain_deeper_than_the_nesting_bound_builds_the_same_nodes(monkeypatch
     x = zeros(4)
     direct = expression(_chain(40), x, x)
     monkeypatch.setattr(lower, "DIRECT_DEPTH", depth)
-    calls = _counting_rules(monkeypatch)
+    calls = count_rule_runs(monkeypatch)
     assert expression(_chain(40), x, x) is direct
     assert 80 < calls["n"] <= 2 * 80  # 80 equations: exp, add, sin, mul, ...
     if depth:  # (the first levels ran their rules once)
