@@ -192,7 +192,7 @@ class ExprBuilder:
         self._fresh_of: dict[tuple, list[Var]] = {}
         self._supported: dict[int, object] = {}  # equations whose types were checked
         self._depth = 0  # _resolve calls in progress (nested: a rule reading its operands)
-        self._max_depth = _direct_depth()
+        self._max_depth: int | None = None  # (_direct_depth, once a nested build is asked)
 
     def fresh_var(self, prefix: str) -> Var:
         attempt = self._attempt
@@ -224,11 +224,13 @@ class ExprBuilder:
         if buffer is not None:
             node = self.memo[key] = Load(buffer, flat_index(aval.shape, index))
             return node
-        if self._attempt is not None and (
-            self._depth >= self._max_depth
-            or (self._tainted and any(self._is_tainted(i) for i in index))
-        ):
-            return self._stand_in(key)
+        if self._attempt is not None:
+            if self._max_depth is None:
+                self._max_depth = _direct_depth()
+            if self._depth >= self._max_depth or (
+                self._tainted and any(self._is_tainted(i) for i in index)
+            ):
+                return self._stand_in(key)
         return self._resolve(key)
 
     def constant_read(self, atom, index: Sequence) -> Const | None:
