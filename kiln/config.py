@@ -41,6 +41,25 @@ def _env_int(name: str) -> int | None:
     return int(value) if value else None
 
 
+def _thread_count(value) -> int | None:
+    """kiln_num_threads as stored: None (one thread per core) or a positive int."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(
+            f"kiln_num_threads must be a positive int or None (one thread per core), got {value!r}"
+        )
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(
+            f"kiln_num_threads must be a positive int or None (one thread per core), got {value!r}"
+        )
+    return count
+
+
 def _keyed(name: str, convert: Callable) -> property:
     """A Config property that stores convert(value) and refreshes the compile-cache key."""
     private = f"_{name}"
@@ -140,7 +159,7 @@ class Config:
     cpu = _keyed("cpu", str)
     cpu_features = _keyed("cpu_features", str)
     vector_loops = _keyed("vector_loops", bool)
-    num_threads = _keyed("num_threads", lambda value: None if value is None else int(value))
+    num_threads = _keyed("num_threads", lambda value: _thread_count(value))
 
     # debug_nans and debug_infs are properties, so that check_special and the listeners follow
     # every change, through update() or plain assignment alike.

@@ -564,8 +564,9 @@ def test_a_function_jitted_before_the_thread_count_changes_compiles_again_after(
     x = np.linspace(-3.0, 3.0, 1 << 20, dtype=np.float32)
     monkeypatch.setattr(kiln.config, "num_threads", 2)
     expected = np.asarray(f(x))
+    np.testing.assert_allclose(expected, np.tanh(x) * 2.0 + 1.0, rtol=1e-6, atol=1e-6)
     monkeypatch.setattr(kiln.config, "num_threads", 1)
-    np.testing.assert_array_equal(np.asarray(f(x)), expected)
+    np.testing.assert_array_equal(np.asarray(f(x)), expected)  # (the same code, in one chunk)
     assert f._cache_size() == 2
     threads = {
         entry.key[2][5]: {s.threads for s in entry.executable.segments if s is not None}
@@ -580,7 +581,8 @@ def test_a_function_jitted_before_vector_loops_change_compiles_again_after(monke
     was jitted, the function kept running its explicit vector code."""
     f = kiln.jit(lambda x: jnp.exp(x) * 2.0)
     x = np.linspace(-3.0, 3.0, 4096, dtype=np.float32)
-    expected = np.asarray(f(x))
+    expected = np.exp(x.astype(np.float64)) * 2.0
+    np.testing.assert_allclose(np.asarray(f(x)), expected, rtol=1e-6)
     monkeypatch.setattr(kiln.config, "vector_loops", False)
     np.testing.assert_allclose(np.asarray(f(x)), expected, rtol=1e-6)
     assert f._cache_size() == 2
@@ -595,3 +597,16 @@ def test_a_function_jitted_before_vector_loops_change_compiles_again_after(monke
     assert not {id(p) for p in programs[True]} & {id(p) for p in programs[False]}
     assert "x float>" in vector
     assert "x float>" not in scalar  # (scalar loops, left to LLVM's vectorizer)
+
+
+@pytest.mark.parametrize("bad", [0, -2, "many", 1.5, True])
+def test_a_thread_count_that_is_not_a_positive_int_is_refused(bad):
+    previous = kiln.config.num_threads
+    with pytest.raises((TypeError, ValueError), match="kiln_num_threads must be a positive int"):
+        kiln.config.update("kiln_num_threads", bad)
+    assert kiln.config.num_threads == previous  # (nothing half-set)
+    kiln.config.update("kiln_num_threads", "3")  # (as the environment gives it)
+    try:
+        assert kiln.config.num_threads == 3 and kiln.config.trace_key[5] == 3
+    finally:
+        kiln.config.update("kiln_num_threads", previous)
