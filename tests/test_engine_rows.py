@@ -114,7 +114,9 @@ def _defined(module_text: str) -> list[str]:
     return re.findall(r'^define [^@]*@"?([\w.]+)"?\(', module_text, re.M)
 
 
-def test_module_zero_exports_only_the_row_part(monkeypatch):
+def test_the_row_part_module_exports_only_the_row_part(monkeypatch):
+    # The forward can only be cut right after its three row reductions, and the rest (the
+    # exp loop, the sum, the division) is the heavier part: it is module 0, emitted first.
     _compile(monkeypatch, layernorm_softmax, _inputs(), 2)
     (native,) = [
         n
@@ -122,9 +124,36 @@ def test_module_zero_exports_only_the_row_part(monkeypatch):
         if n.llvm_ir and engine.MODULE_SEPARATOR in n.llvm_ir
     ]
     first, second = native.llvm_ir.split(engine.MODULE_SEPARATOR)
-    assert _defined(first) == [f"{native.symbol}.k0.rows0"]
-    assert _defined(second) == [native.symbol]  # (the driver and the rest inlined)
+    assert _defined(first) == [native.symbol]  # (the driver and the rest inlined)
+    assert _defined(second) == [f"{native.symbol}.k0.rows0"]
     assert "alwaysinline" in native.unoptimized_ir
+
+
+def test_the_heavier_part_is_emitted_first(monkeypatch):
+    # Whichever part module 0 holds, it starts compiling on the helper thread first: the
+    # rest of the forward, the row part of the gradient (see the cut tests below).
+    import llvmlite.binding as llvm
+
+    from kiln.runtime import llvm_threads
+
+    order = []
+    submit = llvm_threads.Stream.submit
+
+    def recording(self, name, build, pipeline):
+        module = build(llvm.create_context())
+        order.append(sorted(f.name for f in module.functions if not f.is_declaration))
+        return submit(self, name, build, pipeline)
+
+    monkeypatch.setattr(llvm_threads.Stream, "submit", recording)
+    _compile(monkeypatch, layernorm_softmax, _inputs(), 2)
+    assert len(order) == 2
+    assert not any(name.endswith(".rows0") for name in order[0])
+    assert any(name.endswith(".rows0") for name in order[1])
+    order.clear()
+    args = _inputs(64, 128)
+    _compile(monkeypatch, _layernorm_gradient(args, 3), args, 2)
+    assert len(order) == 2
+    assert any(name.endswith(".rows0") for name in order[0])
 
 
 def test_a_warm_start_loads_both_modules(monkeypatch, tmp_path):
@@ -189,6 +218,33 @@ def test_the_first_part_is_the_heavier_one():
     ]
     assert emit_rows.FIRST_PART_LEAD == 1.6
     assert emit_rows.split_point(Kernel("ten", [Loop(i, 0, 64, body)])).statements == 6
+
+
+def test_module_zero_is_the_rest_when_only_a_light_row_part_can_be_cut():
+    # A softmax after a row's sum, sum of squares and max (the forward's shape): cutting
+    # after the exp loop would leave the rest under MIN_PART_WEIGHT, and the only cut left,
+    # right after the reductions, makes the rest the heavier part: module 0 is the rest.
+    x = Buffer("x", F32, (64, 32))
+    y, z = Buffer("y", F32, (64, 32), "output"), Buffer("z", F32, (64, 32), "output")
+    i, j, k = Var("i"), Var("j"), Var("k")
+    total = Reduce(ReduceKind.SUM, k, 0, 32, x[i, k])
+    squares = Reduce(ReduceKind.SUM, k, 0, 32, x[i, k] * x[i, k])
+    top = Reduce(ReduceKind.MAX, k, 0, 32, x[i, k])
+    body = [
+        Loop(j, 0, 32, [Store(y, (i, j), kir.Op(kir.ScalarOp.EXP, [x[i, j] - top]) / total)]),
+        Loop(j, 0, 32, [Store(z, (i, j), y[i, j] * squares)]),
+        Loop(j, 0, 32, [Store(y, (i, j), z[i, j] + x[i, j])]),
+    ]
+    cut = emit_rows.split_point(Kernel("rest", [Loop(i, 0, 64, body)]))
+    assert cut.statements == 0 and cut.rest_first
+    assert set(cut.passed) == {total, squares, top}
+    # With the exp in the row's sums instead, the row part is the heavier: module 0.
+    total = Reduce(ReduceKind.SUM, k, 0, 32, kir.Op(kir.ScalarOp.EXP, [x[i, k] - top]))
+    squares = Reduce(ReduceKind.SUM, k, 0, 32, kir.Op(kir.ScalarOp.TANH, [x[i, k]]))
+    body[0] = Loop(j, 0, 32, [Store(y, (i, j), (x[i, j] - top) / total)])
+    body[1] = Loop(j, 0, 32, [Store(z, (i, j), y[i, j] * squares)])
+    cut = emit_rows.split_point(Kernel("rows", [Loop(i, 0, 64, body)]))
+    assert cut is not None and not cut.rest_first
 
 
 def test_kernels_that_cannot_be_cut_are_left_whole():

@@ -57,11 +57,13 @@ def _module_pipeline(pipeline: str, module, linked: list) -> str:
     vector" in place of "quick" (the short pass list either way: SHORT_PIPELINES in
     llvm_pipeline); else the one its programs asked for."""
     if module is not None and not linked and getattr(module, "scalar_loops", 1) == 0:
-        if pipeline in ("lean", "full"):
-            return "vector"
-        if pipeline == "quick":
-            return "quick vector"
+        return _VECTOR_VARIANTS.get(pipeline, pipeline)
     return pipeline
+
+
+#: The pipeline a module of vector loops only is optimized with in place of each (see
+#: _module_pipeline).
+_VECTOR_VARIANTS = {"lean": "vector", "full": "vector", "quick": "quick vector"}
 
 
 class UnresolvedSymbolError(RuntimeError):
@@ -94,8 +96,9 @@ class _Unit:
         #: Engine._assign_sides)
         self.side: dict[int, str] = {}
         self.parts: list[tuple[int, list[int]]] = []
-        #: {kernel position: (name, emit_rows.RowCut)} of the kernel whose row part module 0
-        #: holds, the rest of the program module 1 (see Engine._assign_rows)
+        #: {kernel position: (name, emit_rows.RowCut)} of the kernel whose row part one module
+        #: holds, the rest of the program the other: module 0 is the heavier, emitted first
+        #: (see Engine._assign_rows)
         self.rows: dict = {}
 
 
@@ -464,13 +467,14 @@ class Engine:
     @staticmethod
     def _assign_rows(units: list["_Unit"], missing: list["_Unit"]) -> bool:
         """Whether the lone program of a group, which would compile as one module, is cut in
-        two along its heaviest kernel's row loop (see emit_rows): module 0 then holds that
-        kernel's row part, module 1 the rest of the program, and the two compile on two
-        threads. Only when it outweighs the compile's other programs (`missing` holds them
-        all) together: a large row kernel next to the small kernel that combines its folded
-        column sums (fusion_columns) would otherwise keep one thread busy and the other
-        idle, while programs of similar weight compile side by side already. Like
-        _assign_sides, the choice depends only on the programs and the thread count."""
+        two along its heaviest kernel's row loop (see emit_rows): one module then holds that
+        kernel's row part, the other the rest of the program (module 0, emitted first, is the
+        heavier: RowCut.rest_first), and the two compile on two threads. Only when it
+        outweighs the compile's other programs (`missing` holds them all) together: a large
+        row kernel next to the small kernel that combines its folded column sums
+        (fusion_columns) would otherwise keep one thread busy and the other idle, while
+        programs of similar weight compile side by side already. Like _assign_sides, the
+        choice depends only on the programs and the thread count."""
         from kiln.codegen.llvm import emit_rows
         from kiln.compiler.kir_schedule import schedule_kernel
         from kiln.runtime.native import num_threads
@@ -519,14 +523,19 @@ class Engine:
         if verify:
             kir.verify_program(unit.program)
         if unit.rows:
+            ((position, (name, cut)),) = unit.rows.items()
+            rows, rest = (1, 0) if cut.rest_first else (0, 1)
             with target.compiling_for(self.target):
-                yield 0
-                for position, (name, cut) in unit.rows.items():
-                    external[0].add(name)
-                    emit.emit_row_part(unit.program, position, name, cut, module_of(0))
-                yield 1
-                external[1].add(unit.symbol)
-                emit.emit_program(unit.program, unit.symbol, None, module_of(1), unit.rows)
+                for part in (0, 1):
+                    yield part
+                    if part == rows:
+                        external[rows].add(name)
+                        emit.emit_row_part(unit.program, position, name, cut, module_of(rows))
+                    else:
+                        external[rest].add(unit.symbol)
+                        emit.emit_program(
+                            unit.program, unit.symbol, None, module_of(rest), unit.rows
+                        )
             return
         last = unit.parts[-1][0] if unit.parts else 0
         with target.compiling_for(self.target):
@@ -578,7 +587,14 @@ class Engine:
         emitted. A split group's part holds a few kernels and the entries of the programs
         whose last kernels it holds."""
         modules = sum(len(self._module_names(units, group)) for units, group in pending)
-        stream = _optimizer.stream(self.target, modules) if modules > 1 else None
+        stream = None
+        if modules > 1:
+            # (the helper builds its passes for the pipelines the modules are expected to
+            # use, the vector ones when the emitter vectorizes every loop: _module_pipeline)
+            expected = {
+                _VECTOR_VARIANTS.get(units[0].pipeline, units[0].pipeline) for units, _ in pending
+            }
+            stream = _optimizer.stream(self.target, modules, tuple(sorted(expected)))
         built: list = []  # (module name, build(context), pipeline), for a lone module
         try:
             for units, group in pending:

@@ -59,14 +59,29 @@ def thread_machine(target_: target_module.Target, level: int) -> llvm.TargetMach
     return machine
 
 
+def thread_passes(
+    target_: target_module.Target, pipeline: str
+) -> tuple[llvm.TargetMachine, llvm_pipeline.Passes]:
+    """This thread's machine for a pipeline's code generator level and the pipeline built
+    for it (llvm_pipeline.Passes), made on the thread's first use of the pair."""
+    machine = thread_machine(target_, llvm_pipeline.CODEGEN_LEVELS[pipeline])
+    built = getattr(_local, "passes", None)
+    if built is None:
+        built = _local.passes = {}
+    passes = built.get((target_, pipeline))
+    if passes is None:
+        passes = built[target_, pipeline] = llvm_pipeline.Passes(machine, pipeline)
+    return machine, passes
+
+
 def _compile_private(
     built: tuple, target_: target_module.Target, pipeline: str
 ) -> tuple[str, bytes]:
     """Compile a module built in a context of its own, (module, context), with this thread's
-    machine."""
+    machine and passes."""
     module, context = built
-    machine = thread_machine(target_, llvm_pipeline.CODEGEN_LEVELS[pipeline])
-    result = llvm_pipeline.compile_module_private(module, machine, pipeline)
+    machine, passes = thread_passes(target_, pipeline)
+    result = llvm_pipeline.compile_module_private(module, machine, pipeline, passes)
     del module, built  # (before the context)
     return result
 
@@ -101,16 +116,20 @@ class Optimizer:
             self.in_worker += 1
             return self.in_worker_process(str(module), target_, pipeline)
 
-    def stream(self, target_: target_module.Target, modules: int) -> "Stream":
+    def stream(
+        self, target_: target_module.Target, modules: int, pipelines: tuple = ()
+    ) -> "Stream":
         """A stream for the given number of modules: on two threads while in-process
-        compiles remain for all of them, else one after the other in the worker."""
+        compiles remain for all of them, else one after the other in the worker. The helper
+        starts now, building its machine and passes for `pipelines` (those the modules are
+        expected to use) while the caller emits the first module."""
         with self._lock:
             in_process = self.in_process + modules <= config.llvm_in_process_compiles
             if in_process:
                 self.in_process += modules
             else:
                 self.in_worker += modules
-        return Stream(self, target_, in_process)
+        return Stream(self, target_, in_process, pipelines)
 
     def in_worker_process(
         self, ir_text: str, target_: target_module.Target, pipeline: str = "full"
@@ -179,7 +198,13 @@ class Stream:
     emits, and a shorter interval hands it over sooner (the default 5 ms made the helper's
     modules take twice as long during emission)."""
 
-    def __init__(self, optimizer: Optimizer, target_: target_module.Target, in_process: bool):
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        target_: target_module.Target,
+        in_process: bool,
+        pipelines: tuple = (),
+    ):
         self._optimizer = optimizer
         self._target = target_
         self._in_process = in_process
@@ -189,6 +214,14 @@ class Stream:
         self._errors: list[BaseException] = []
         self._deferred: list = []  # (name, build, pipeline) for the worker process
         self._switch_interval: float | None = None  # (the interval to restore)
+        if in_process and pipelines:
+            self._start(tuple(pipelines))
+
+    def _start(self, prepare: tuple = ()) -> None:
+        """Start the helper (see _work) and shorten the switch interval."""
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL))
+        self._helper = side_thread().submit(self._work, prepare)
 
     def submit(self, name: str, build: Callable, pipeline: str) -> None:
         if not self._in_process:
@@ -200,13 +233,18 @@ class Stream:
         context = llvm.create_context()
         self._queue.put((name, (build(context), context), pipeline))
         if self._helper is None:
-            self._switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL))
-            self._helper = side_thread().submit(self._work)
+            self._start()
 
-    def _work(self) -> None:
-        """Compile queued modules until the end marker (None), which stays queued for the
-        other thread."""
+    def _work(self, prepare: tuple = ()) -> None:
+        """Build this thread's machine and passes for the pipelines in `prepare` (the
+        helper, before the first module is emitted: built later, each of their llvmlite
+        calls would wait for the GIL held by the emitting thread), then compile queued
+        modules until the end marker (None), which stays queued for the other thread."""
+        for pipeline in prepare:
+            try:
+                thread_passes(self._target, pipeline)
+            except BaseException as err:  # (re-raised by finish, on the calling thread)
+                self._errors.append(err)
         while True:
             task = self._queue.get()
             if task is None:

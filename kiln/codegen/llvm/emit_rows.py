@@ -3,11 +3,12 @@
 LLVM optimizes and generates code for one function on one thread, so a program whose work is
 one large kernel (a layernorm and a softmax fused row by row, their gradient) kept the second
 compile thread idle. Such a kernel's row loop body is cut in two functions of the row index,
-each in a module of its own: the first (the "row part", exported from module 0) computes the
-row's reductions and runs the body's first statements; the second, inlined into the kernel
-(now a driver that calls both for each row of its chunk, in module 1 with the entry), runs
-the other statements with the reductions the first passed it in stack slots. The two modules
-compile at once (kiln.runtime.llvm_threads).
+each in a module of its own: the first (the "row part", exported from its module) computes
+the row's reductions and runs the body's first statements; the second, inlined into the
+kernel (now a driver that calls both for each row of its chunk, in the other module with the
+entry), runs the other statements with the reductions the first passed it in stack slots.
+The two modules compile at once (kiln.runtime.llvm_threads): the heavier one, module 0, is
+emitted first and starts on the helper thread while the calling thread emits the other.
 
 The results are the same bits: each row runs the same statements in the same order, and each
 value is computed by the same code; the reductions the emitter computes once per row at the
@@ -41,10 +42,13 @@ FIRST_PART_LEAD = 1.6
 class RowCut(NamedTuple):
     """Where a kernel's row loop body is cut: the first part runs statements [:statements]
     after the row's reductions; `passed` are the reductions the second part uses, in the
-    order of their stack slots."""
+    order of their stack slots. `rest_first`: the rest of the program (the second part, the
+    driver, the entry) is the heavier module, emitted first as module 0, and the row part
+    module 1; else the row part is module 0."""
 
     statements: int
     passed: tuple[Reduce, ...]
+    rest_first: bool = False
 
 
 def _stable_reductions(kernel: Kernel, loop: Loop):
@@ -104,11 +108,13 @@ def kernel_weight(kernel: Kernel) -> int:
 
 
 def split_point(kernel: Kernel, elsewhere: int = 0) -> RowCut | None:
-    """Where to cut a scheduled kernel's row loop body, making the weight of module 0 (the
-    row reductions and the first statements) FIRST_PART_LEAD times that of module 1 (the
-    other statements, and what else the compile holds: `elsewhere`, its weight) as nearly as
-    the statements allow; None when the kernel cannot be cut or a module would weigh less
-    than MIN_PART_WEIGHT."""
+    """Where to cut a scheduled kernel's row loop body, making the weight of module 0
+    FIRST_PART_LEAD times that of module 1 as nearly as the statements allow, module 0 being
+    either part: the row part (the row reductions and the first statements) or the rest
+    (the other statements, and what else the compile holds: `elsewhere`, its weight), the
+    row part on a tie. None when the kernel cannot be cut or a module would weigh less than
+    MIN_PART_WEIGHT. (A layernorm+softmax forward can only be cut right after its three row
+    reductions, and the rest, with the exp loop, is then the heavier part.)"""
     loop = row_loop(kernel)
     if loop is None:
         return None
@@ -117,17 +123,17 @@ def split_point(kernel: Kernel, elsewhere: int = 0) -> RowCut | None:
     first = _weigh([], extra=reductions)  # (the reductions' loops, each counted once)
     weights = [_weigh([stmt], skipped) for stmt in loop.body]
     total = first + sum(weights) + elsewhere
-    best, best_gap = None, None
+    candidates = []  # (gap, rest first, cut)
     before = first
     for cut in range(len(weights)):
         after = total - before
         if min(before, after) >= MIN_PART_WEIGHT:
-            gap = abs(before - FIRST_PART_LEAD * after)
-            if best_gap is None or gap < best_gap:
-                best, best_gap = cut, gap
+            candidates.append((abs(before - FIRST_PART_LEAD * after), False, cut))
+            candidates.append((abs(after - FIRST_PART_LEAD * before), True, cut))
         before += weights[cut]
-    if best is None:
+    if not candidates:
         return None
+    _, rest_first, best = min(candidates)
     used = frozenset(
         node
         for node in kir.toposort(
@@ -135,4 +141,4 @@ def split_point(kernel: Kernel, elsewhere: int = 0) -> RowCut | None:
         )
         if node in skipped
     )
-    return RowCut(best, tuple(r for r in reductions if r in used))
+    return RowCut(best, tuple(r for r in reductions if r in used), rest_first)

@@ -6,7 +6,7 @@ path without importing the kiln package.
 
 from __future__ import annotations
 
-from ctypes import string_at
+from ctypes import byref, c_char_p, string_at
 
 import llvmlite.binding as llvm
 from llvmlite.binding import ffi
@@ -56,43 +56,68 @@ def _unlocked(name: str):
     return getattr(wrapper, "_cfn", wrapper)
 
 
+class Passes:
+    """One of PIPELINES built for a machine: its pass builder and module pass managers, made
+    once and run on any number of modules (LLVM makes the analysis managers afresh for each
+    run). Building them is some twenty short llvmlite calls; a thread that compiles while
+    another holds the GIL for Python work waits for the GIL after each of them, so the
+    compile threads build their passes once (kiln.runtime.llvm_threads) and a module's
+    optimization is then one call. Like its machine, a Passes is used by one thread at a
+    time."""
+
+    __slots__ = ("pipeline", "builder", "managers", "_tuning")
+
+    def __init__(self, machine: llvm.TargetMachine, pipeline: str = "full"):
+        speed, vectorize, unroll = PIPELINES[pipeline]
+        tuning = llvm.create_pipeline_tuning_options(speed_level=speed)
+        tuning.loop_vectorization = vectorize
+        tuning.slp_vectorization = vectorize
+        tuning.loop_unrolling = unroll
+        tuning.loop_interleaving = unroll
+        self.pipeline = pipeline
+        self._tuning = tuning  # (the builder refers to it)
+        self.builder = llvm.create_pass_builder(machine, tuning)
+        if pipeline in SHORT_PIPELINES:
+            short = llvm.create_new_module_pass_manager()
+            for name in VECTOR_PASSES:
+                getattr(short, name)()
+            self.managers = (short,)
+        else:
+            # vmath's vector variants (alwaysinline) stay out of line until the loop
+            # vectorizer calls them; inlining them afterwards puts their rarely taken branch
+            # in the loop, not a call.
+            late = llvm.create_new_module_pass_manager()
+            late.add_always_inliner_pass()
+            self.managers = (self.builder.getModulePassManager(), late)
+
+    def run(self, module: llvm.ModuleRef, concurrent: bool = False) -> None:
+        """Run the pipeline on a module in place; `concurrent`: without llvmlite's lock (see
+        optimize)."""
+        for manager in self.managers:
+            if concurrent:
+                _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, self.builder)
+            else:
+                manager.run(module, self.builder)
+
+
 def optimize(
     module: llvm.ModuleRef,
     machine: llvm.TargetMachine,
     pipeline: str = "full",
     concurrent: bool = False,
+    passes: Passes | None = None,
 ) -> None:
     """Run one of PIPELINES on a module in place (default: the O3 pipeline with loop and SLP
     vectorization, unrolling and interleaving).
 
     Callers serialize calls that share a machine. `concurrent`: run the pipeline without
     llvmlite's lock, so that other threads' LLVM calls proceed meanwhile; only for a module in
-    a private context with a machine no other thread uses (see compile_private).
+    a private context with a machine no other thread uses (see compile_private). `passes`:
+    the pipeline built already for this machine (else it is built for this call).
     """
-    speed, vectorize, unroll = PIPELINES[pipeline]
-    tuning = llvm.create_pipeline_tuning_options(speed_level=speed)
-    tuning.loop_vectorization = vectorize
-    tuning.slp_vectorization = vectorize
-    tuning.loop_unrolling = unroll
-    tuning.loop_interleaving = unroll
-    pass_builder = llvm.create_pass_builder(machine, tuning)
-    if pipeline in SHORT_PIPELINES:
-        short = llvm.create_new_module_pass_manager()
-        for name in VECTOR_PASSES:
-            getattr(short, name)()
-        managers = (short,)
-    else:
-        # vmath's vector variants (alwaysinline) stay out of line until the loop vectorizer
-        # calls them; inlining them afterwards puts their rarely taken branch in the loop,
-        # not a call.
-        late = llvm.create_new_module_pass_manager()
-        late.add_always_inliner_pass()
-        managers = (pass_builder.getModulePassManager(), late)
-    for manager in managers:
-        if concurrent:
-            _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, pass_builder)
-        else:
-            manager.run(module, pass_builder)
+    if passes is None or passes.pipeline != pipeline:
+        passes = Passes(machine, pipeline)
+    passes.run(module, concurrent)
 
 
 def create_machine(triple: str, cpu: str, features: str, opt: int = 3) -> llvm.TargetMachine:
@@ -122,6 +147,31 @@ def emit_object_unlocked(module: llvm.ModuleRef, machine: llvm.TargetMachine) ->
         ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
+def _string_out(name: str, module: llvm.ModuleRef) -> tuple[object, str]:
+    """(result, text) of llvmlite's C function `name`(module, char **out), called without
+    llvmlite's lock (see _unlocked), the string freed after it is copied."""
+    out = c_char_p(None)
+    result = _unlocked(name)(module, byref(out))
+    try:
+        return result, (out.value or b"").decode("utf8")
+    finally:
+        if out.value is not None:
+            _unlocked("LLVMPY_DisposeString")(out)
+
+
+def verify_unlocked(module: llvm.ModuleRef) -> None:
+    """module.verify() without llvmlite's lock (same conditions as optimize(concurrent=True)):
+    a compile thread would otherwise wait for the lock while another thread parses."""
+    failed, message = _string_out("LLVMPY_VerifyModule", module)
+    if failed:
+        raise RuntimeError(message)
+
+
+def text_unlocked(module: llvm.ModuleRef) -> str:
+    """str(module) without llvmlite's lock (see verify_unlocked)."""
+    return _string_out("LLVMPY_PrintModuleToString", module)[1]
+
+
 def compile_private(
     ir_text: str, machine: llvm.TargetMachine, pipeline: str = "full"
 ) -> tuple[str, bytes]:
@@ -137,12 +187,16 @@ def compile_private(
 
 
 def compile_module_private(
-    module: llvm.ModuleRef, machine: llvm.TargetMachine, pipeline: str = "full"
+    module: llvm.ModuleRef,
+    machine: llvm.TargetMachine,
+    pipeline: str = "full",
+    passes: Passes | None = None,
 ) -> tuple[str, bytes]:
-    """compile_private of a module parsed into a context of its own."""
-    module.verify()
-    optimize(module, machine, pipeline, concurrent=True)
-    return str(module), emit_object_unlocked(module, machine)
+    """compile_private of a module parsed into a context of its own (`passes`: see
+    optimize)."""
+    verify_unlocked(module)
+    optimize(module, machine, pipeline, concurrent=True, passes=passes)
+    return text_unlocked(module), emit_object_unlocked(module, machine)
 
 
 def optimize_to_object(
