@@ -112,8 +112,10 @@ class Config:
         # "x86-64-v3"; cpu_features adds +/- LLVM features after the CPU's own.
         self.cpu = os.environ.get("KILN_CPU", "host").strip() or "host"
         self.cpu_features = os.environ.get("KILN_CPU_FEATURES", "").strip()
-        # Modules optimized inside this process before the rest go to a worker process
-        # (LLVM's pipeline leaks a little per module; see codegen/llvm/llvm_worker.py).
+        # Modules of LLVM's default pipelines optimized inside this process before the rest go
+        # to a worker process (building such a pipeline leaks ~100 KB; the short pipeline of
+        # vector-loop modules, built once per thread, does not and always stays here: see
+        # runtime/llvm_threads.py).
         self.llvm_in_process_compiles = int(os.environ.get("KILN_LLVM_IN_PROCESS_COMPILES", "256"))
         # The persistent object cache's directory (None: no disk cache).
         self.cache_dir = os.environ.get("KILN_CACHE_DIR") or None

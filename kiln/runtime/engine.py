@@ -354,6 +354,7 @@ class Engine:
         # Used for optimizing a lone module, emitting its object and printing assembly
         # (never given to a JIT); made when first needed (a stream's modules get their own).
         self._machines: dict[int, llvm.TargetMachine] = {}
+        self._built_passes: dict[str, llvm_pipeline.Passes] = {}  # (by pipeline: see _passes)
         self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = (
             weakref.WeakValueDictionary()
         )
@@ -369,6 +370,16 @@ class Engine:
         if machine is None:
             machine = self._machines[level] = self.target.create_machine(level)
         return machine
+
+    def _passes(self, pipeline: str) -> llvm_pipeline.Passes:
+        """The pipeline built for the engine's machine of its level (llvm_pipeline.Passes:
+        made once, see llvm_threads); callers hold the engine's lock."""
+        passes = self._built_passes.get(pipeline)
+        if passes is None:
+            passes = self._built_passes[pipeline] = llvm_pipeline.Passes(
+                self._machine(pipeline), pipeline
+            )
+        return passes
 
     def compile(self, program: kir.Program, verify: bool = True) -> NativeProgram:
         """Verify, emit, optimize and load a program; identical programs share one result."""
@@ -594,7 +605,7 @@ class Engine:
             expected = {
                 _VECTOR_VARIANTS.get(units[0].pipeline, units[0].pipeline) for units, _ in pending
             }
-            stream = _optimizer.stream(self.target, modules, tuple(sorted(expected)))
+            stream = _optimizer.stream(self.target, tuple(sorted(expected)))
         built: list = []  # (module name, build(context), pipeline), for a lone module
         try:
             for units, group in pending:
@@ -641,9 +652,9 @@ class Engine:
             raise
         if stream is None:
             ((name, build_module, pipeline),) = built
-            machine = self._machine(pipeline)
+            machine, passes = self._machine(pipeline), self._passes(pipeline)
             module = build_module(None)
-            results = {name: _optimizer.optimize(module, self.target, machine, pipeline)}
+            results = {name: _optimizer.optimize(module, self.target, machine, pipeline, passes)}
         else:
             results = stream.finish()
         self.stats["modules"] += modules

@@ -1,9 +1,12 @@
 """Where kiln's LLVM modules are optimized and turned into object files.
 
-In this process for the first config.llvm_in_process_compiles modules, then in a worker process
-(llvm_worker.py) that is replaced every WORKER_JOBS modules, because each run of LLVM's
-pipeline leaks a little memory that only the end of a process returns. The machine code does
-not depend on where it was made.
+Building one of LLVM's default pass pipelines leaks memory that only the end of a process
+returns (~100 KB a module for "lean" and "full"); kiln's own short pipelines
+(llvm_pipeline.SHORT_PIPELINES, the modules of vector loops), built once per thread and
+reused, leak nothing measurable (~0.1 KB a module). So modules of the short pipelines are
+always compiled in this process, and those of the default pipelines are for their first
+config.llvm_in_process_compiles, then in a worker process (llvm_worker.py) that is replaced
+every WORKER_JOBS modules. The machine code does not depend on where it was made.
 
 In this process, the modules of one compile are optimized by two threads at once: the calling
 thread and one helper thread (side_thread). Each module is parsed into an LLVM context of its
@@ -94,11 +97,29 @@ class Optimizer:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self.in_process = 0
+        self.in_process = 0  # modules compiled here
+        self.leaky = 0  # of those, the ones of a default pipeline (see the module docstring)
         self.in_worker = 0
         self.workers_started = 0
         self._worker = None  # (a subprocess.Popen)
         self._worker_jobs = 0
+
+    def admit(self, pipeline: str) -> bool:
+        """Whether a module of this pipeline is compiled in this process (else in the
+        worker), counted either way."""
+        with self._lock:
+            return self._admit(pipeline)
+
+    def _admit(self, pipeline: str) -> bool:
+        if pipeline in llvm_pipeline.SHORT_PIPELINES:
+            self.in_process += 1
+            return True
+        if self.leaky < config.llvm_in_process_compiles:
+            self.leaky += 1
+            self.in_process += 1
+            return True
+        self.in_worker += 1
+        return False
 
     def optimize(
         self,
@@ -106,30 +127,22 @@ class Optimizer:
         target_: target_module.Target,
         machine: llvm.TargetMachine,
         pipeline: str = "full",
+        passes: llvm_pipeline.Passes | None = None,
     ) -> tuple[str, bytes]:
         """(optimized IR, object file) of one module through one of llvm_pipeline.PIPELINES,
-        on this thread (in place) or in the worker."""
+        on this thread (in place, with `passes` when given: built for this machine) or in
+        the worker."""
         with self._lock:
-            if self.in_process < config.llvm_in_process_compiles:
-                self.in_process += 1
-                return llvm_pipeline.optimize_module(module, machine, pipeline)
-            self.in_worker += 1
+            if self._admit(pipeline):
+                return llvm_pipeline.optimize_module(module, machine, pipeline, passes)
             return self.in_worker_process(str(module), target_, pipeline)
 
-    def stream(
-        self, target_: target_module.Target, modules: int, pipelines: tuple = ()
-    ) -> "Stream":
-        """A stream for the given number of modules: on two threads while in-process
-        compiles remain for all of them, else one after the other in the worker. The helper
-        starts now, building its machine and passes for `pipelines` (those the modules are
-        expected to use) while the caller emits the first module."""
-        with self._lock:
-            in_process = self.in_process + modules <= config.llvm_in_process_compiles
-            if in_process:
-                self.in_process += modules
-            else:
-                self.in_worker += modules
-        return Stream(self, target_, in_process, pipelines)
+    def stream(self, target_: target_module.Target, pipelines: tuple = ()) -> "Stream":
+        """A stream for a compile's modules: those admitted here (admit) on two threads,
+        the others one after the other in the worker. The helper starts now, building its
+        machine and passes for `pipelines` (those the modules are expected to use) while
+        the caller emits the first module."""
+        return Stream(self, target_, pipelines)
 
     def in_worker_process(
         self, ir_text: str, target_: target_module.Target, pipeline: str = "full"
@@ -198,23 +211,16 @@ class Stream:
     emits, and a shorter interval hands it over sooner (the default 5 ms made the helper's
     modules take twice as long during emission)."""
 
-    def __init__(
-        self,
-        optimizer: Optimizer,
-        target_: target_module.Target,
-        in_process: bool,
-        pipelines: tuple = (),
-    ):
+    def __init__(self, optimizer: Optimizer, target_: target_module.Target, pipelines: tuple = ()):
         self._optimizer = optimizer
         self._target = target_
-        self._in_process = in_process
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._helper = None
         self._results: dict = {}
         self._errors: list[BaseException] = []
         self._deferred: list = []  # (name, build, pipeline) for the worker process
         self._switch_interval: float | None = None  # (the interval to restore)
-        if in_process and pipelines:
+        if pipelines:
             self._start(tuple(pipelines))
 
     def _start(self, prepare: tuple = ()) -> None:
@@ -224,7 +230,7 @@ class Stream:
         self._helper = side_thread().submit(self._work, prepare)
 
     def submit(self, name: str, build: Callable, pipeline: str) -> None:
-        if not self._in_process:
+        if not self._optimizer.admit(pipeline):
             self._deferred.append((name, build, pipeline))
             return
         # Built here, not by the helper: parsing and linking make many short llvmlite calls,
@@ -259,17 +265,16 @@ class Stream:
                 self._errors.append(err)
 
     def finish(self) -> dict[str, tuple[str, bytes]]:
-        if not self._in_process:
-            with self._optimizer._lock:
-                for name, build, pipeline in self._deferred:
-                    text = str(build(llvm.create_context()))
-                    self._results[name] = self._optimizer.in_worker_process(
-                        text, self._target, pipeline
-                    )
-            return self._results
         self._queue.put(None)
         try:
             self._work()
+            if self._deferred and not self._errors:
+                with self._optimizer._lock:
+                    for name, build, pipeline in self._deferred:
+                        text = str(build(llvm.create_context()))
+                        self._results[name] = self._optimizer.in_worker_process(
+                            text, self._target, pipeline
+                        )
         finally:
             self._join()
         if self._errors:

@@ -57,15 +57,18 @@ def _unlocked(name: str):
 
 
 class Passes:
-    """One of PIPELINES built for a machine: its pass builder and module pass managers, made
-    once and run on any number of modules (LLVM makes the analysis managers afresh for each
-    run). Building them is some twenty short llvmlite calls; a thread that compiles while
-    another holds the GIL for Python work waits for the GIL after each of them, so the
-    compile threads build their passes once (kiln.runtime.llvm_threads) and a module's
-    optimization is then one call. Like its machine, a Passes is used by one thread at a
-    time."""
+    """One of PIPELINES built for a machine, to run on any number of modules: its pass builder
+    and, for the short pipelines (SHORT_PIPELINES), its pass manager, made once (LLVM makes
+    the analysis managers afresh for each run). Building them is some twenty short llvmlite
+    calls; a thread that compiles while another holds the GIL for Python work waits for the
+    GIL after each of them, so the compile threads build their passes once
+    (kiln.runtime.llvm_threads) and a module's optimization is then one call. Building a
+    pipeline also leaks a little memory each time (a reused short pipeline ~0.1 KB per
+    module, a new one per module ~7 KB). LLVM's default pipeline (the other pipelines) runs
+    only once, a second run crashes, so it is built for each module. Like its machine, a
+    Passes is used by one thread at a time."""
 
-    __slots__ = ("pipeline", "builder", "managers", "_tuning")
+    __slots__ = ("pipeline", "builder", "_short", "_late", "_tuning")
 
     def __init__(self, machine: llvm.TargetMachine, pipeline: str = "full"):
         speed, vectorize, unroll = PIPELINES[pipeline]
@@ -77,23 +80,28 @@ class Passes:
         self.pipeline = pipeline
         self._tuning = tuning  # (the builder refers to it)
         self.builder = llvm.create_pass_builder(machine, tuning)
+        self._short = self._late = None
         if pipeline in SHORT_PIPELINES:
-            short = llvm.create_new_module_pass_manager()
+            self._short = llvm.create_new_module_pass_manager()
             for name in VECTOR_PASSES:
-                getattr(short, name)()
-            self.managers = (short,)
+                getattr(self._short, name)()
         else:
             # vmath's vector variants (alwaysinline) stay out of line until the loop
             # vectorizer calls them; inlining them afterwards puts their rarely taken branch
             # in the loop, not a call.
-            late = llvm.create_new_module_pass_manager()
-            late.add_always_inliner_pass()
-            self.managers = (self.builder.getModulePassManager(), late)
+            self._late = llvm.create_new_module_pass_manager()
+            self._late.add_always_inliner_pass()
+
+    def managers(self) -> tuple:
+        """The pass managers to run on one module, in order."""
+        if self._short is not None:
+            return (self._short,)
+        return (self.builder.getModulePassManager(), self._late)
 
     def run(self, module: llvm.ModuleRef, concurrent: bool = False) -> None:
         """Run the pipeline on a module in place; `concurrent`: without llvmlite's lock (see
         optimize)."""
-        for manager in self.managers:
+        for manager in self.managers():
             if concurrent:
                 _unlocked("LLVMPY_RunNewModulePassManager")(manager, module, self.builder)
             else:
@@ -207,9 +215,13 @@ def optimize_to_object(
 
 
 def optimize_module(
-    module: llvm.ModuleRef, machine: llvm.TargetMachine, pipeline: str = "full"
+    module: llvm.ModuleRef,
+    machine: llvm.TargetMachine,
+    pipeline: str = "full",
+    passes: Passes | None = None,
 ) -> tuple[str, bytes]:
-    """Verify and optimize a parsed module in place; return (optimized IR, object file)."""
+    """Verify and optimize a parsed module in place; return (optimized IR, object file)
+    (`passes`: see optimize)."""
     module.verify()
-    optimize(module, machine, pipeline)
+    optimize(module, machine, pipeline, passes=passes)
     return str(module), emit_object(module, machine)

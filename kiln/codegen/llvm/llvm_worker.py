@@ -1,10 +1,11 @@
 """A worker process that optimizes LLVM modules and returns their object files.
 
-Each run of LLVM's pass pipeline through llvmlite leaks its pass-instrumentation callbacks
-(tens of kilobytes per module, never freed). A process that compiles thousands of programs
-hands that work to this worker after a while, and the worker is replaced every so often, so the
-leak is bounded. Run by path with -P (`command()`): it imports llvmlite and the sibling
-llvm_pipeline.py only, never the kiln package.
+Each of LLVM's default pass pipelines built through llvmlite leaks its pass-instrumentation
+callbacks (~100 KB per module, never freed; kiln's short pipelines are built once per thread
+and reused, and stay in the parent). A process that compiles thousands of modules with the
+default pipelines hands them to this worker after a while, and the worker is replaced every so
+often, so the leak is bounded. Run by path with -P (`command()`): it imports llvmlite and the
+sibling llvm_pipeline.py only, never the kiln package.
 
 Protocol on stdin/stdout: frames of a 4-byte little-endian length and a pickle. A request is
 (triple, cpu, features, pipeline, ir_text); the reply is ("ok", optimized_ir, object_bytes) or
