@@ -83,6 +83,26 @@ def test_split_group_through_the_worker_process(monkeypatch):
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
 
 
+def test_compiling_on_two_threads_leaves_the_locale_alone(monkeypatch):
+    # llvmlite prints a module with the process's locale switched to "C" and back: two threads
+    # printing at once (each module's optimized text) could leave it at "C", and every later
+    # text file or subprocess output the process decodes with ASCII. Split compiles print on
+    # two threads; the locale they leave must be the one they found.
+    import locale
+
+    before = locale.setlocale(locale.LC_ALL)
+    encoding = locale.getpreferredencoding(False)
+    for n in range(24):
+
+        def program(x, w, n=n):  # (a new program each time: compiled, not found loaded)
+            return many_kernels(x + float(n), w)
+
+        outs, modules, _ = first_compile(monkeypatch, program, _inputs(), 2)
+        assert modules >= 2
+        assert locale.setlocale(locale.LC_ALL) == before
+        assert locale.getpreferredencoding(False) == encoding
+
+
 def test_a_missing_part_means_recompiling(monkeypatch, tmp_path):
     monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
     first, _, groups = _compile_and_run(monkeypatch, 2)

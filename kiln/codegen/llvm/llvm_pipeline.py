@@ -169,15 +169,11 @@ def _string_out(name: str, module: llvm.ModuleRef) -> tuple[object, str]:
 
 def verify_unlocked(module: llvm.ModuleRef) -> None:
     """module.verify() without llvmlite's lock (same conditions as optimize(concurrent=True)):
-    a compile thread would otherwise wait for the lock while another thread parses."""
+    a compile thread would otherwise wait for the lock while another thread parses. (Not so
+    printing: llvmlite's PrintModuleToString switches the process's locale while it runs.)"""
     failed, message = _string_out("LLVMPY_VerifyModule", module)
     if failed:
         raise RuntimeError(message)
-
-
-def text_unlocked(module: llvm.ModuleRef) -> str:
-    """str(module) without llvmlite's lock (see verify_unlocked)."""
-    return _string_out("LLVMPY_PrintModuleToString", module)[1]
 
 
 def compile_private(
@@ -204,7 +200,9 @@ def compile_module_private(
     optimize)."""
     verify_unlocked(module)
     optimize(module, machine, pipeline, concurrent=True, passes=passes)
-    return text_unlocked(module), emit_object_unlocked(module, machine)
+    # (The text under llvmlite's lock: printing a module sets the process's locale to "C"
+    # and back, which two threads printing at once would leave at "C".)
+    return str(module), emit_object_unlocked(module, machine)
 
 
 def optimize_to_object(
