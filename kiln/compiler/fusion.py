@@ -327,8 +327,9 @@ def _plan_segment(eqns, outputs, name, scalars, names) -> SegmentPlan:
     while row_local:
         try:
             return _build(
-                eqns, producers, order, outputs, materialized, row_local, None, True, **build
-            )
+                eqns, producers, order, outputs, materialized, row_local, None, True,
+                inherit=plan.builder, **build
+            )  # fmt: skip
         except _NotRowLocal as failed:
             row_local.discard(failed.var)
     # (The kernels that no merge changes are reused.)
@@ -439,11 +440,15 @@ def _build(
     scalars,
     names,
     products,
+    inherit=None,
 ) -> SegmentPlan:
     """The segment's plan with these values stored. `previous`: (the plan built before, the
     values stored now that it computed fused), whose kernels are reused where they are the
     same (see _Reuse); `merge_rows`: merge kernels that read stored values row by row into
-    the kernels that store them (_merge_row_reader)."""
+    the kernels that store them (_merge_row_reader); `inherit`: the builder of a plan that
+    stored the same values, all of them full (the row-local ones too), whose nodes this
+    build takes where they read no row-local value (ExprBuilder.inherit): the last build
+    lowers only what its row buffers change."""
     naming = _BufferNames(names)
     inputs = _segment_inputs(eqns, producers, scalars)
     buffers: dict = {v: Buffer(naming(v), v.aval.dtype, v.aval.shape) for v in inputs}
@@ -468,6 +473,8 @@ def _build(
         if local
         else ExprBuilder(producers, loaded, scalars)
     )
+    if inherit is not None:
+        builder.inherit(inherit, row_local)
     loaded_values = set(materialized) | set(inputs)
     groups = _group(
         stored,

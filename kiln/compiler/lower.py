@@ -174,6 +174,11 @@ class ExprBuilder:
 
     `nodes_of[v]` collects every node that stands for v (one per distinct index it was read
     at): fusion.py counts how often those nodes run to decide what to materialize.
+
+    `inherit(other, changed)` lets a builder take nodes another one built for the same
+    segment (fusion.py's last build, after the one that settled what to store): a node is
+    taken when no value its expression reads differs in how it is read (`changed`: the
+    values now read from row buffers), so it is the very node this builder would build.
     """
 
     def __init__(self, producers: dict, loaded: dict, scalars: dict | None = None):
@@ -193,6 +198,60 @@ class ExprBuilder:
         self._supported: dict[int, object] = {}  # equations whose types were checked
         self._depth = 0  # _resolve calls in progress (nested: a rule reading its operands)
         self._max_depth: int | None = None  # (_direct_depth, once a nested build is asked)
+        # Another builder's memo (see inherit), the values read differently here, and
+        # whether each value's expression reads none of them.
+        self._inherited: dict | None = None
+        self._inherited_loaded: dict = {}
+        self._changed: frozenset = frozenset()
+        self._unchanged: dict = {}
+
+    def inherit(self, other: "ExprBuilder", changed) -> None:
+        """Take, on a miss, the node `other` built for the same (value, index) when none of
+        the values that node's expression reads is in `changed` (and so is read here as
+        there: the same buffer, the same producer); other's builds must have loaded every
+        value this one loads, except those in changed. Fresh variables continue from
+        other's, so that a reduction built here never reuses the variable of one taken
+        from it. nodes_of records the nodes taken for the values read, not for what they
+        read in turn (the budget check, which reads it, runs before such a build)."""
+        self._inherited = other.memo
+        self._inherited_loaded = other.loaded
+        self._changed = frozenset(changed)
+        self._fresh = max(self._fresh, other._fresh)
+
+    def _taken(self, key: tuple, start) -> Expr | None:
+        """The inherited node of key, if it may be taken (see inherit): `start` holds the
+        values whose expressions key's node reads."""
+        node = self._inherited.get(key)
+        if node is None or not all(self._reads_unchanged(v) for v in start):
+            return None
+        self.memo[key] = node
+        self.nodes_of.setdefault(key[-2], set()).add(node)
+        return node
+
+    def _reads_unchanged(self, atom) -> bool:
+        """Whether atom, and every value its expression reads through fused producers, is
+        outside `changed` and, where loaded, loaded from the same buffer as in the builder
+        inherited from."""
+        found = self._unchanged.get(atom)
+        if found is not None:
+            return found
+        changed, loaded, there = self._changed, self.loaded, self._inherited_loaded
+        found, stack, seen = True, [atom], {id(atom)}
+        while stack:
+            value = stack.pop()
+            buffer = loaded.get(value)
+            if value in changed or (buffer is not None and there.get(value) != buffer):
+                found = False  # (read otherwise here: from a row, or another buffer)
+                break
+            if buffer is not None or value in self.scalars:
+                continue
+            eqn = self.producers.get(value)
+            for operand in eqn.invars if eqn is not None else ():
+                if type(operand) is not Literal and id(operand) not in seen:
+                    seen.add(id(operand))
+                    stack.append(operand)
+        self._unchanged[atom] = found
+        return found
 
     def fresh_var(self, prefix: str) -> Var:
         attempt = self._attempt
@@ -224,6 +283,10 @@ class ExprBuilder:
         if buffer is not None:
             node = self.memo[key] = Load(buffer, flat_index(aval.shape, index))
             return node
+        if self._inherited is not None:
+            node = self._taken(key, (atom,))
+            if node is not None:
+                return node
         if self._attempt is not None:
             if self._max_depth is None:
                 self._max_depth = _direct_depth()
@@ -257,6 +320,11 @@ class ExprBuilder:
         index = tuple(kir.as_index(i) for i in index)
         key = ("own", var, index)
         node = self.memo.get(key)
+        if node is None and self._inherited is not None and var not in self._changed:
+            eqn = self.producers.get(var)
+            operands = [a for a in eqn.invars if type(a) is not Literal] if eqn else None
+            if operands is not None:
+                node = self._taken(key, operands)
         if node is None:
             node = self._resolve(key)
         return node

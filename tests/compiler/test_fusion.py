@@ -485,6 +485,52 @@ def test_replanning_reuses_unchanged_kernels_and_plans_the_same(monkeypatch):
     np.testing.assert_allclose(float(value), _numpy_attention_loss(x, w), rtol=1e-4)
 
 
+def test_the_row_local_build_takes_the_nodes_no_row_buffer_changes(monkeypatch):
+    # plan_segment's last build reads some stored values from row buffers; every node whose
+    # expression reads none of them is the one the build before made (lower.ExprBuilder.
+    # inherit), so fewer rules run, and the kernels are the same but for the numbering of
+    # reduction variables.
+    from tests._testing import count_rule_runs
+
+    def forward(x, g, b):
+        c = x - jnp.mean(x, axis=-1, keepdims=True)
+        z = c * kiln.lax.rsqrt(jnp.mean(c * c, axis=-1, keepdims=True) + 1e-5) * g + b
+        e = jnp.exp(z - jnp.max(z, axis=-1, keepdims=True))
+        return e / jnp.sum(e, axis=-1, keepdims=True)
+
+    args = (f32(48, 96, seed=5), f32(96, seed=6), f32(96, seed=7))
+
+    def plan(inherit: bool):
+        with monkeypatch.context() as patch:
+            if not inherit:
+                patch.setattr(lower.ExprBuilder, "inherit", lambda self, other, changed: None)
+            kiln.clear_caches()
+            calls = count_rule_runs(patch)
+            executable, compiled = compile_native(forward, *args)
+            runs = calls["n"]
+        names: dict = {}
+        kernels = [
+            re.sub(
+                r"\bk\d+(?=\b|_)", lambda m: names.setdefault(m.group(0), f"K{len(names)}"), str(k)
+            )
+            for s in segments(executable)
+            for k in s.program.kernels
+        ]
+        assert any(g.local_buffers for s in segments(executable) for g in s.plan.kernels)
+        return kernels, np.asarray(compiled(*args)), runs
+
+    kernels, out, runs = plan(True)
+    fresh_kernels, fresh_out, fresh_runs = plan(False)
+    assert kernels == fresh_kernels
+    np.testing.assert_array_equal(out, fresh_out)
+    assert runs < fresh_runs
+    x, g, b = (np.asarray(a, np.float64) for a in args)
+    c = x - x.mean(-1, keepdims=True)
+    z = c / np.sqrt((c * c).mean(-1, keepdims=True) + 1e-5) * g + b
+    e = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=2e-5, atol=1e-7)
+
+
 def _numpy_attention_loss(x, w) -> float:
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
     q, k, v = x @ w[0], x @ w[1], x @ w[2]

@@ -204,6 +204,35 @@ def test_a_chain_deeper_than_the_nesting_bound_builds_the_same_nodes(monkeypatch
         assert calls["n"] <= 2 * 80 - depth
 
 
+def test_an_inheriting_builder_takes_only_nodes_that_read_nothing_changed(monkeypatch):
+    """ExprBuilder.inherit: a node another builder made is taken when nothing its expression
+    reads is read differently here; the rest is built again, as a fresh builder would."""
+
+    def fn(x, y):
+        t = jnp.exp(x * y)
+        u = jnp.sin(x) + 2.0  # (reads no t)
+        return u * t, u - 1.0
+
+    jaxpr = kiln.make_jaxpr(fn)(zeros(4), zeros(4)).jaxpr
+    producers = {v: e for e in jaxpr.eqns for v in e.outvars}
+    inputs = {v: Buffer(f"x{n}", v.aval.dtype, v.aval.shape) for n, v in enumerate(jaxpr.invars)}
+    (t,) = [e.outvars[0] for e in jaxpr.eqns if e.primitive.name == "exp"]
+    index = (Var("i0"),)
+    # Built first with t stored, then with t fused (read otherwise: "changed").
+    stored = lower.ExprBuilder(producers, {**inputs, t: Buffer("t", t.aval.dtype, t.aval.shape)})
+    before = [stored.read(out, index) for out in jaxpr.outvars]
+    fresh = lower.ExprBuilder(producers, dict(inputs))
+    expected = [fresh.read(out, index) for out in jaxpr.outvars]
+    calls = count_rule_runs(monkeypatch)
+    taking = lower.ExprBuilder(producers, dict(inputs))
+    taking.inherit(stored, {t})
+    got = [taking.read(out, index) for out in jaxpr.outvars]
+    assert got[1] is before[1] is expected[1]  # u - 1 reads no t: taken
+    assert got[0] is expected[0] and got[0] is not before[0]  # u * t: built again
+    assert format_expr(got[0]) == "(sin(x0[i0]) + 2.0) * exp(x0[i0] * x1[i0])"
+    assert calls["n"] == 3  # u * t, exp, x * y; u itself and u - 1 taken
+
+
 def test_nesting_stays_within_the_room_the_stack_leaves():
     import sys
 
