@@ -230,8 +230,8 @@ class ExprBuilder:
 
     def _reads_unchanged(self, atom) -> bool:
         """Whether atom, and every value its expression reads through fused producers, is
-        outside `changed` and, where loaded, loaded from the same buffer as in the builder
-        inherited from."""
+        outside `changed` and read as in the builder inherited from: loaded from the same
+        buffer there and here, or fused in both."""
         found = self._unchanged.get(atom)
         if found is not None:
             return found
@@ -240,8 +240,8 @@ class ExprBuilder:
         while stack:
             value = stack.pop()
             buffer = loaded.get(value)
-            if value in changed or (buffer is not None and there.get(value) != buffer):
-                found = False  # (read otherwise here: from a row, or another buffer)
+            if value in changed or buffer != there.get(value):
+                found = False  # (read otherwise here: from a row, another buffer, fused)
                 break
             if buffer is not None or value in self.scalars:
                 continue
