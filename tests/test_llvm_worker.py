@@ -31,13 +31,23 @@ def _program(name: str) -> Program:
     return Program(name, [x, y, z, out], [Kernel("k", body)])
 
 
-def _run(native) -> np.ndarray:
+def _inputs():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((16, 999)).astype(F32)
     y = rng.standard_normal((16, 999)).astype(F32)
     z = rng.standard_normal(16).astype(F32)
-    (out,) = native(x, y, z)
+    return x, y, z
+
+
+def _run(native) -> np.ndarray:
+    (out,) = native(*_inputs())
     return out
+
+
+def _numpy() -> np.ndarray:
+    """_program's output in float64: each row's sum of x * y, times z, plus the row's x[0]."""
+    x, y, z = (a.astype(np.float64) for a in _inputs())
+    return (x * y).sum(axis=1) * z + x[:, 0]
 
 
 @pytest.mark.parametrize("pipeline", ["quick", "lean", "full"])
@@ -55,6 +65,7 @@ def test_worker_and_process_make_the_same_code(pipeline, monkeypatch):
         results.append(_run(native))
         assert (engine._optimizer.in_worker > before) == (in_process == 0)
     np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_allclose(results[0], _numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("pipeline", ["quick", "lean"])
@@ -74,6 +85,7 @@ def test_modules_of_vector_loops_stay_in_the_process(pipeline, monkeypatch):
     assert engine._optimizer.in_worker == before[0]
     assert engine._optimizer.in_process == before[1] + 1
     np.testing.assert_array_equal(_run(native), reference)
+    np.testing.assert_allclose(reference, _numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_the_worker_is_replaced_after_its_jobs(monkeypatch):
@@ -89,6 +101,7 @@ def test_the_worker_is_replaced_after_its_jobs(monkeypatch):
     assert engine._optimizer.workers_started - started >= 2
     for result in results[1:]:
         np.testing.assert_array_equal(result, results[0])
+    np.testing.assert_allclose(results[0], _numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_a_reused_pipeline_makes_the_same_code_for_every_module():

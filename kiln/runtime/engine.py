@@ -351,10 +351,9 @@ class Engine:
         _load_process_symbols()
         self.target = target_
         self._lock = threading.RLock()
-        # Used for optimizing a lone module, emitting its object and printing assembly
-        # (never given to a JIT); made when first needed (a stream's modules get their own).
+        # Used for printing assembly (never given to a JIT); made when first needed (modules
+        # are compiled with their thread's machine: llvm_threads.thread_passes).
         self._machines: dict[int, llvm.TargetMachine] = {}
-        self._built_passes: dict[str, llvm_pipeline.Passes] = {}  # (by pipeline: see _passes)
         self._programs: "weakref.WeakValueDictionary[str, NativeProgram]" = (
             weakref.WeakValueDictionary()
         )
@@ -370,16 +369,6 @@ class Engine:
         if machine is None:
             machine = self._machines[level] = self.target.create_machine(level)
         return machine
-
-    def _passes(self, pipeline: str) -> llvm_pipeline.Passes:
-        """The pipeline built for the engine's machine of its level (llvm_pipeline.Passes:
-        made once, see llvm_threads); callers hold the engine's lock."""
-        passes = self._built_passes.get(pipeline)
-        if passes is None:
-            passes = self._built_passes[pipeline] = llvm_pipeline.Passes(
-                self._machine(pipeline), pipeline
-            )
-        return passes
 
     def compile(self, program: kir.Program, verify: bool = True) -> NativeProgram:
         """Verify, emit, optimize and load a program; identical programs share one result."""
@@ -652,7 +641,8 @@ class Engine:
             raise
         if stream is None:
             ((name, build_module, pipeline),) = built
-            machine, passes = self._machine(pipeline), self._passes(pipeline)
+            # (this thread's machine and pipeline, built once: llvm_threads.thread_passes)
+            machine, passes = llvm_threads.thread_passes(self.target, pipeline)
             module = build_module(None)
             results = {name: _optimizer.optimize(module, self.target, machine, pipeline, passes)}
         else:
