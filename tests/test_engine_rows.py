@@ -220,10 +220,10 @@ def test_the_first_part_is_the_heavier_one():
     assert emit_rows.split_point(Kernel("ten", [Loop(i, 0, 64, body)])).statements == 6
 
 
-def test_module_zero_is_the_rest_when_only_a_light_row_part_can_be_cut():
-    # A softmax after a row's sum, sum of squares and max (the forward's shape): cutting
-    # after the exp loop would leave the rest under MIN_PART_WEIGHT, and the only cut left,
-    # right after the reductions, makes the rest the heavier part: module 0 is the rest.
+def _softmax_rows():
+    """A softmax after a row's sum, sum of squares and max (the forward's shape), over a
+    (64, 32) x into outputs y and z: (the buffers, the three reductions, the row loop's body
+    and its variables i, j, k)."""
     x = Buffer("x", F32, (64, 32))
     y, z = Buffer("y", F32, (64, 32), "output"), Buffer("z", F32, (64, 32), "output")
     i, j, k = Var("i"), Var("j"), Var("k")
@@ -235,6 +235,14 @@ def test_module_zero_is_the_rest_when_only_a_light_row_part_can_be_cut():
         Loop(j, 0, 32, [Store(z, (i, j), y[i, j] * squares)]),
         Loop(j, 0, 32, [Store(y, (i, j), z[i, j] + x[i, j])]),
     ]
+    return (x, y, z), (total, squares, top), body, (i, j, k)
+
+
+def test_module_zero_is_the_rest_when_only_a_light_row_part_can_be_cut():
+    # Cutting the softmax after its exp loop would leave the rest under MIN_PART_WEIGHT, and
+    # the only cut left, right after the reductions, makes the rest the heavier part: module
+    # 0 is the rest.
+    (x, y, z), (total, squares, top), body, (i, j, k) = _softmax_rows()
     cut = emit_rows.split_point(Kernel("rest", [Loop(i, 0, 64, body)]))
     assert cut.statements == 0 and cut.rest_first
     assert set(cut.passed) == {total, squares, top}
@@ -283,56 +291,44 @@ def test_a_cut_after_a_statement_runs_it_in_the_first_part(monkeypatch, codegen_
     rng = np.random.default_rng(5)
     xs = rng.standard_normal((32, 64)).astype(np.float32)
     ws = rng.uniform(0.5, 1.5, 64).astype(np.float32)
-    results = {}
-    with use_codegen_target(codegen_target) as current:
-        for threads in (2, 1):
-            monkeypatch.setattr(config, "num_threads", threads)
-            host = engine.Engine(current)
-            (native,) = host.compile_many([program], pipelines=["lean"])
-            results[threads] = native(xs, ws)
-            assert host.stats["modules"] == (2 if threads == 2 else 1)
-    for a, b in zip(results[2], results[1]):
-        np.testing.assert_array_equal(a, b)
+    results = _cut_and_whole(monkeypatch, codegen_target, program, xs, ws)
     x64 = xs.astype(np.float64)
     top = x64.max(axis=1, keepdims=True)
     ys = np.tanh(np.exp(x64 - top)) / (x64 * x64).sum(axis=1, keepdims=True)
     zs = np.log1p(ys * ws)
-    np.testing.assert_allclose(results[2][1], zs, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(results[2][0], np.tanh(zs) * top, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(results[1], zs, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(results[0], np.tanh(zs) * top, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("codegen_target", ["host", "x86-64-v3", "x86-64-v4"])
-def test_a_cut_with_the_rest_first_gives_the_bits_of_the_whole_kernel(monkeypatch, codegen_target):
-    # The softmax-shaped kernel of the orientation test, cut with the rest as module 0 (the
-    # entry and the driver emitted first, the row part second): compiled whole and cut, the
-    # bits agree and match NumPy's, for the host and each baseline target this CPU can run.
-    x = Buffer("x", F32, (64, 32))
-    y, z = Buffer("y", F32, (64, 32), "output"), Buffer("z", F32, (64, 32), "output")
-    i, j, k = Var("i"), Var("j"), Var("k")
-    total = Reduce(ReduceKind.SUM, k, 0, 32, x[i, k])
-    squares = Reduce(ReduceKind.SUM, k, 0, 32, x[i, k] * x[i, k])
-    top = Reduce(ReduceKind.MAX, k, 0, 32, x[i, k])
-    body = [
-        Loop(j, 0, 32, [Store(y, (i, j), kir.Op(kir.ScalarOp.EXP, [x[i, j] - top]) / total)]),
-        Loop(j, 0, 32, [Store(z, (i, j), y[i, j] * squares)]),
-        Loop(j, 0, 32, [Store(y, (i, j), z[i, j] + x[i, j])]),
-    ]
-    kernel = Kernel("rest", [Loop(i, 0, 64, body)])
-    assert emit_rows.split_point(kernel).rest_first
-    program = kir.Program("rest_first", [x, y, z], [kernel])
-    xs = np.random.default_rng(8).uniform(0.5, 1.5, (64, 32)).astype(np.float32)
+def _cut_and_whole(monkeypatch, codegen_target, program, *inputs) -> tuple:
+    """program's outputs compiled for codegen_target on two threads (cut in two modules) and
+    on one (whole), checked to be the same bits."""
     results = {}
     with use_codegen_target(codegen_target) as current:
         for threads in (2, 1):
             monkeypatch.setattr(config, "num_threads", threads)
             host = engine.Engine(current)
             (native,) = host.compile_many([program], pipelines=["lean"])
-            results[threads] = native(xs)
+            results[threads] = native(*inputs)
             assert host.stats["modules"] == (2 if threads == 2 else 1)
     for a, b in zip(results[2], results[1]):
         np.testing.assert_array_equal(a, b)
+    return results[2]
+
+
+@pytest.mark.parametrize("codegen_target", ["host", "x86-64-v3", "x86-64-v4"])
+def test_a_cut_with_the_rest_first_gives_the_bits_of_the_whole_kernel(monkeypatch, codegen_target):
+    # The softmax-shaped kernel, cut with the rest as module 0 (the entry and the driver
+    # emitted first, the row part second): compiled whole and cut, the bits agree and match
+    # NumPy's, for the host and each baseline target this CPU can run.
+    (x, y, z), _, body, (i, _, _) = _softmax_rows()
+    kernel = Kernel("rest", [Loop(i, 0, 64, body)])
+    assert emit_rows.split_point(kernel).rest_first
+    program = kir.Program("rest_first", [x, y, z], [kernel])
+    xs = np.random.default_rng(8).uniform(0.5, 1.5, (64, 32)).astype(np.float32)
+    results = _cut_and_whole(monkeypatch, codegen_target, program, xs)
     x64 = xs.astype(np.float64)
     e = np.exp(x64 - x64.max(axis=1, keepdims=True)) / x64.sum(axis=1, keepdims=True)
     zs = e * (x64 * x64).sum(axis=1, keepdims=True)
-    np.testing.assert_allclose(results[2][1], zs, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(results[2][0], zs + x64, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(results[1], zs, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(results[0], zs + x64, rtol=1e-5, atol=1e-6)
