@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.codegen.llvm import llvm_pipeline, target
+from kiln.codegen.llvm import emit, llvm_pipeline, target
 from kiln.compiler.kir import Buffer, Kernel, Load, Loop, Program, Reduce, ReduceKind, Store, Var
 from kiln.config import config
 from kiln.runtime import engine
@@ -125,11 +125,14 @@ def test_a_reused_pipeline_makes_the_same_code_for_every_module():
         assert len(objects) == 1, pipeline
 
 
-def test_the_worker_starts_where_nothing_imported_types_before_it():
+@pytest.mark.parametrize("pipeline", ["quick", "full"])
+def test_the_worker_starts_where_nothing_imported_types_before_it(pipeline, monkeypatch):
     """Run by path, Python puts the worker's directory (kiln/codegen/llvm) first on sys.path,
     where types.py would shadow the standard library's `types`. Started without `site` (-S),
     as an installed package's start-up may be, nothing imports `types` before the worker
-    does: its command must still give a working worker (it exited at once without -P)."""
+    does: its command must still give a working worker (it exited at once without -P). Its
+    object is byte for byte this process's, at code generator level 0 and 3 (so the worker
+    sets llvm_pipeline.CODEGEN_OPTIONS as this process does)."""
     import os
     import subprocess
 
@@ -147,10 +150,11 @@ def test_the_worker_starts_where_nothing_imported_types_before_it():
         env=environment,
     )
     host = target.host_target()
-    text = engine.engine().emit_ir(_program("p_started"))
+    monkeypatch.setattr(config, "vector_loops", False)  # (scalar loops: LLVM's own pipeline)
+    text = engine.engine().emit_ir(_program(f"p_started_{pipeline}"))
     try:
         llvm_worker.write_frame(
-            worker.stdin, (host.triple, host.cpu_name, host.features, "quick", text)
+            worker.stdin, (host.triple, host.cpu_name, host.features, pipeline, text)
         )
         reply = llvm_worker.read_frame(worker.stdout)
     finally:
@@ -161,6 +165,45 @@ def test_the_worker_starts_where_nothing_imported_types_before_it():
     status, optimized, object_bytes = reply
     assert worker.returncode == 0, error
     # The same module optimized in this process, with the machine the worker makes for it.
-    machine = host.create_machine(llvm_pipeline.CODEGEN_LEVELS["quick"])
-    expected = llvm_pipeline.optimize_to_object(text, machine, "quick")
+    machine = host.create_machine(llvm_pipeline.CODEGEN_LEVELS[pipeline])
+    expected = llvm_pipeline.optimize_to_object(text, machine, pipeline)
     assert status == "ok" and (optimized, object_bytes) == expected
+
+
+def test_the_code_generator_options_are_set_and_take_effect():
+    """This process generates code with llvm_pipeline.CODEGEN_OPTIONS set; a fresh process
+    that compiles the same module at level 3 before and after setting them gets other
+    machine code (the options reach LLVM's code generator), and that code, loaded in this
+    process, computes NumPy's results."""
+    import subprocess
+    import sys
+
+    assert llvm_pipeline._configured
+    text = engine.engine().emit_ir(_program("p_options"))
+    host = target.host_target()
+    script = (
+        "import sys, importlib.util, llvmlite.binding as llvm\n"
+        "spec = importlib.util.spec_from_file_location('p', sys.argv[1])\n"
+        "p = importlib.util.module_from_spec(spec); spec.loader.exec_module(p)\n"
+        "llvm.initialize_native_target(); llvm.initialize_native_asmprinter()\n"
+        "machine = p.create_machine(sys.argv[2], sys.argv[3], sys.argv[4], 3)\n"
+        "text = sys.stdin.read()\n"
+        "before = p.optimize_to_object(text, machine, 'lean')[1]\n"
+        "p.configure()\n"
+        "after = p.optimize_to_object(text, machine, 'lean')[1]\n"
+        "sys.stdout.write(before.hex() + ' ' + after.hex())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, llvm_pipeline.__file__, host.triple, host.cpu_name,
+         host.features],
+        input=text, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    before, after = (bytes.fromhex(part) for part in done.stdout.split())
+    machine = host.create_machine(3)
+    assert after == llvm_pipeline.optimize_to_object(text, machine, "lean")[1]
+    assert before != after
+    program = _program("p_options")
+    native = engine.NativeProgram(
+        program, emit.ENTRY_NAME, engine._Library(after, host), text, None, engine.engine()
+    )
+    np.testing.assert_allclose(_run(native), _numpy(), rtol=1e-4, atol=1e-4)

@@ -69,6 +69,7 @@ def serve(requests, replies) -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     pipeline = _load_pipeline()
+    pipeline.configure()
     machines = {}
     while True:
         request = read_frame(requests)
