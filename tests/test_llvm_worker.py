@@ -207,3 +207,30 @@ def test_the_code_generator_options_are_set_and_take_effect():
         program, emit.ENTRY_NAME, engine._Library(after, host), text, None, engine.engine()
     )
     np.testing.assert_allclose(_run(native), _numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_the_private_calls_verify_and_emit_as_llvmlite_does():
+    """verify_unlocked and emit_object_unlocked (the short C calls in them hold the GIL:
+    llvm_pipeline._held) report what module.verify() reports and give the bytes of
+    machine.emit_object; a module whose value does not dominate its use is refused by both
+    verifiers, with LLVM's message."""
+    import llvmlite.binding as llvm
+
+    bad = (
+        "define i32 @f(i1 %c) {\n"
+        "entry:\n  br i1 %c, label %a, label %b\n"
+        "a:\n  %x = add i32 1, 2\n  br label %b\n"
+        "b:\n  ret i32 %x\n}\n"
+    )
+    module = llvm.parse_assembly(bad)
+    with pytest.raises(RuntimeError, match="does not dominate all uses") as ours:
+        llvm_pipeline.verify_unlocked(module)
+    with pytest.raises(RuntimeError) as theirs:
+        module.verify()
+    assert str(theirs.value) in str(ours.value)
+    text = engine.engine().emit_ir(_program("p_private"))
+    machine = target.host_target().create_machine(3)
+    good = llvm.parse_assembly(text, context=llvm.create_context())
+    llvm_pipeline.verify_unlocked(good)
+    llvm_pipeline.optimize(good, machine, "lean")
+    assert llvm_pipeline.emit_object_unlocked(good, machine) == machine.emit_object(good)

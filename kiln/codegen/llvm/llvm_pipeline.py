@@ -6,6 +6,7 @@ path without importing the kiln package.
 
 from __future__ import annotations
 
+import ctypes
 from ctypes import byref, c_char_p, string_at
 
 import llvmlite.binding as llvm
@@ -79,6 +80,28 @@ def _unlocked(name: str):
     releases the GIL), or the locked wrapper when this llvmlite does not expose the raw one."""
     wrapper = getattr(ffi.lib, name)
     return getattr(wrapper, "_cfn", wrapper)
+
+
+_HELD: dict = {}
+
+
+def _held(name: str):
+    """llvmlite's C function `name` called without its lock and *holding* the GIL (a
+    PYFUNCTYPE prototype of the same address), for calls of microseconds: a compile thread
+    that releases the GIL for such a call must then wait for it, while the emitting thread
+    holds it for Python work, up to a switch interval each time (the helper's verification,
+    0.15 ms of work, took 0.9-1.9 ms so). Falls back to _unlocked where llvmlite does not
+    expose the raw function."""
+    function = _HELD.get(name)
+    if function is None:
+        raw = _unlocked(name)
+        if isinstance(raw, ffi._lib_fn_wrapper) or not hasattr(raw, "argtypes"):
+            function = raw
+        else:
+            prototype = ctypes.PYFUNCTYPE(raw.restype, *(raw.argtypes or ()))
+            function = prototype(ctypes.cast(raw, ctypes.c_void_p).value)
+        _HELD[name] = function
+    return function
 
 
 class Passes:
@@ -174,28 +197,30 @@ def emit_object_unlocked(module: llvm.ModuleRef, machine: llvm.TargetMachine) ->
             raise RuntimeError(str(error))
     try:
         return string_at(
-            ffi.lib.LLVMPY_GetBufferStart(buffer), ffi.lib.LLVMPY_GetBufferSize(buffer)
+            _held("LLVMPY_GetBufferStart")(buffer), _held("LLVMPY_GetBufferSize")(buffer)
         )
     finally:
-        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+        _held("LLVMPY_DisposeMemoryBuffer")(buffer)
 
 
 def _string_out(name: str, module: llvm.ModuleRef) -> tuple[object, str]:
-    """(result, text) of llvmlite's C function `name`(module, char **out), called without
-    llvmlite's lock (see _unlocked), the string freed after it is copied."""
+    """(result, text) of llvmlite's C function `name`(module, char **out), a short one,
+    called without llvmlite's lock and holding the GIL (see _held), the string freed after
+    it is copied."""
     out = c_char_p(None)
-    result = _unlocked(name)(module, byref(out))
+    result = _held(name)(module, byref(out))
     try:
         return result, (out.value or b"").decode("utf8")
     finally:
         if out.value is not None:
-            _unlocked("LLVMPY_DisposeString")(out)
+            _held("LLVMPY_DisposeString")(out)
 
 
 def verify_unlocked(module: llvm.ModuleRef) -> None:
     """module.verify() without llvmlite's lock (same conditions as optimize(concurrent=True)):
-    a compile thread would otherwise wait for the lock while another thread parses. (Not so
-    printing: llvmlite's PrintModuleToString switches the process's locale while it runs.)"""
+    a compile thread would otherwise wait for the lock while another thread parses; and
+    holding the GIL, as it takes a fraction of a millisecond (see _held). (Not so printing:
+    llvmlite's PrintModuleToString switches the process's locale while it runs.)"""
     failed, message = _string_out("LLVMPY_VerifyModule", module)
     if failed:
         raise RuntimeError(message)
