@@ -2,7 +2,7 @@
 the parent: a program gives the same bits whether its module was optimized in the process or
 in the worker, for every pipeline. (A worker that ran only the full pipeline made jitted
 float32 BFGS stop early after a few hundred earlier compiles: vectorized sums round
-differently from scalar ones, and FMA contraction follows the code generator level.)"""
+differently from scalar ones.)"""
 
 from __future__ import annotations
 

@@ -703,7 +703,7 @@ class Engine:
         """Assembly of a module's text (or of a split group's, MODULE_SEPARATOR between
         them) for this engine's target, by the code generator level of the pipeline it was
         compiled with: a "quick" module's level-0 code is not the level-3 code of the same
-        IR (fast instruction selection never fuses a multiply and an add, for one)."""
+        IR (it folds no load into the instruction that uses it, for one)."""
         with self._lock:
             return MODULE_SEPARATOR.join(
                 self._machine(pipeline).emit_assembly(llvm.parse_assembly(text))

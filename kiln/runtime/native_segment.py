@@ -37,7 +37,7 @@ CHUNK_ALIGN = 64
 CHUNKS_PER_THREAD = 4
 MIN_CHUNK_WORK = 1 << 17
 #: Kernels with less work than this (a few microseconds) compile with LLVM's quick pipeline
-#: (no vectorization, fast instruction selection: a fifth of the compile time); the others
+#: (no vectorization, the level-0 code generator: a fifth of the compile time); the others
 #: with the lean one (vectorized, not unrolled or interleaved: two thirds of the full O3
 #: pipeline's time, and kernels ran as fast with it, memory-bound or not), except large
 #: column reductions (see _plan_parallel).

@@ -20,11 +20,9 @@ Semantics: element-wise results are those of the scalar code (the same instructi
 fast-math flags per lane). A vectorized reduction accumulates lane by lane (lane l takes
 iterations l, l + lanes, ...), then folds the lanes pairwise (halves, then quarters, ...), then
 adds the remainder in order: a fixed order, so every compile of the program, whatever the
-pipeline or code generator level, gives the same bits. One exception, of LLVM's making: a
-`contract` multiply feeding an add becomes one fused multiply-add in blocks that SelectionDAG
-selects, but at code generator level 0 ("quick" modules: small kernels) a block of scalar
-code alone goes through fast instruction selection, which never fuses. Whether a short row's
-multiply-adds round once or twice there depends on whether vector code shares their block.
+pipeline or code generator level, gives the same bits. A `contract` multiply feeding an add
+becomes one fused multiply-add at every level, in scalar and vector code alike (LLVM's fast
+instruction selection, which never fuses, is off: llvm_pipeline.CODEGEN_OPTIONS).
 """
 
 from __future__ import annotations

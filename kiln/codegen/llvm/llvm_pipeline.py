@@ -51,17 +51,30 @@ VECTOR_PASSES = (
 
 
 #: LLVM command-line options set once in every process that generates kiln's code (this one
-#: and the optimizer worker: configure): three code generator passes that cost half of the
-#: code generation of kiln's modules and gave nothing back on them. kiln's loops are emitted
-#: as straight vector strips with one induction variable, so loop strength reduction has
-#: little to rewrite, and on out-of-order x86 cores the two instruction schedulers (before
-#: and after register allocation) did not change the speed of the kernels measured (the
-#: layernorm+softmax forward and gradient, vmath, reductions, scans, integer maps: within
-#: the noise, on one thread and two). Code generation of the layernorm+softmax forward's
+#: and the optimizer worker: configure). First, three code generator passes that cost half
+#: of the code generation of kiln's modules and gave nothing back on them. kiln's loops are
+#: emitted as straight vector strips with one induction variable, so loop strength reduction
+#: has little to rewrite, and on out-of-order x86 cores the two instruction schedulers
+#: (before and after register allocation) did not change the speed of the kernels measured
+#: (the layernorm+softmax forward and gradient, vmath, reductions, scans, integer maps:
+#: within the noise, on one thread and two). Code generation of the layernorm+softmax forward's
 #: two modules went from 7.2 and 5.0 ms to 4.6 and 3.5 ms (an empty module: 1.2 to 0.8 ms).
-#: Options change no value a kernel computes (no pass here reorders floating-point
-#: arithmetic); they are part of the cache tag through target.PIPELINE_VERSION.
-CODEGEN_OPTIONS = ("-disable-lsr", "-enable-misched=false", "-post-RA-scheduler=false")
+#: Those three change no value a kernel computes (no pass there reorders floating-point
+#: arithmetic). The fourth does, on purpose: at level 0 (the "quick" pipelines, small
+#: kernels) LLVM selected scalar code with fast instruction selection, which never fuses a
+#: `contract` multiply and add into one FMA, where level 3, and vector code at level 0,
+#: fuse them. So x * y + z rounded twice in a small program and once in a large one; XLA
+#: fuses it at every size. With fast instruction selection off, level 0 uses the selector of
+#: the other levels and fuses alike: the same program gives the same bits at every size
+#: and pipeline, and JAX's. It costs ~0.9 ms of a small module's 3 ms of code generation
+#: (the first calls of 12 small programs: 14-20 ms each with it, 18-21 without).
+#: They are part of the cache tag through target.PIPELINE_VERSION.
+CODEGEN_OPTIONS = (
+    "-disable-lsr",
+    "-enable-misched=false",
+    "-post-RA-scheduler=false",
+    "-fast-isel=false",
+)
 
 _configured: list = []
 

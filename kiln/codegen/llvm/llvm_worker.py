@@ -10,9 +10,9 @@ sibling llvm_pipeline.py only, never the kiln package.
 Protocol on stdin/stdout: frames of a 4-byte little-endian length and a pickle. A request is
 (triple, cpu, features, pipeline, ir_text); the reply is ("ok", optimized_ir, object_bytes) or
 ("error", message). The worker runs the pipeline asked for, with the code generator level
-the parent uses for it: the same module gives the same machine code in either process (a
-vectorized reduction sums in another order than a scalar one, and contraction into FMAs
-depends on the code generator level, so results would otherwise depend on how many modules
+the parent uses for it, and the parent's code generator options (llvm_pipeline.configure):
+the same module gives the same machine code in either process (a vectorized reduction sums
+in another order than a scalar one, so results would otherwise depend on how many modules
 the process had compiled before).
 """
 

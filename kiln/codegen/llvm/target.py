@@ -27,7 +27,7 @@ from kiln.config import config
 
 #: Bump when emission or the pipeline changes in a way that changes generated code for the same
 #: kernel IR text; it is part of every persistent cache key.
-PIPELINE_VERSION = "kiln-llvm-5"
+PIPELINE_VERSION = "kiln-llvm-6"
 
 #: CPU names (LLVM's) whose definition includes AVX-512F. Only consulted for a named CPU given
 #: without an explicit +avx512f/-avx512f.
