@@ -412,7 +412,11 @@ def test_a_multiply_add_rounds_once_at_every_size(size):
     rng = np.random.default_rng(7)
     x, y, w = (rng.standard_normal(size).astype(F32) for _ in range(3))
     got = np.asarray(kiln.jit(lambda x, y, w: x * y + w)(x, y, w))
-    once = (x.astype(np.float64) * y + w).astype(F32)  # (x * y is exact in float64)
+    exact = x.astype(np.float64) * y + w  # (x * y is exact in float64, the sum rounded)
+    once = exact.astype(F32)
+    # (the sum's rounding in float64 could only change `once` where it lands on a float32
+    # tie; none does here)
+    assert not (np.abs(exact - once) == np.abs(np.spacing(once)).astype(np.float64) / 2).any()
     np.testing.assert_array_equal(got, once)
     if size >= 1000:  # (where one rounding and two differ somewhere: the test can fail)
         assert (once != x * y + w).any()
