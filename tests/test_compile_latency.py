@@ -403,15 +403,17 @@ def test_the_assembly_shown_is_the_code_that_runs(pipeline, codegen_target):
     assert folded == (pipeline == "lean"), native.asm
 
 
+@pytest.mark.parametrize("codegen_target", CODEGEN_TARGETS)
 @pytest.mark.parametrize("size", [1, 3, 17, 1000, 100_000])
-def test_a_multiply_add_rounds_once_at_every_size(size):
+def test_a_multiply_add_rounds_once_at_every_size(size, codegen_target):
     """x * y + w is one fused multiply-add, one rounding, whatever the program's size and so
     its code generator level (small programs compile with the quick pipelines, at level 0;
     there, fast instruction selection kept two roundings for scalar code until it was
     turned off). XLA fuses it at every size too."""
     rng = np.random.default_rng(7)
     x, y, w = (rng.standard_normal(size).astype(F32) for _ in range(3))
-    got = np.asarray(kiln.jit(lambda x, y, w: x * y + w)(x, y, w))
+    with use_codegen_target(codegen_target):
+        got = np.asarray(kiln.jit(lambda x, y, w: x * y + w)(x, y, w))
     exact = x.astype(np.float64) * y + w  # (x * y is exact in float64, the sum rounded)
     once = exact.astype(F32)
     # (the sum's rounding in float64 could only change `once` where it lands on a float32

@@ -7,6 +7,7 @@ path without importing the kiln package.
 from __future__ import annotations
 
 import ctypes
+import threading
 from ctypes import byref, c_char_p, string_at
 
 import llvmlite.binding as llvm
@@ -77,15 +78,18 @@ CODEGEN_OPTIONS = (
 )
 
 _configured: list = []
+_configure_lock = threading.Lock()
 
 
 def configure() -> None:
-    """Set CODEGEN_OPTIONS in this process, once, before its first code generation (LLVM's
-    options are process-wide, read as each compile builds its passes)."""
-    if not _configured:
-        for option in CODEGEN_OPTIONS:
-            llvm.set_option("kiln", option)
-        _configured.append(True)
+    """Set CODEGEN_OPTIONS in this process, once, before its first code generation (the
+    options are process-wide, read as each compile builds its passes; the lock keeps it
+    once when two threads start their first compiles together)."""
+    with _configure_lock:
+        if not _configured:
+            for option in CODEGEN_OPTIONS:
+                llvm.set_option("kiln", option)
+            _configured.append(True)
 
 
 def _unlocked(name: str):
