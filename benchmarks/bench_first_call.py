@@ -34,9 +34,11 @@ workloads:
   * the seed document's `stupid_fn` made live: x = x * x a thousand times on a float32[4],
     returning x rather than a copy of the input (a long chain of tiny equations: the cost is
     tracing and compiling, not running).
-kiln's phases, timed by wrapping the functions that do them: imports (the compiler's modules,
-which kiln imports when it first compiles; the wrappers need them imported ahead, so their
-import time is added to the first call), trace (jaxpr staging), passes (the jaxpr pipeline),
+kiln's phases, timed by wrapping the functions that do them: imports (the compiler's modules
+that `import kiln` has not loaded: none since kiln's import loads its compiler, as JAX's
+loads XLA's; a checkout from before that imported them on its first compile, and the
+wrappers need them imported ahead, so their import time is added to the first call), trace
+(jaxpr staging), passes (the jaxpr pipeline),
 fusion (partition, lowering to kernel IR, fusion planning), emit (kernel IR verification,
 scheduling and emission as LLVM IR, and the IR's text), llvm (LLVM's optimization and code
 generation, the wall time left after emission: a program's modules compile on two threads,
@@ -108,9 +110,9 @@ if system == "kiln":
     import_seconds = time.perf_counter() - started
     if cache_dir:
         kiln.config.update("jax_compilation_cache_dir", cache_dir)
-    # The compiler's modules, which kiln imports during the first call, are imported here to
-    # wrap the phase timers; their import time is the "imports" phase, counted in the first
-    # call as it would be without the timers.
+    # The compiler's modules, which kiln's import loads (an older checkout imported them
+    # during the first call), are imported here to wrap the phase timers; what that still
+    # imports is the "imports" phase, counted in the first call as it would be without them.
     started = time.perf_counter()
     from kiln import lax
     from kiln.codegen.llvm import emit, llvm_pipeline

@@ -55,3 +55,9 @@ from kiln.api import (  # noqa: E402
     named_scope,
     print_environment_info,
 )
+
+# The compiler of the configured backend, loaded with the package (kiln.compiler.pipeline.preload)
+from kiln.compiler import pipeline as _pipeline  # noqa: E402
+
+_pipeline.preload()
+del _pipeline

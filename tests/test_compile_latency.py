@@ -534,3 +534,47 @@ def test_the_first_native_compile_freezes_the_heap(setting, frozen):
     ).stdout.strip()
     assert out[0] == start and out[1] == str(frozen)
     assert out[2].strip() == "[1.0, 3.0, 5.0, 7.0]"
+
+
+_COMPILER_MODULES = (
+    "kiln.runtime.native",
+    "kiln.runtime.engine",
+    "kiln.compiler.fusion",
+    "kiln.codegen.llvm.emit",
+    "kiln.codegen.llvm.emit_rows",
+)
+
+
+@pytest.mark.parametrize("backend", [None, "interpret", "no-such-backend"])
+def test_importing_kiln_loads_the_configured_backends_compiler(backend):
+    # `import kiln` loads the native compiler's modules, as `import jax` loads XLA, so that a
+    # first call traces, compiles and runs, and imports nothing (a row-cut softmax with exp:
+    # the fusion, row cut and vector math modules). Under another backend the native
+    # compiler is not loaded; an unknown KILN_BACKEND still imports (jit then reports it).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, kiln, kiln.numpy as jnp\n"
+        f"print(all(m in sys.modules for m in {_COMPILER_MODULES!r}))\n"
+        "if kiln.config.backend != 'native':\n"
+        "    raise SystemExit\n"
+        "before = set(sys.modules)\n"
+        "x = np.linspace(-3, 3, 512 * 256, dtype=np.float32).reshape(512, 256)\n"
+        "def softmax(x):\n"
+        "    e = jnp.exp(x - x.max(-1, keepdims=True))\n"
+        "    return e / e.sum(-1, keepdims=True)\n"
+        "out = np.asarray(kiln.jit(softmax)(x))\n"
+        "e = np.exp(x.astype(np.float64))\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.startswith('kiln')),\n"
+        "      np.abs(out - e / e.sum(-1, keepdims=True)).max() < 1e-6)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KILN_BACKEND"}
+    if backend is not None:
+        env["KILN_BACKEND"] = backend
+    lines = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.splitlines()
+    assert lines[0] == str(backend is None)
+    if backend is None:
+        assert lines[1] == "[] True"

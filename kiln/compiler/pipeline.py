@@ -95,9 +95,45 @@ BackendFactory = Callable[[ClosedJaxpr, list, str], Executable]
 _backends: dict[str, BackendFactory] = {"interpreter": InterpretedExecutable}
 _probed: set[str] = set()
 _probe_lock = threading.Lock()
-_BACKEND_MODULES = {"native": "kiln.runtime.native"}
+_BACKEND_MODULES = {"native": "kiln.runtime.native"}  # (each first in _PRELOADED_MODULES)
 #: Other spellings of backend names ("interpret" is what KILN_BACKEND and jit(backend=) take).
 _BACKEND_ALIASES = {"interpret": "interpreter"}
+
+
+#: What a backend's first compile imports, the backend's module first: preload imports them
+#: with the package. For the native backend, its module and the modules its compile imports
+#: inside functions (the row cut's emitter, the vector math library, kernel IR verification,
+#: the column-sum folding of fusion; exp and log, the transcendentals most programs use).
+_PRELOADED_MODULES = {
+    "native": (
+        "kiln.runtime.native",
+        "kiln.codegen.llvm.emit_rows",
+        "kiln.codegen.llvm.vmath",
+        "kiln.codegen.llvm.vmath_exp_log",
+        "kiln.compiler.kir_verify",
+        "kiln.compiler.fusion_columns",
+    ),
+}
+
+
+def preload() -> None:
+    """Import the configured backend's compiler now (kiln's own import calls this, as
+    `import jax` loads XLA's compiler): the first call of a program then pays for tracing,
+    compiling and running it, not for loading the compiler's Python (~8 ms on the native
+    backend, which its first call used to pay). LLVM's own set-up (targets, machines)
+    still waits for the first compile. A backend that does not import, or an unknown
+    KILN_BACKEND, is left for the first compile to handle and report, as before."""
+    try:
+        backend = resolve_backend(None)
+    except ValueError:
+        return
+    if _backend_factory(backend) is None:
+        return
+    for module in _PRELOADED_MODULES.get(backend, ())[1:]:
+        try:
+            importlib.import_module(module)
+        except Exception as err:  # (each is imported again, and reports, where it is used)
+            logger.debug("kiln: could not preload %s (%s)", module, err)
 
 
 def register_backend(name: str, factory: BackendFactory) -> None:
