@@ -503,13 +503,24 @@ def test_quick_modules_of_vector_code_take_the_short_passes(monkeypatch, codegen
     np.testing.assert_allclose(native(data)[0], expected, rtol=2e-6, atol=1e-6)
 
 
+def _run_fresh(code: str, name: str, value: str | None) -> str:
+    """What `code` prints in a fresh interpreter whose environment has `name` set to `value`
+    (unset when None)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != name}
+    if value is not None:
+        env[name] = value
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+
+
 @pytest.mark.parametrize("setting, frozen", [(None, True), ("0", False)])
 def test_the_first_native_compile_freezes_the_heap(setting, frozen):
     # A full collection during a first compile walked ~50 thousand import-time objects (~18
     # ms); the first native compile freezes them (gc.freeze) unless KILN_FREEZE_HEAP=0.
-    import subprocess
-    import sys
-
     code = (
         "import gc, numpy as np, kiln\n"
         "before = gc.get_freeze_count()\n"
@@ -517,22 +528,11 @@ def test_the_first_native_compile_freezes_the_heap(setting, frozen):
         "kiln.jit(lambda x: x - 1.0)(np.arange(4.0, dtype=np.float32))\n"
         "print(before, gc.get_freeze_count() > before, np.asarray(out).tolist())\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "KILN_FREEZE_HEAP"}
-    if setting is not None:
-        env["KILN_FREEZE_HEAP"] = setting
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
-    ).stdout.split(maxsplit=2)
+    out = _run_fresh(code, "KILN_FREEZE_HEAP", setting).split(maxsplit=2)
     # Importing kiln freezes nothing: the count before is the interpreter's own at start-up
     # (0 on 3.11 and 3.13, 375 on 3.12.1).
-    start = subprocess.run(
-        [sys.executable, "-c", "import gc; print(gc.get_freeze_count())"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout.strip()
-    assert out[0] == start and out[1] == str(frozen)
+    start = _run_fresh("import gc; print(gc.get_freeze_count())", "KILN_FREEZE_HEAP", setting)
+    assert out[0] == start.strip() and out[1] == str(frozen)
     assert out[2].strip() == "[1.0, 3.0, 5.0, 7.0]"
 
 
@@ -548,12 +548,9 @@ _COMPILER_MODULES = (
 @pytest.mark.parametrize("backend", [None, "interpret", "no-such-backend"])
 def test_importing_kiln_loads_the_configured_backends_compiler(backend):
     # `import kiln` loads the native compiler's modules, as `import jax` loads XLA, so that a
-    # first call traces, compiles and runs, and imports nothing (a row-cut softmax with exp:
-    # the fusion, row cut and vector math modules). Under another backend the native
+    # first call traces, compiles and runs, and imports nothing (a softmax: row reductions
+    # and exp, from the vector math library). Under another backend the native
     # compiler is not loaded; an unknown KILN_BACKEND still imports (jit then reports it).
-    import subprocess
-    import sys
-
     code = (
         "import sys, numpy as np, kiln, kiln.numpy as jnp\n"
         f"print(all(m in sys.modules for m in {_COMPILER_MODULES!r}))\n"
@@ -569,12 +566,7 @@ def test_importing_kiln_loads_the_configured_backends_compiler(backend):
         "print(sorted(m for m in set(sys.modules) - before if m.startswith('kiln')),\n"
         "      np.abs(out - e / e.sum(-1, keepdims=True)).max() < 1e-6)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "KILN_BACKEND"}
-    if backend is not None:
-        env["KILN_BACKEND"] = backend
-    lines = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
-    ).stdout.splitlines()
+    lines = _run_fresh(code, "KILN_BACKEND", backend).splitlines()
     assert lines[0] == str(backend is None)
     if backend is None:
         assert lines[1] == "[] True"
