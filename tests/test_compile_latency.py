@@ -550,11 +550,15 @@ def test_importing_kiln_loads_the_configured_backends_compiler(backend):
     # `import kiln` loads the native compiler's modules, as `import jax` loads XLA, so that a
     # first call traces, compiles and runs, and imports nothing (a softmax: row reductions
     # and exp, from the vector math library). Under another backend the native
-    # compiler is not loaded; an unknown KILN_BACKEND still imports (jit then reports it).
+    # compiler is not loaded; an unknown KILN_BACKEND still imports, and jit reports it.
     code = (
         "import sys, numpy as np, kiln, kiln.numpy as jnp\n"
         f"print(all(m in sys.modules for m in {_COMPILER_MODULES!r}))\n"
         "if kiln.config.backend != 'native':\n"
+        "    try:\n"
+        "        print(np.asarray(kiln.jit(lambda x: x * 3.0)(np.float32(2.0))).item())\n"
+        "    except ValueError as err:\n"
+        "        print(type(err).__name__, str(err).split(';')[0])\n"
         "    raise SystemExit\n"
         "before = set(sys.modules)\n"
         "x = np.linspace(-3, 3, 512 * 256, dtype=np.float32).reshape(512, 256)\n"
@@ -570,3 +574,7 @@ def test_importing_kiln_loads_the_configured_backends_compiler(backend):
     assert lines[0] == str(backend is None)
     if backend is None:
         assert lines[1] == "[] True"
+    elif backend == "interpret":
+        assert lines[1] == "6.0"
+    else:
+        assert lines[1] == "ValueError Unknown backend 'no-such-backend'"

@@ -95,18 +95,17 @@ BackendFactory = Callable[[ClosedJaxpr, list, str], Executable]
 _backends: dict[str, BackendFactory] = {"interpreter": InterpretedExecutable}
 _probed: set[str] = set()
 _probe_lock = threading.Lock()
-_BACKEND_MODULES = {"native": "kiln.runtime.native"}  # (each first in _PRELOADED_MODULES)
+_BACKEND_MODULES = {"native": "kiln.runtime.native"}
 #: Other spellings of backend names ("interpret" is what KILN_BACKEND and jit(backend=) take).
 _BACKEND_ALIASES = {"interpret": "interpreter"}
 
 
-#: What a backend's first compile imports, the backend's module first: preload imports them
-#: with the package. For the native backend, its module and the modules its compile imports
-#: inside functions (the row cut's emitter, the vector math library, kernel IR verification,
-#: the column-sum folding of fusion; exp and log, the transcendentals most programs use).
+#: The modules a backend's compile imports inside functions, which preload imports with the
+#: package after the backend's own module: for the native backend, the row cut's emitter, the
+#: vector math library with exp and log (the transcendentals most programs use), kernel IR
+#: verification and fusion's column-sum folding.
 _PRELOADED_MODULES = {
     "native": (
-        "kiln.runtime.native",
         "kiln.codegen.llvm.emit_rows",
         "kiln.codegen.llvm.vmath",
         "kiln.codegen.llvm.vmath_exp_log",
@@ -118,18 +117,19 @@ _PRELOADED_MODULES = {
 
 def preload() -> None:
     """Import the configured backend's compiler now (kiln's own import calls this, as
-    `import jax` loads XLA's compiler): the first call of a program then pays for tracing,
-    compiling and running it, not for loading the compiler's Python (~8 ms on the native
-    backend, which its first call used to pay). LLVM's own set-up (targets, machines)
-    still waits for the first compile. A backend that does not import, or an unknown
-    KILN_BACKEND, is left for the first compile to handle and report, as before."""
+    `import jax` loads XLA's compiler): the backend's module (_backend_factory, as a first
+    compile does) and its _PRELOADED_MODULES. The first call of a program then pays for
+    tracing, compiling and running it, not for loading the compiler's Python (~8 ms on the
+    native backend). LLVM's own set-up (targets, machines) still waits for the first
+    compile. A backend that does not import, or an unknown KILN_BACKEND, is left for the
+    first compile to handle and report, as before."""
     try:
         backend = resolve_backend(None)
     except ValueError:
         return
     if _backend_factory(backend) is None:
         return
-    for module in _PRELOADED_MODULES.get(backend, ())[1:]:
+    for module in _PRELOADED_MODULES.get(backend, ()):
         try:
             importlib.import_module(module)
         except Exception as err:  # (each is imported again, and reports, where it is used)
