@@ -192,25 +192,79 @@ def test_one_module_per_pipeline():
         np.testing.assert_array_equal(native(x)[0], x * np.float32(1.0 + n))
 
 
-def test_combined_module_round_trips_through_the_disk_cache(tmp_path):
-    def cached_engine():
-        host = target.host_target()
-        cache = disk_cache.DiskCache(
-            disk_cache.usable_directory(tmp_path), disk_cache.identity(host)
-        )
-        return engine.Engine(host, cache)
+def _cached_engine(directory) -> engine.Engine:
+    host = target.host_target()
+    cache = disk_cache.DiskCache(disk_cache.usable_directory(directory), disk_cache.identity(host))
+    return engine.Engine(host, cache)
 
+
+def test_combined_module_round_trips_through_the_disk_cache(tmp_path):
     programs = [_scaled_program(f"cached_{n}", 0.5 + n) for n in range(3)]
-    writer = cached_engine()
+    writer = _cached_engine(tmp_path)
     compiled = writer.compile_many(programs)
     assert writer.disk_cache.stats.writes == 1 and len(list(tmp_path.glob("*.kiln"))) == 1
-    reader = cached_engine()
+    reader = _cached_engine(tmp_path)
     loaded = reader.compile_many(programs)
     assert reader.disk_cache.stats.hits == 1 and reader.stats["modules"] == 0
     x = np.arange(257, dtype=F32)
     for n, (a, b) in enumerate(zip(compiled, loaded)):
         assert a.symbol == b.symbol
         np.testing.assert_array_equal(b(x)[0], x * np.float32(0.5 + n))
+
+
+def test_the_optimized_ir_is_made_when_read_and_is_the_one_a_compile_prints(tmp_path):
+    # A compile prints its optimized modules only for the disk cache; without one the text is
+    # made again from the modules' IR when first read, and must be the same text.
+    pipelines = ["quick", "lean", "full", "vector"]
+    programs = [_scaled_program(f"text_{n}", 1.5 + n) for n in range(len(pipelines))]
+    printed = _cached_engine(tmp_path).compile_many(programs, pipelines=pipelines)
+    later = engine.Engine(target.host_target()).compile_many(programs, pipelines=pipelines)
+    for before, after in zip(printed, later):
+        assert isinstance(before._llvm_ir, str)
+        assert isinstance(after._llvm_ir, engine._OptimizedText)  # (not printed)
+        assert after.llvm_ir == before.llvm_ir and "define" in after.llvm_ir
+        assert after.asm == before.asm
+
+
+def test_a_streamed_compile_prints_no_module_and_its_text_matches(monkeypatch, tmp_path):
+    # The layernorm+softmax forward compiles as two modules on two threads (a row cut).
+    from kiln.config import config
+    from tests._testing import first_compile
+
+    def forward(x, g, b):
+        c = x - jnp.mean(x, axis=-1, keepdims=True)
+        z = c * lax.rsqrt(jnp.mean(c * c, axis=-1, keepdims=True) + 1e-5) * g + b
+        e = jnp.exp(z - lax.stop_gradient(jnp.max(z, axis=-1, keepdims=True)))
+        return e / jnp.sum(e, axis=-1, keepdims=True)
+
+    rng = np.random.default_rng(5)
+    args = (rng.standard_normal((96, 160)).astype(F32), np.ones(160, F32), np.zeros(160, F32))
+    printing = []
+    compile_module = llvm_pipeline.compile_module_private
+
+    def spy(module, machine, pipeline="full", passes=None, text=True):
+        printing.append(text)
+        return compile_module(module, machine, pipeline, passes, text)
+
+    monkeypatch.setattr(llvm_pipeline, "compile_module_private", spy)
+
+    def texts() -> list[str]:
+        return [
+            n.llvm_ir
+            for n in list(engine.engine()._programs.values())
+            if n.llvm_ir and engine.MODULE_SEPARATOR in n.llvm_ir
+        ]
+
+    lazy, modules, _ = first_compile(monkeypatch, forward, args, 2)
+    assert modules == 2 and printing == [False, False]
+    (made,) = texts()
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    printing.clear()
+    cached, _, _ = first_compile(monkeypatch, forward, args, 2)
+    assert printing == [True, True]
+    (printed,) = texts()
+    assert made == printed and made.count("define") >= 2
+    np.testing.assert_array_equal(lazy[0], cached[0])
 
 
 def test_combined_module_passes_the_symbol_check():

@@ -12,7 +12,7 @@ import pytest
 from kiln.codegen.llvm import emit, llvm_pipeline, target
 from kiln.compiler.kir import Buffer, Kernel, Load, Loop, Program, Reduce, ReduceKind, Store, Var
 from kiln.config import config
-from kiln.runtime import engine
+from kiln.runtime import engine, native_library
 
 F32 = np.dtype(np.float32)
 
@@ -204,7 +204,7 @@ def test_the_code_generator_options_are_set_and_take_effect():
     assert before != after
     program = _program("p_options")
     native = engine.NativeProgram(
-        program, emit.ENTRY_NAME, engine._Library(after, host), text, None, engine.engine()
+        program, emit.ENTRY_NAME, native_library.Library(after, host), text, None, engine.engine()
     )
     np.testing.assert_allclose(_run(native), _numpy(), rtol=1e-4, atol=1e-4)
 

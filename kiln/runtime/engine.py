@@ -1,7 +1,7 @@
 """Compiling kernel IR programs to native code and loading it into the process.
 
 One Engine per target (the host, or the CPU that KILN_CPU names) emits a program, optimizes it,
-turns it into an object file and links that object into a small MCJIT instance of its own, so
+turns it into an object file and links that object into pages of its own (native_library), so
 the machine code is freed when the last NativeProgram using it is. Before linking, every
 external symbol the object needs must resolve (libm, libc, kiln's own builtins): a missing one
 raises UnresolvedSymbolError naming it instead of binding it to address 0. Objects can persist
@@ -26,19 +26,25 @@ from __future__ import annotations
 import atexit
 import ctypes
 import logging
-import sys
 import threading
 import weakref
-from typing import Callable, Container, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
 
 from kiln.core import digest
-from kiln.codegen.llvm import emit, ir_text, llvm_pipeline, objects, support, target
+from kiln.codegen.llvm import emit, ir_text, llvm_pipeline, objects, target
 from kiln.compiler import kir
 from kiln.config import config
 from kiln.runtime import disk_cache, kir_codec, llvm_threads
+from kiln.runtime.native_library import (  # noqa: F401  (also kiln's way in to these)
+    Library,
+    UnresolvedSymbolError,
+    load_object,
+    load_process_symbols,
+    unresolved_symbols,
+)
 
 logger = logging.getLogger("kiln")
 
@@ -64,10 +70,6 @@ def _module_pipeline(pipeline: str, module, linked: list) -> str:
 #: The pipeline a module of vector loops only is optimized with in place of each (see
 #: _module_pipeline).
 _VECTOR_VARIANTS = {"lean": "vector", "full": "vector", "quick": "quick vector"}
-
-
-class UnresolvedSymbolError(RuntimeError):
-    """Generated code needs a symbol that nothing in the process provides."""
 
 
 class _Unit:
@@ -109,38 +111,27 @@ def _group_key(keys: Sequence[str]) -> str:
     return digest.hexdigest(" ".join(keys))
 
 
-class _Library:
-    """One MCJIT instance holding one program's machine code; freed with this object."""
+class _OptimizedText:
+    """A compiled group's optimized IR, not printed by its compile: made from the modules'
+    sources (Engine.optimized_text) once, when a program of the group first reads it."""
 
-    def __init__(self, object_bytes: bytes, target_: target.Target, more: Sequence[bytes] = ()):
-        empty = llvm.parse_assembly(
-            f'target triple = "{target_.triple}"\ntarget datalayout = "{target_.data_layout}"\n'
-        )
-        # MCJIT owns (and frees) the machine it is given: each instance gets a fresh one.
-        self.jit = llvm.create_mcjit_compiler(empty, target_.create_machine())
-        # (Objects linked together resolve each other's symbols: a split program's entry
-        # object calls the kernels of its side objects.)
-        self.object_files = [llvm.ObjectFileRef.from_data(b) for b in (*more, object_bytes)]
-        for object_file in self.object_files:
-            self.jit.add_object_file(object_file)
-        self.jit.finalize_object()
+    def __init__(self, engine: "Engine", sources: list[tuple]):
+        self._engine = engine
+        self._sources = sources
+        self._text: str | None = None
 
-    def address(self, symbol: str) -> int:
-        return self.jit.get_function_address(symbol)
-
-    def close(self) -> None:
-        # The engine first: it owns the code the object file's buffers were moved into.
-        self.__dict__.pop("jit", None)
-        self.__dict__.pop("object_files", None)
-
-    def __del__(self):
-        self.close()
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self._engine.optimized_text(self._sources)
+            self._sources = None
+        return self._text
 
 
 class NativeProgram:
     """A compiled Program: call run(addresses) with one address per input then output buffer.
 
-    llvm_ir is the optimized module text (None when the disk cache had none),
+    llvm_ir is the optimized module text (made when first read, unless the compile printed
+    it for the disk cache; None when the disk cache had none),
     unoptimized_ir what kiln emits for the program (emitted on first access when the code
     came from a cache); asm is printed on first access. The machine code lives as long as
     this object or its `entry` (which refers back to it).
@@ -150,7 +141,7 @@ class NativeProgram:
         self,
         program: kir.Program,
         symbol: str,
-        library: _Library,
+        library: Library,
         unoptimized_ir: str | None,
         llvm_ir: str | None,
         engine: "Engine",
@@ -168,13 +159,21 @@ class NativeProgram:
                 f"kiln: the compiled object of {program.name} does not define its entry {symbol}"
             )
         self._unoptimized_ir = unoptimized_ir
-        self.llvm_ir = llvm_ir
+        self._llvm_ir = llvm_ir
         self.arguments: tuple[kir.Buffer, ...] = program.arguments
         #: The raw ctypes entry: entry(address_of_pointer_array) -- the fastest way in.
         self.entry = ENTRY_SIGNATURE(self.address)
         self.entry.native_program = self  # whoever keeps the entry keeps the code
         self._engine = engine
         self._asm: str | None = None
+
+    @property
+    def llvm_ir(self) -> str | None:
+        """The optimized module's text (a split group's modules joined by
+        MODULE_SEPARATOR); made when first read where the compile did not print it."""
+        if isinstance(self._llvm_ir, _OptimizedText):
+            self._llvm_ir = self._llvm_ir.text()
+        return self._llvm_ir
 
     @property
     def unoptimized_ir(self) -> str:
@@ -233,99 +232,6 @@ def _as_buffer(value, buffer: kir.Buffer) -> np.ndarray:
     return array
 
 
-# --- the process's symbols ---------------------------------------------------------------------
-
-_SYMBOLS_LOCK = threading.Lock()
-_libraries_ready = False
-_support_library: _Library | None = None
-
-
-def _load_process_symbols() -> None:
-    """Make libm/libc visible to the linker (once per process)."""
-    global _libraries_ready
-    with _SYMBOLS_LOCK:
-        if _libraries_ready:
-            return
-        if sys.platform.startswith("linux"):
-            for name in ("m", "c"):
-                # glibc's soname first: ctypes.util.find_library runs ldconfig in a
-                # subprocess, which costs milliseconds of every process's first compile
-                # (importing ctypes.util and subprocess alone costs ~4 ms).
-                for path in (f"lib{name}.so.6", None):
-                    try:
-                        if path is None:
-                            import ctypes.util
-
-                            path = ctypes.util.find_library(name)
-                        llvm.load_library_permanently(path)
-                        break
-                    except (RuntimeError, TypeError, AttributeError):  # (None: not found)
-                        continue
-        _libraries_ready = True
-
-
-def _load_builtins() -> None:
-    """Compile kiln's builtins and make them visible to the linker (once per process, when
-    the first object that calls one is loaded: most programs call none, and compiling them
-    took a tenth of a small program's first call)."""
-    global _support_library
-    _load_process_symbols()
-    with _SYMBOLS_LOCK:
-        if _support_library is not None:
-            return
-        baseline = target.make_target(support.SUPPORT_CPU)
-        module = llvm.parse_assembly(
-            str(support.support_module(baseline.triple, baseline.data_layout))
-        )
-        module.verify()
-        machine = baseline.create_machine()
-        target.optimize(module, machine)
-        object_bytes = machine.emit_object(module)
-        needed = objects.undefined_symbols(object_bytes)
-        if needed:
-            raise UnresolvedSymbolError(f"kiln's builtins themselves need {needed}")
-        library = _Library(object_bytes, baseline)  # (needs nothing: checked above)
-        for name in support.BUILTINS:
-            llvm.add_symbol(name, library.address(name))
-        _support_library = library
-
-
-def unresolved_symbols(object_bytes: bytes, defined: Container[str] = ()) -> list[str]:
-    """The external symbols of an object that neither the process nor `defined` (the
-    symbols of the objects it is linked with) provides."""
-    _load_process_symbols()
-    needed = [n for n in objects.undefined_symbols(object_bytes) if n not in defined]
-    if any(name in support.BUILTINS for name in needed):
-        _load_builtins()
-    missing = [name for name in needed if not llvm.address_of_symbol(name)]
-    if missing:  # (BLAS and kiln's gemm library: imported and loaded when first needed)
-        from kiln.codegen.llvm import blas_calls
-        from kiln.runtime import kernel_library
-
-        if any(name in blas_calls.SYMBOLS for name in missing) and blas_calls.available():
-            blas_calls.register()
-        kernel_library.ensure(missing)
-        missing = [name for name in missing if not llvm.address_of_symbol(name)]
-    return missing
-
-
-def load_object(object_bytes: bytes, target_: target.Target, what: str = "an object", more=()):
-    """Link an object file (and `more` objects, linked with it) into the process after
-    checking that every symbol they need resolves; the result's .address(name) finds their
-    functions, valid while it lives."""
-    everything = [*more, object_bytes]
-    defined = {name for data in everything for name in objects.defined_symbols(data)}
-    missing = sorted({name for data in everything for name in unresolved_symbols(data, defined)})
-    if missing:
-        raise UnresolvedSymbolError(
-            f"kiln: the native code of {what} (target {target_.describe()}) calls "
-            f"{', '.join(missing)}, which nothing in this process provides; running it would "
-            "jump to address 0. This is a bug in kiln's code generation: please report it; "
-            "jit(..., backend='interpret') avoids native code meanwhile."
-        )
-    return _Library(object_bytes, target_, more)
-
-
 # --- where modules are optimized ---------------------------------------------------------------
 
 _optimizer = llvm_threads.Optimizer()
@@ -348,7 +254,7 @@ class Engine:
     lives. Compilation is serialized by a lock (the optimizing machine is shared)."""
 
     def __init__(self, target_: target.Target, cache: disk_cache.DiskCache | None = None):
-        _load_process_symbols()
+        load_process_symbols()
         self.target = target_
         self._lock = threading.RLock()
         # Used for printing assembly (never given to a JIT); made when first needed (modules
@@ -587,6 +493,10 @@ class Engine:
         emitted. A split group's part holds a few kernels and the entries of the programs
         whose last kernels it holds."""
         modules = sum(len(self._module_names(units, group)) for units, group in pending)
+        # The optimized IR is printed when the disk cache stores it; else it is made again
+        # from each module's sources, {name: (build(context), pipeline)}, when first read.
+        text = self.disk_cache is not None
+        sources: dict[str, tuple] = {}
         stream = None
         if modules > 1:
             # (the helper builds its passes for the pipelines the modules are expected to
@@ -594,7 +504,7 @@ class Engine:
             expected = {
                 _VECTOR_VARIANTS.get(units[0].pipeline, units[0].pipeline) for units, _ in pending
             }
-            stream = _optimizer.stream(self.target, tuple(sorted(expected)))
+            stream = _optimizer.stream(self.target, tuple(sorted(expected)), text)
         built: list = []  # (module name, build(context), pipeline), for a lone module
         try:
             for units, group in pending:
@@ -619,10 +529,11 @@ class Engine:
 
                 def submit(part, names=names, pipeline=units[0].pipeline, build=build):
                     pipeline = _module_pipeline(pipeline, shared.get(part), others[part])
+                    source = sources[names[part]] = (build(part), pipeline)
                     if stream is None:
-                        built.append((names[part], build(part), pipeline))
+                        built.append((names[part], *source))
                     else:
-                        stream.submit(names[part], build(part), pipeline)
+                        stream.submit(names[part], *source)
 
                 open_part = 0  # the parts before it are complete and on their way
                 for unit in units:
@@ -644,14 +555,17 @@ class Engine:
             # (this thread's machine and pipeline, built once: llvm_threads.thread_passes)
             machine, passes = llvm_threads.thread_passes(self.target, pipeline)
             module = build_module(None)
-            results = {name: _optimizer.optimize(module, self.target, machine, pipeline, passes)}
+            results = {
+                name: _optimizer.optimize(module, self.target, machine, pipeline, passes, text)
+            }
         else:
             results = stream.finish()
         self.stats["modules"] += modules
         loaded = []
         for units, group in pending:
-            compiled = [results[name] for name in self._module_names(units, group)]
-            loaded.append(self._link(units, compiled))
+            names = self._module_names(units, group)
+            compiled = [results[name] for name in names]
+            loaded.append(self._link(units, compiled, [sources[name] for name in names]))
             if self.disk_cache is not None:
                 for name, (optimized, object_bytes) in zip(
                     self._module_names(units, group), compiled
@@ -683,21 +597,42 @@ class Engine:
             )
             return None
 
-    def _link(self, units: list["_Unit"], compiled: list[tuple]) -> list[NativeProgram]:
+    def _link(
+        self, units: list["_Unit"], compiled: list[tuple], sources: list[tuple] | None = None
+    ) -> list[NativeProgram]:
         """Load a group's objects, [(optimized IR or None, object bytes)], into one JIT
         instance, in which a split group's parts call each other's kernels (load_object
-        checks that every one is defined)."""
+        checks that every one is defined). `sources`: each module's (build(context),
+        pipeline), from which its optimized IR is made when first read, where it was not
+        printed."""
         what = units[0].program.name + (f" and {len(units) - 1} more" if len(units) > 1 else "")
         *others, (_, object_bytes) = compiled
         library = load_object(object_bytes, self.target, what, [data for _, data in others])
         texts = [optimized for optimized, _ in compiled]
-        optimized = None if None in texts else MODULE_SEPARATOR.join(texts)
+        if None not in texts:
+            optimized = MODULE_SEPARATOR.join(texts)
+        elif sources is not None:
+            optimized = _OptimizedText(self, sources)
+        else:
+            optimized = None
         return [
             NativeProgram(
                 unit.program, unit.symbol, library, unit.unoptimized, optimized, self, unit.pipeline
             )
             for unit in units
         ]
+
+    def optimized_text(self, sources: list[tuple]) -> str:
+        """The optimized IR of a group's modules, each (build(context), pipeline), optimized
+        again as when they were compiled: the same passes on a machine of the same target
+        and level give the text the compile would have printed."""
+        with self._lock:
+            texts = []
+            for build, pipeline in sources:
+                machine, passes = llvm_threads.thread_passes(self.target, pipeline)
+                module = build(None)
+                texts.append(_optimizer.optimize(module, self.target, machine, pipeline, passes)[0])
+            return MODULE_SEPARATOR.join(texts)
 
     def assembly(self, llvm_ir: str, pipeline: str = "full") -> str:
         """Assembly of a module's text (or of a split group's, MODULE_SEPARATOR between

@@ -147,7 +147,7 @@ def ensure(names) -> None:
 
 
 def _load(target: target_module.Target, kernel: str, dtype) -> None:
-    from kiln.runtime import engine
+    from kiln.runtime import native_library
 
     key = _key(target, kernel, dtype)
     with _lock:
@@ -161,9 +161,9 @@ def _load(target: target_module.Target, kernel: str, dtype) -> None:
         needed = objects.undefined_symbols(object_bytes)
         missing = [name for name in needed if not llvm.address_of_symbol(name)]
         if missing:
-            raise engine.UnresolvedSymbolError(f"kiln's kernel library needs {missing}")
-        library = engine._Library(object_bytes, target)
-        with engine._SYMBOLS_LOCK:
+            raise native_library.UnresolvedSymbolError(f"kiln's kernel library needs {missing}")
+        library = native_library.Library(object_bytes, target)
+        with native_library.SYMBOLS_LOCK:
             name = gemm_library.symbol(kernel, dtype, target)
             llvm.add_symbol(name, library.address(name))
         _loaded[key] = library

@@ -79,13 +79,13 @@ def thread_passes(
 
 
 def _compile_private(
-    built: tuple, target_: target_module.Target, pipeline: str
-) -> tuple[str, bytes]:
+    built: tuple, target_: target_module.Target, pipeline: str, text: bool = True
+) -> tuple[str | None, bytes]:
     """Compile a module built in a context of its own, (module, context), with this thread's
-    machine and passes."""
+    machine and passes (`text`: see llvm_pipeline.optimize_module)."""
     module, context = built
     machine, passes = thread_passes(target_, pipeline)
-    result = llvm_pipeline.compile_module_private(module, machine, pipeline, passes)
+    result = llvm_pipeline.compile_module_private(module, machine, pipeline, passes, text)
     del module, built  # (before the context)
     return result
 
@@ -129,21 +129,25 @@ class Optimizer:
         machine: llvm.TargetMachine,
         pipeline: str = "full",
         passes: llvm_pipeline.Passes | None = None,
-    ) -> tuple[str, bytes]:
+        text: bool = True,
+    ) -> tuple[str | None, bytes]:
         """(optimized IR, object file) of one module through one of llvm_pipeline.PIPELINES,
         on this thread (in place, with `passes` when given: built for this machine) or in
-        the worker."""
+        the worker (`text=False`: no optimized IR, None, where it would be printed
+        here)."""
         with self._lock:
             if self._admit(pipeline):
-                return llvm_pipeline.optimize_module(module, machine, pipeline, passes)
+                return llvm_pipeline.optimize_module(module, machine, pipeline, passes, text)
             return self.in_worker_process(str(module), target_, pipeline)
 
-    def stream(self, target_: target_module.Target, pipelines: tuple = ()) -> "Stream":
+    def stream(
+        self, target_: target_module.Target, pipelines: tuple = (), text: bool = True
+    ) -> "Stream":
         """A stream for a compile's modules: those admitted here (admit) on two threads,
         the others one after the other in the worker. The helper starts now, building its
         machine and passes for `pipelines` (those the modules are expected to use) while
         the caller emits the first module."""
-        return Stream(self, target_, pipelines)
+        return Stream(self, target_, pipelines, text)
 
     def in_worker_process(
         self, ir_text: str, target_: target_module.Target, pipeline: str = "full"
@@ -203,7 +207,8 @@ class Stream:
     submit(name, build, pipeline) queues a module; build(context) parses it into the given
     LLVM context (on the submitting thread). The helper thread starts on the first submit and
     takes one module after another; finish() has the calling thread take what is left too,
-    waits for the helper and returns {name: (optimized IR, object file)}. Every stream must
+    waits for the helper and returns {name: (optimized IR, object file)}, the IR None for
+    the modules compiled here when the stream was made with text=False. Every stream must
     end in finish() or abort() (which drops what is not started): the helper waits for one or
     the other.
 
@@ -212,9 +217,16 @@ class Stream:
     emits, and a shorter interval hands it over sooner (the default 5 ms made the helper's
     modules take twice as long during emission)."""
 
-    def __init__(self, optimizer: Optimizer, target_: target_module.Target, pipelines: tuple = ()):
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        target_: target_module.Target,
+        pipelines: tuple = (),
+        text: bool = True,
+    ):
         self._optimizer = optimizer
         self._target = target_
+        self._text = text  # (print the optimized modules compiled here)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._helper = None
         self._results: dict = {}
@@ -265,7 +277,7 @@ class Stream:
             if self._errors:
                 continue  # (a module failed: the compile is lost, drain quickly)
             try:
-                self._results[name] = _compile_private(built, self._target, pipeline)
+                self._results[name] = _compile_private(built, self._target, pipeline, self._text)
             except BaseException as err:  # (re-raised by finish, on the calling thread)
                 self._errors.append(err)
 

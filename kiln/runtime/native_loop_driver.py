@@ -34,7 +34,7 @@ from kiln.codegen.llvm import support, target
 from kiln.codegen.llvm import types as T
 from kiln.codegen.llvm.loops import for_range
 from kiln.config import config
-from kiln.runtime import engine, native_loop_kernel
+from kiln.runtime import engine, native_library, native_loop_kernel
 from kiln.runtime.native_call import DATA_OFFSET, FAST_ADDRESS, data_address, host_buffer
 
 __all__ = ["native_while", "native_scan", "dense_operands"]
@@ -204,7 +204,9 @@ def _driver_entry():
             module.verify()
             machine = baseline.create_machine()
             target.optimize(module, machine)
-            library = engine.load_object(machine.emit_object(module), baseline, "the loop driver")
+            library = native_library.load_object(
+                machine.emit_object(module), baseline, "the loop driver"
+            )
             entry = engine.ENTRY_SIGNATURE(library.address(_DRIVER_NAME))
             entry.library = library  # the code lives as long as the entry
             _driver = entry
