@@ -8,12 +8,15 @@ to a few field reads and queue operations.
 
 from __future__ import annotations
 
+import _thread
+import atexit
 import ctypes
 import itertools
 import os
 import queue
 import sys
 import threading
+from concurrent.futures import Future
 from typing import Any, Sequence
 
 import numpy as np
@@ -213,18 +216,68 @@ _executors: dict = {}  # name -> (executor, the process id that made it)
 _executors_lock = threading.Lock()
 
 
-def single_thread(name: str):
-    """A process-wide executor of one thread named kiln-`name`, made on first use. A forked
-    child makes its own: the parent's thread does not exist there."""
+def start_thread(run) -> None:
+    """Run `run()` on a new thread, returning at once. threading.Thread.start waits until the
+    new thread has run (a GIL hand-off each way: ~0.2 ms, and a first ThreadPoolExecutor
+    ~0.5 ms), and a process's first call started three threads (the memory thread, LLVM's
+    helper, the pool's worker) on its critical path."""
+    _thread.start_new_thread(run, ())
+
+
+class OneThread:
+    """A thread that runs the jobs submitted to it one after another (concurrent.futures'
+    submit and Future), started without waiting for it (start_thread). At the process's exit
+    the job it is running, if any, finishes first: an LLVM compile must not run on while
+    the process tears LLVM down."""
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._ended = threading.Lock()
+        self._ended.acquire()  # (released by the thread as it ends)
+        self._pid = os.getpid()
+        start_thread(self._run)
+        atexit.register(self.shutdown)
+
+    def submit(self, function, *args, **kwargs) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, function, args, kwargs))
+        return future
+
+    def _run(self) -> None:
+        try:
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                future, function, args, kwargs = job
+                if not future.set_running_or_notify_cancel():
+                    continue
+                try:
+                    result = function(*args, **kwargs)
+                except BaseException as err:  # (the future's owner meets it)
+                    future.set_exception(err)
+                else:
+                    future.set_result(result)
+        finally:
+            self._ended.release()
+
+    def shutdown(self) -> None:
+        """Stop once the jobs queued so far are done, and wait for that (a forked child's
+        copy, whose thread does not exist there, returns at once)."""
+        if os.getpid() != self._pid:
+            return
+        self._jobs.put(None)
+        with self._ended:
+            pass
+
+
+def single_thread(name: str) -> OneThread:
+    """A process-wide executor of one thread for `name` ("llvm", "memory"), made on first use.
+    A forked child makes its own: the parent's thread does not exist there."""
     with _executors_lock:
         found = _executors.get(name)
         if found is None or found[1] != os.getpid():
-            from concurrent.futures import ThreadPoolExecutor
-
-            found = _executors[name] = (
-                ThreadPoolExecutor(1, thread_name_prefix=f"kiln-{name}"),
-                os.getpid(),
-            )
+            found = _executors[name] = (OneThread(), os.getpid())
         return found[0]
 
 
@@ -343,12 +396,9 @@ class _Pool:
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         previous = threading.stack_size(self.STACK_BYTES)
         try:
-            self.threads = [
-                threading.Thread(target=self._work, name=f"kiln-native-{n}", daemon=True)
-                for n in range(workers)
-            ]
-            for thread in self.threads:
-                thread.start()
+            self.threads = workers  # (each waits for jobs until the process exits)
+            for _ in range(workers):
+                start_thread(self._work)
         finally:
             threading.stack_size(previous)
 
@@ -369,7 +419,7 @@ class _Pool:
         """Run every (entry, table address) task; returns when all have finished."""
         counter = itertools.count()
         done: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(min(len(self.threads), len(tasks) - 1)):
+        for _ in range(min(self.threads, len(tasks) - 1)):
             self.jobs.put((tasks, counter, done))
         mine = 0
         while True:
@@ -390,6 +440,6 @@ _POOL_LOCK = threading.Lock()
 def thread_pool(threads: int) -> _Pool:
     global _POOL
     with _POOL_LOCK:
-        if _POOL is None or len(_POOL.threads) < threads - 1:
+        if _POOL is None or _POOL.threads < threads - 1:
             _POOL = _Pool(threads - 1)
         return _POOL
