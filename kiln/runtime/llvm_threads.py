@@ -241,6 +241,7 @@ class Stream:
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL))
         self._helper = side_thread().submit(self._work, prepare)
+        time.sleep(0)  # (the GIL to the helper, which starts on its passes: see submit)
 
     def submit(self, name: str, build: Callable, pipeline: str) -> None:
         if not self._optimizer.admit(pipeline):

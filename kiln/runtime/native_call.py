@@ -16,6 +16,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, Sequence
 
@@ -296,7 +297,9 @@ def _touch(arrays) -> None:
 def touch_soon(arrays: list):
     """Fault these arrays' memory in on memory_thread() (zeroing it); returns the job's
     future, which must be done before anything else writes them."""
-    return memory_thread().submit(_touch, arrays)
+    job = memory_thread().submit(_touch, arrays)
+    time.sleep(0)  # (the GIL to the memory thread, which then releases it in memset)
+    return job
 
 
 class SmallOutputs:
