@@ -12,7 +12,7 @@ import numpy as np
 
 from kiln.compiler import kir
 from kiln.compiler.kir import Const, Expr, ScalarOp
-from kiln.compiler.lower import NotLowerable, register_lowering
+from kiln.compiler.lower import NotLowerable, register_lowering, register_one_op_lowering
 from kiln.primitives import elementwise as ew
 from kiln.primitives import elementwise_math as em
 
@@ -89,7 +89,7 @@ _ONE_OP = {
     em.digamma_p: O.DIGAMMA,
 }
 for _prim, _op in _ONE_OP.items():
-    register_lowering(_prim)(_elementwise(_op))
+    register_one_op_lowering(_prim, _op, _elementwise(_op))
 
 
 def _logical_or_bitwise(name: str):

@@ -172,6 +172,40 @@ def test_lowerable_decisions():
     assert not lower.lowerable(first_eqn(lambda x: jnp.cumsum(x), x))
 
 
+@pytest.mark.parametrize(
+    "prim", sorted(lower.one_op_rules, key=lambda p: p.name), ids=lambda p: p.name
+)
+def test_a_one_op_trial_answers_what_lowering_the_rule_answers(prim):
+    # lowerable's trial of a one-op rule is read off the op's tables; it must be what
+    # lowering the equation at a symbolic index finds, for every dtype the backend takes,
+    # operands of one dtype or of two, a rank-0 operand among them.
+    from kiln.core.avals import ShapedArray
+    from kiln.core.jaxpr import JaxprEqn
+    from kiln.core.jaxpr import Var as JaxprVar
+
+    arity = kir.OP_SPECS[lower.one_op_rules[prim]].arity
+    dtypes = sorted(kir.SUPPORTED_DTYPES, key=str)
+    cases = [[d] * arity for d in dtypes]
+    if arity == 2:
+        cases += [[a, b] for a in dtypes for b in dtypes if a != b][::7]
+    checked = 0
+    for operand_dtypes in cases:
+        for scalar_first in (False, True)[:arity]:
+            shapes = [(5,)] * arity
+            if scalar_first:
+                shapes[0] = ()
+            invars = [JaxprVar(ShapedArray(shape, d)) for shape, d in zip(shapes, operand_dtypes)]
+            for result in {operand_dtypes[-1], kir.BOOL}:
+                eqn = JaxprEqn(prim, invars, [JaxprVar(ShapedArray((5,), result))], {})
+                assert lower._trial_lowering(eqn) == lower._lowered_trial(eqn), (
+                    prim.name,
+                    operand_dtypes,
+                    shapes,
+                )
+                checked += 1
+    assert checked >= len(dtypes)
+
+
 def _chain(length):
     def fn(x, y):
         for k in range(length):
