@@ -21,6 +21,7 @@ emitted the caller compiles what is left next to the helper.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import sys
 import threading
@@ -76,6 +77,26 @@ def thread_passes(
     if passes is None:
         passes = built[target_, pipeline] = llvm_pipeline.Passes(machine, pipeline)
     return machine, passes
+
+
+def _adopt(target_: target_module.Target, pipeline: str, machine, passes) -> None:
+    """Make a machine and passes built on another thread this thread's own for the pair
+    (see Stream._start), unless it has its own already."""
+    level = llvm_pipeline.CODEGEN_LEVELS[pipeline]
+    machines = getattr(_local, "machines", None)
+    if machines is None:
+        machines = _local.machines = {}
+    if machines.setdefault((target_, level), machine) is machine:
+        built = getattr(_local, "passes", None)
+        if built is None:
+            built = _local.passes = {}
+        built.setdefault((target_, pipeline), passes)
+
+
+#: The (process id, target, pipeline) triples whose machine and passes the helper thread
+#: of that process has (its thread-local ones: thread_passes), which Stream._start then
+#: does not build for it.
+_helper_has: set = set()
 
 
 def _compile_private(
@@ -237,11 +258,21 @@ class Stream:
             self._start(tuple(pipelines))
 
     def _start(self, prepare: tuple = ()) -> None:
-        """Start the helper (see _work) and shorten the switch interval."""
+        """Start the helper (see _work) and shorten the switch interval. The machine and
+        passes of the pipelines in `prepare` that the helper lacks are built here and
+        handed to it: some twenty short llvmlite calls, each of which, made on the helper,
+        waited for the GIL (held here for emission) and took it back from this thread; they
+        took the helper ~3.5-5 ms in a process's first compile, against ~0.3 ms here."""
+        built = []
+        for pipeline in prepare:
+            key = (os.getpid(), self._target, pipeline)
+            if key not in _helper_has:
+                machine = self._target.create_machine(llvm_pipeline.CODEGEN_LEVELS[pipeline])
+                built.append((pipeline, machine, llvm_pipeline.Passes(machine, pipeline)))
+                _helper_has.add(key)
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL))
-        self._helper = side_thread().submit(self._work, prepare)
-        time.sleep(0)  # (the GIL to the helper, which starts on its passes: see submit)
+        self._helper = side_thread().submit(self._work, built)
 
     def submit(self, name: str, build: Callable, pipeline: str) -> None:
         if not self._optimizer.admit(pipeline):
@@ -259,16 +290,12 @@ class Stream:
         # this thread's switch interval (0.7 ms, measured, on the forward's first module).
         time.sleep(0)
 
-    def _work(self, prepare: tuple = ()) -> None:
-        """Build this thread's machine and passes for the pipelines in `prepare` (the
-        helper, before the first module is emitted: built later, each of their llvmlite
-        calls would wait for the GIL held by the emitting thread), then compile queued
-        modules until the end marker (None), which stays queued for the other thread."""
-        for pipeline in prepare:
-            try:
-                thread_passes(self._target, pipeline)
-            except BaseException as err:  # (re-raised by finish, on the calling thread)
-                self._errors.append(err)
+    def _work(self, built: list = ()) -> None:
+        """Take the machines and passes `built` for this thread (the helper's, made by
+        _start), then compile queued modules until the end marker (None), which stays
+        queued for the other thread."""
+        for pipeline, machine, passes in built:
+            _adopt(self._target, pipeline, machine, passes)
         while True:
             task = self._queue.get()
             if task is None:
