@@ -18,6 +18,7 @@ from kiln.compiler import kir
 from kiln.compiler.kir import Buffer, Kernel, Loop, Reduce, ReduceKind, Store, Var
 from kiln.config import config
 from kiln.runtime import engine
+from kiln.codegen.llvm import target
 from tests._testing import first_compile, use_codegen_target
 
 # (the native backend's workings: run on it whatever KILN_BACKEND says; tests/conftest.py)
@@ -332,3 +333,23 @@ def test_a_cut_with_the_rest_first_gives_the_bits_of_the_whole_kernel(monkeypatc
     zs = e * (x64 * x64).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(results[1], zs, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(results[0], zs + x64, rtol=1e-5, atol=1e-6)
+
+
+def test_a_cut_program_is_still_verified_and_nothing_of_it_loads(monkeypatch):
+    # A row-cut program is verified after its first module is on its way to the helper; an
+    # invalid one (a read past its row) still fails with the verifier's error, and the
+    # engine keeps nothing of it.
+    (x, y, z), _, body, (i, j, _) = _softmax_rows()
+    body[2] = Loop(j, 0, 32, [Store(y, (i, j), z[i, j] + x[i, j + 1])])
+    kernel = Kernel("rest", [Loop(i, 0, 64, body)])
+    assert emit_rows.split_point(kernel).rest_first
+    monkeypatch.setattr(config, "num_threads", 2)
+    host = engine.Engine(target.host_target())
+    program = kir.Program("past_the_row", [x, y, z], [kernel])
+    with pytest.raises(kir.KirError, match="load from 'x' may index outside it"):
+        host.compile_many([program], pipelines=["lean"])
+    assert host.stats["modules"] == 0 and host.live_programs() == 0
+    (vx, vy, vz), _, valid_body, (vi, _, _) = _softmax_rows()
+    valid = kir.Program("valid", [vx, vy, vz], [Kernel("rest", [Loop(vi, 0, 64, valid_body)])])
+    host.compile_many([valid], pipelines=["lean"])  # (the engine compiles after the failure)
+    assert host.stats["modules"] == 2

@@ -425,8 +425,12 @@ class Engine:
         part) (part 0 for a group that is not split): its kernels into the parts that hold
         them, internal (to be inlined) except those another part calls, then its entry,
         under its symbol, into its last part; the names that stay external go to
-        external[part]. Yields each part number as the unit starts emitting there."""
-        if verify:
+        external[part]. Yields each part number as the unit starts emitting there.
+
+        A row cut's program is verified once its first module is on its way (the caller
+        submits a part when the next one starts): the helper compiles that module
+        meanwhile, ~0.5 ms sooner, and nothing of the program runs before it is verified."""
+        if verify and not unit.rows:
             kir.verify_program(unit.program)
         if unit.rows:
             ((position, (name, cut)),) = unit.rows.items()
@@ -434,6 +438,8 @@ class Engine:
             with target.compiling_for(self.target):
                 for part in (0, 1):
                     yield part
+                    if verify and part == 1:
+                        kir.verify_program(unit.program)
                     if part == rows:
                         external[rows].add(name)
                         emit.emit_row_part(unit.program, position, name, cut, module_of(rows))
