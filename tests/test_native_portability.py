@@ -445,3 +445,18 @@ def test_a_target_this_cpu_cannot_run_is_refused():
     assert target.make_target("host", f"+{lacking[0]}", runnable=False).features.endswith(
         f"+{lacking[0]}"
     )
+
+
+def test_the_machine_that_found_the_data_layout_is_a_compile_machine():
+    # _make_target keeps its probe as the target's first level-3 machine: it must make the
+    # object a fresh level-3 machine makes (the JIT code model, the same level), once.
+    host = target.host_target()
+    made = target._make_target(host.triple, "x86-64-v3", "")
+    spare = made.create_machine(3)
+    assert made not in target._spare_machines and made.create_machine(3) is not spare
+    module = _one_loop("spare", {"x": F32}, {"y": (F32, lambda v: v["x"] * 2.0 + 1.0)})
+    with target.compiling_for(made):
+        text = str(emit.emit_program(module))
+    fresh = target.llvm_pipeline.create_machine(made.triple, made.cpu_name, made.features, 3)
+    objects_made = [m.emit_object(llvm.parse_assembly(text)) for m in (spare, fresh)]
+    assert objects_made[0] == objects_made[1]

@@ -66,8 +66,12 @@ def _stable_reductions(kernel: Kernel, loop: Loop):
 def row_reductions(kernel: Kernel, loop: Loop) -> list[Reduce]:
     """The reductions the emitter computes once per row at the start of the row loop body:
     those that depend on the row and no inner variable and read no buffer the kernel writes."""
+    return _row_reductions(loop, list(_stable_reductions(kernel, loop)))
+
+
+def _row_reductions(loop: Loop, stable: list) -> list[Reduce]:
     row = frozenset({loop.var})
-    return [node for node, free in _stable_reductions(kernel, loop) if free <= row]
+    return [node for node, free in stable if free <= row]
 
 
 def row_loop(kernel: Kernel) -> Loop | None:
@@ -76,15 +80,22 @@ def row_loop(kernel: Kernel) -> Loop | None:
     reductions is computed once per kernel instead (it would then run once per row) or has a
     narrow float type (passed values keep their compute type); else None. `kernel` is
     scheduled (kir_schedule.schedule_kernel)."""
+    found = _cuttable(kernel)
+    return None if found is None else found[0]
+
+
+def _cuttable(kernel: Kernel) -> tuple[Loop, list] | None:
+    """(row loop, its stable reductions with their free variables) for row_loop's kernels."""
     if len(kernel.body) != 1 or not isinstance(kernel.body[0], Loop):
         return None
     loop = kernel.body[0]
     if set(kir.buffers_of(kernel.body)) - set(kernel.params):
         return None
-    for node, free in _stable_reductions(kernel, loop):
+    stable = list(_stable_reductions(kernel, loop))
+    for node, free in stable:
         if loop.var not in free or T.is_narrow_float(node.dtype):
             return None
-    return loop
+    return loop, stable
 
 
 def _weigh(statements, skipped=frozenset(), extra=()) -> int:
@@ -115,10 +126,11 @@ def split_point(kernel: Kernel, elsewhere: int = 0) -> RowCut | None:
     row part on a tie. None when the kernel cannot be cut or a module would weigh less than
     MIN_PART_WEIGHT. (A layernorm+softmax forward can only be cut right after its three row
     reductions, and the rest, with the exp loop, is then the heavier part.)"""
-    loop = row_loop(kernel)
-    if loop is None:
+    found = _cuttable(kernel)
+    if found is None:
         return None
-    reductions = row_reductions(kernel, loop)
+    loop, stable = found
+    reductions = _row_reductions(loop, stable)
     skipped = frozenset(reductions)
     first = _weigh([], extra=reductions)  # (the reductions' loops, each counted once)
     weights = [_weigh([stmt], skipped) for stmt in loop.body]
