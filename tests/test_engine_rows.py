@@ -353,3 +353,29 @@ def test_a_cut_program_is_still_verified_and_nothing_of_it_loads(monkeypatch):
     valid = kir.Program("valid", [vx, vy, vz], [Kernel("rest", [Loop(vi, 0, 64, valid_body)])])
     host.compile_many([valid], pipelines=["lean"])  # (the engine compiles after the failure)
     assert host.stats["modules"] == 2
+
+
+def test_a_module_whose_linkage_is_right_is_parsed_to_what_the_linkage_pass_makes(monkeypatch):
+    # Engine._linked skips its pass over a module's functions and globals when the emitted
+    # module has every definition but the kept ones internal already; what it parses must
+    # then be what the pass would have made. Checked on the modules of a row cut, a split
+    # group (the gradient) and vmath's tables (erf, lgamma).
+    seen = []
+    check = engine._linkage_is_right
+
+    def spy(module, kept):
+        right = check(module, kept)
+        seen.append((str(module), set(kept), right))
+        return right
+
+    monkeypatch.setattr(engine, "_linkage_is_right", spy)
+    args = _inputs()
+    _compile(monkeypatch, layernorm_softmax, args, 2)
+    _compile(monkeypatch, _layernorm_gradient(args, 4), args, 2)
+    _compile(monkeypatch, lambda x, g, b: lax.erf(x) * lax.lgamma(g) + b, args, 2)
+    assert len(seen) >= 5 and any(right for _, _, right in seen)
+    for text, kept, right in seen:
+        if right:
+            skipped = engine.Engine._linked([(text, None, None)], "m")
+            passed = engine.Engine._linked([(text, None, kept)], "m")
+            assert str(skipped) == str(passed)
