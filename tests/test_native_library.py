@@ -182,3 +182,13 @@ def test_compiled_programs_load_without_mcjit():
         assert native._library.kind == "elf"
         expected = reference(data.astype(np.float64) * 0.5 + 0.25)
         np.testing.assert_allclose(native(data)[0], expected, rtol=2e-6, atol=1e-7)
+
+
+def test_kilns_own_objects_load_without_mcjit():
+    # The loop driver, the builtins and a kernel library module are made by kiln too: none
+    # has an unwind table or anything else that would send it to MCJIT.
+    from kiln.runtime import native_loop_driver
+
+    assert native_loop_driver._driver_entry().library.kind == "elf"
+    native_library._load_builtins()
+    assert native_library._support_library.kind == "elf"

@@ -165,9 +165,9 @@ class Optimizer:
         self, target_: target_module.Target, pipelines: tuple = (), text: bool = True
     ) -> "Stream":
         """A stream for a compile's modules: those admitted here (admit) on two threads,
-        the others one after the other in the worker. The helper starts now, building its
-        machine and passes for `pipelines` (those the modules are expected to use) while
-        the caller emits the first module."""
+        the others one after the other in the worker. The helper starts now, with a machine
+        and passes for each of `pipelines` (those the modules are expected to use), made
+        here for it where it has none yet (Stream._start)."""
         return Stream(self, target_, pipelines, text)
 
     def in_worker_process(

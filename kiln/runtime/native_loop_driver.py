@@ -83,6 +83,7 @@ def _driver_module(triple: str, data_layout: str) -> ir.Module:
     module.triple, module.data_layout = triple, data_layout
     entry_type = ir.FunctionType(T.VOID, [T.PTR])
     function = ir.Function(module, entry_type, name=_DRIVER_NAME)
+    function.attributes.add("nounwind")  # (no unwind table: native_library loads it)
     descriptor = function.args[0]
     builder = ir.IRBuilder(function.append_basic_block("entry"))
 
