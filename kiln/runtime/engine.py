@@ -412,10 +412,10 @@ class Engine:
         def weight(program) -> int:
             return sum(emit_rows.kernel_weight(schedule_kernel(k)) for k in program.kernels)
 
-        if sum(weight(u.program) for u in others) >= weight(unit.program):
-            return False
         kernels = [schedule_kernel(kernel) for kernel in unit.program.kernels]
         weights = [emit_rows.kernel_weight(kernel) for kernel in kernels]
+        if sum(weight(u.program) for u in others) >= sum(weights):
+            return False
         heaviest = max(range(len(kernels)), key=weights.__getitem__, default=None)
         if heaviest is None:
             return False
