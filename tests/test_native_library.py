@@ -7,13 +7,14 @@ through MCJIT instead, to the same effect."""
 from __future__ import annotations
 
 import ctypes
+import struct
 
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
 from llvmlite import ir
 
-from kiln.codegen.llvm import target
+from kiln.codegen.llvm import objects, target
 from kiln.codegen.llvm import types as T
 from kiln.compiler import kir
 from kiln.compiler.kir import Buffer, Kernel, Loop, Program, Store, Var
@@ -91,14 +92,9 @@ def _object(module: ir.Module, codemodel: str = "jitdefault") -> bytes:
 
 
 def _relocation_types(data: bytes) -> set[int]:
-    import struct
-
-    (offset,) = struct.unpack_from("<Q", data, 0x28)
-    size, count = struct.unpack_from("<HH", data, 0x3A)
     found = set()
-    for i in range(count):
-        header = struct.unpack_from("<IIQQQQIIQQ", data, offset + i * size)
-        if header[1] == 4:  # SHT_RELA
+    for header in objects.sections(data):
+        if header[1] == 4:  # SHT_RELA: entries of (offset, info, addend), the type in info
             for position in range(header[4], header[4] + header[5], 24):
                 found.add(struct.unpack_from("<Q", data, position + 8)[0] & 0xFFFFFFFF)
     return found

@@ -64,19 +64,6 @@ def register_lowering(*prims) -> Callable[[Rule], Rule]:
     return lowering_rules.register(*prims)
 
 
-#: {primitive: ScalarOp} of the rules that apply one scalar op to their operands, each read at
-#: the output index (rank-0 ones at ()): lowerable's trial of such an equation is answered
-#: from the op's dtype table (_one_op_trial), the answer the trial lowering gives.
-one_op_rules: dict = {}
-
-
-def register_one_op_lowering(prim, scalar_op: ScalarOp, rule: Rule) -> None:
-    """Register `rule`, which must be `scalar_op` applied to the operands read at the output
-    index, as prim's lowering rule, and say so to the trial (one_op_rules)."""
-    lowering_rules.register(prim)(rule)
-    one_op_rules[prim] = scalar_op
-
-
 def zero(dtype) -> Const:
     """The zero (False) of a dtype."""
     dtype = np.dtype(dtype)
@@ -572,8 +559,16 @@ def _trial(eqn: JaxprEqn, key) -> tuple[bool, int]:
     return result
 
 
+def one_op(prim) -> ScalarOp | None:
+    """The ScalarOp of prim's lowering rule when the rule is that op applied to its operands,
+    each read at the output index (rank-0 ones at ()): the rule says so in its `scalar_op`
+    attribute (lowering_elementwise's one-op rules). lowerable's trial of such an equation
+    is answered from the op's tables (_one_op_trial)."""
+    return getattr(lowering_rules.get(prim), "scalar_op", None)
+
+
 def _trial_lowering(eqn: JaxprEqn) -> tuple[bool, int]:
-    scalar_op = one_op_rules.get(eqn.primitive)
+    scalar_op = one_op(eqn.primitive)
     if scalar_op is not None and len(eqn.outvars) == 1:
         shape = eqn.outvars[0].aval.shape
         if all(a.aval.shape in ((), shape) for a in eqn.invars):
@@ -583,7 +578,7 @@ def _trial_lowering(eqn: JaxprEqn) -> tuple[bool, int]:
 
 
 def _one_op_trial(scalar_op: ScalarOp, dtypes: list, result) -> tuple[bool, int]:
-    """What the trial lowering of a one-op rule (one_op_rules) on operands of these dtypes
+    """What the trial lowering of a one-op rule (one_op) on operands of these dtypes
     finds, from the op's tables alone: the op accepts the dtypes (kir's check, as building
     the Op does) and yields the equation's result dtype (as ExprBuilder.lower checks), and
     the LLVM backend has it for the last operand's dtype. In a new process the trials ran

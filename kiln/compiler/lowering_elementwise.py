@@ -12,7 +12,7 @@ import numpy as np
 
 from kiln.compiler import kir
 from kiln.compiler.kir import Const, Expr, ScalarOp
-from kiln.compiler.lower import NotLowerable, register_lowering, register_one_op_lowering
+from kiln.compiler.lower import NotLowerable, register_lowering
 from kiln.primitives import elementwise as ew
 from kiln.primitives import elementwise_math as em
 
@@ -30,6 +30,7 @@ def _elementwise(scalar_op: ScalarOp):
         return kir.op(scalar_op, *_read(index, operands))
 
     rule.__name__ = f"_{scalar_op.value}_lowering_rule"
+    rule.scalar_op = scalar_op  # (what the rule computes: lower.one_op)
     return rule
 
 
@@ -89,7 +90,7 @@ _ONE_OP = {
     em.digamma_p: O.DIGAMMA,
 }
 for _prim, _op in _ONE_OP.items():
-    register_one_op_lowering(_prim, _op, _elementwise(_op))
+    register_lowering(_prim)(_elementwise(_op))
 
 
 def _logical_or_bitwise(name: str):

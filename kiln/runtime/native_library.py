@@ -180,12 +180,9 @@ class _Unsupported(Exception):
     """An object holds something _LoadedImage does not load (MCJIT does)."""
 
 
-_HEADER = struct.Struct("<HHIQQQIHHHHHH")  # ELF64 header from e_type on (offset 16)
-_SECTION = struct.Struct("<IIQQQQIIQQ")
-_SYMBOL = struct.Struct("<IBBHQQ")
 _RELA = struct.Struct("<QQq")
 _ET_REL, _EM_X86_64 = 1, 62
-_SHT_PROGBITS, _SHT_SYMTAB, _SHT_RELA, _SHT_NOBITS = 1, 2, 4, 8
+_SHT_PROGBITS, _SHT_RELA, _SHT_NOBITS = 1, 4, 8
 _SHF_WRITE, _SHF_ALLOC, _SHF_EXECINSTR = 0x1, 0x2, 0x4
 _SHN_UNDEF, _SHN_ABS = 0, 0xFFF1
 _STB_LOCAL = 0
@@ -210,51 +207,33 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 class _Object:
-    """One relocatable ELF64 x86-64 object, parsed: its section headers, its symbol table
-    ([(name, binding, section index, value)]) and the sections to load."""
+    """One relocatable ELF64 x86-64 object, parsed (kiln.codegen.llvm.objects reads its
+    section headers and symbol table): the sections to load and the relocation sections that
+    apply to them."""
 
     def __init__(self, data: bytes):
-        if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-            raise _Unsupported("not an ELF64 little-endian object")
-        kind, machine, *_, section_size, count, _ = _HEADER.unpack_from(data, 16)
-        (offset,) = struct.unpack_from("<Q", data, 0x28)
-        if kind != _ET_REL or machine != _EM_X86_64 or section_size != _SECTION.size:
+        self.sections = objects.sections(data)  # (ObjectFormatError if not ELF64 LE)
+        kind, machine = struct.unpack_from("<HH", data, 16)
+        if kind != _ET_REL or machine != _EM_X86_64:
             raise _Unsupported("not a relocatable x86-64 object")
-        if offset + count * section_size > len(data):
-            raise _Unsupported("section headers outside the object")
         self.data = data
-        self.sections = [
-            _SECTION.unpack_from(data, offset + i * section_size) for i in range(count)
-        ]
+        self.symbols = objects.symbol_table(data, self.sections)
+        for name, _, section, _ in self.symbols:
+            if section >= 0xFF00 and section != _SHN_ABS:  # (common symbols, say)
+                raise _Unsupported(f"symbol {name!r} in special section {section:#x}")
         self.loaded: list[int] = []  # indices of the sections to load
-        self.relocations: list[int] = []  # indices of the RELA sections that apply to them
-        self.symbols: list[tuple] = []
+        relocations = []  # indices of the RELA sections
         for index, header in enumerate(self.sections):
             kind, flags, size = header[1], header[2], header[5]
-            if kind == _SHT_SYMTAB:
-                self._read_symbols(header)
-            elif flags & _SHF_ALLOC:
+            if flags & _SHF_ALLOC:
                 if kind not in (_SHT_PROGBITS, _SHT_NOBITS):
                     raise _Unsupported(f"section type {kind:#x}")  # (an unwind table, say)
                 if size:
                     self.loaded.append(index)
             elif kind == _SHT_RELA:
-                self.relocations.append(index)
+                relocations.append(index)
         loaded = set(self.loaded)  # (relocations of sections not loaded, such as notes, go)
-        self.relocations = [i for i in self.relocations if self.sections[i][7] in loaded]
-
-    def _read_symbols(self, header) -> None:
-        offset, size, link, entry_size = header[4], header[5], header[6], header[9]
-        if entry_size != _SYMBOL.size or offset + size > len(self.data):
-            raise _Unsupported("malformed symbol table")
-        strings_offset = self.sections[link][4]
-        for position in range(offset, offset + size, entry_size):
-            name_offset, info, _, section, value, _ = _SYMBOL.unpack_from(self.data, position)
-            end = self.data.index(b"\0", strings_offset + name_offset)
-            name = self.data[strings_offset + name_offset : end].decode("ascii", "replace")
-            if section >= 0xFF00 and section != _SHN_ABS:  # (common symbols, say)
-                raise _Unsupported(f"symbol {name!r} in special section {section:#x}")
-            self.symbols.append((name, info >> 4, section, value))
+        self.relocations = [i for i in relocations if self.sections[i][7] in loaded]
 
 
 class _LoadedImage:

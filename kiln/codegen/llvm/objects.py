@@ -30,7 +30,9 @@ def _c_string(data: bytes, offset: int) -> str:
     return data[offset:end].decode("ascii", "replace")
 
 
-def _sections(data: bytes) -> list[tuple]:
+def sections(data: bytes) -> list[tuple]:
+    """An ELF64 little-endian object's section headers, as struct tuples (name, type, flags,
+    address, offset, size, link, info, alignment, entry size)."""
     if len(data) < 64 or data[:4] != _ELF_MAGIC or data[4] != 2 or data[5] != 1:
         raise ObjectFormatError("not an ELF64 little-endian object")
     (section_offset,) = struct.unpack_from("<Q", data, 0x28)
@@ -55,25 +57,35 @@ def defined_symbols(data: bytes) -> list[str]:
     return sorted(_symbols(data, undefined=False))
 
 
-def _symbols(data: bytes, undefined: bool, include_weak: bool = True) -> set[str]:
-    sections = _sections(data)
-    names: set[str] = set()
-    for header in sections:
+def symbol_table(data: bytes, headers: list[tuple] | None = None) -> list[tuple]:
+    """An ELF64 object's symbol table, every entry in order (relocations refer to them by
+    position; the first is the null symbol): (name, binding, section index, value).
+    `headers`: its sections(), when read already."""
+    headers = sections(data) if headers is None else headers
+    table: list[tuple] = []
+    for header in headers:
         kind, offset, size, link, entry_size = header[1], header[4], header[5], header[6], header[9]
         if kind != _SHT_SYMTAB:
             continue
-        if entry_size != _SYMBOL.size or offset + size > len(data) or link >= len(sections):
+        if entry_size != _SYMBOL.size or offset + size > len(data) or link >= len(headers):
             raise ObjectFormatError("malformed symbol table")
-        strings_offset, strings_size = sections[link][4], sections[link][5]
+        strings_offset, strings_size = headers[link][4], headers[link][5]
         strings = data[strings_offset : strings_offset + strings_size]
         for position in range(offset, offset + size, entry_size):
-            name_offset, info, _, section_index, _, _ = _SYMBOL.unpack_from(data, position)
-            if (section_index == _SHN_UNDEF) != undefined or name_offset == 0:
-                continue
-            binding = info >> 4
-            if undefined and binding == _STB_WEAK and not include_weak:
-                continue
-            if not undefined and binding not in (_STB_GLOBAL, _STB_WEAK):
-                continue
-            names.add(_c_string(strings, name_offset))
+            name_offset, info, _, section_index, value, _ = _SYMBOL.unpack_from(data, position)
+            name = _c_string(strings, name_offset) if name_offset else ""
+            table.append((name, info >> 4, section_index, value))
+    return table
+
+
+def _symbols(data: bytes, undefined: bool, include_weak: bool = True) -> set[str]:
+    names: set[str] = set()
+    for name, binding, section_index, _ in symbol_table(data):
+        if (section_index == _SHN_UNDEF) != undefined or not name:
+            continue
+        if undefined and binding == _STB_WEAK and not include_weak:
+            continue
+        if not undefined and binding not in (_STB_GLOBAL, _STB_WEAK):
+            continue
+        names.add(name)
     return names
