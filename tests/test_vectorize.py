@@ -12,6 +12,13 @@ import kiln.numpy as jnp
 RNG = np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rng(request):
+    """Each test draws the same data whichever tests ran before it on its worker."""
+    global RNG
+    RNG = np.random.default_rng(sum(map(ord, request.node.nodeid)))
+
+
 def rand(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
