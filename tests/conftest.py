@@ -1,4 +1,5 @@
-"""Suite-wide set-up: the `native` marker.
+"""Suite-wide set-up: the `native` marker, and property tests that draw the same examples on
+every run (a red CI run must be one anyone can reproduce; `make fuzz` explores at random).
 
 The suite passes on either backend (`KILN_BACKEND=interpret make test` runs the user-level
 tests through the interpreter: `make test-interpret`). Tests about the native backend's own
@@ -9,8 +10,12 @@ says, and so do the processes they start. A module marks all its tests with
 """
 
 import pytest
+from hypothesis import settings
 
 import kiln
+
+settings.register_profile("kiln", derandomize=True, database=None)
+settings.load_profile("kiln")
 
 
 def pytest_configure(config):
