@@ -127,6 +127,10 @@ class Config:
         # Freeze the cycle collector's heap before the process's first native compile (see
         # kiln/runtime/native.py, freeze_heap_once); KILN_FREEZE_HEAP=0 leaves it alone.
         self.freeze_heap = _env_bool("KILN_FREEZE_HEAP", True)
+        # Make LLVM ready (the host target, the helper thread's machine and passes, a first
+        # small compile) on LLVM's helper thread after import, off the first compile's path
+        # (see kiln/runtime/llvm_prepare.py); KILN_PREPARE_LLVM=0 leaves it to that compile.
+        self.prepare_llvm = _env_bool("KILN_PREPARE_LLVM", True)
         # Emit kernels' loops as explicit vector code, compiled with a short LLVM pipeline (see
         # kiln/codegen/llvm/emit_vector.py); KILN_VECTOR_LOOPS=0 leaves them to LLVM's loop
         # vectorizer.

@@ -120,9 +120,9 @@ def preload() -> None:
     `import jax` loads XLA's compiler): the backend's module (_backend_factory, as a first
     compile does) and its _PRELOADED_MODULES. The first call of a program then pays for
     tracing, compiling and running it, not for loading the compiler's Python (~8 ms on the
-    native backend). LLVM's own set-up (targets, machines) still waits for the first
-    compile. A backend that does not import, or an unknown KILN_BACKEND, is left for the
-    first compile to handle and report, as before."""
+    native backend). Then the backend's _PREPARE_HOOKS entry starts its own set-up in the
+    background (the native backend's LLVM). A backend that does not import, or an unknown
+    KILN_BACKEND, is left for the first compile to handle and report, as before."""
     try:
         backend = resolve_backend(None)
     except ValueError:
@@ -134,6 +134,13 @@ def preload() -> None:
             importlib.import_module(module)
         except Exception as err:  # (each is imported again, and reports, where it is used)
             logger.debug("kiln: could not preload %s (%s)", module, err)
+    hook = _PREPARE_HOOKS.get(backend)
+    if hook is not None:
+        module, function = hook
+        try:
+            getattr(importlib.import_module(module), function)()
+        except Exception as err:  # (the first compile makes what it needs, and reports)
+            logger.debug("kiln: could not prepare the %s backend (%s)", backend, err)
 
 
 def register_backend(name: str, factory: BackendFactory) -> None:
@@ -143,6 +150,11 @@ def register_backend(name: str, factory: BackendFactory) -> None:
 
 def known_backends() -> list[str]:
     return sorted(set(_backends) | set(_BACKEND_MODULES) | set(_BACKEND_ALIASES) | {"cpu"})
+
+
+#: What preload then starts for a backend, as (module, function): for the native backend,
+#: LLVM's set-up on its helper thread (runtime/llvm_prepare.py).
+_PREPARE_HOOKS = {"native": ("kiln.runtime.llvm_prepare", "prepare_soon")}
 
 
 def resolve_backend(backend: str | None) -> str:

@@ -68,15 +68,52 @@ def thread_passes(
     target_: target_module.Target, pipeline: str
 ) -> tuple[llvm.TargetMachine, llvm_pipeline.Passes]:
     """This thread's machine for a pipeline's code generator level and the pipeline built
-    for it (llvm_pipeline.Passes), made on the thread's first use of the pair."""
-    machine = thread_machine(target_, llvm_pipeline.CODEGEN_LEVELS[pipeline])
+    for it (llvm_pipeline.Passes), made on the thread's first use of the pair (or taken from
+    the spares, see spare_passes)."""
     built = getattr(_local, "passes", None)
     if built is None:
         built = _local.passes = {}
     passes = built.get((target_, pipeline))
     if passes is None:
+        spare = _take_spare(target_, pipeline)
+        if spare is not None:
+            return spare
+    machine = thread_machine(target_, llvm_pipeline.CODEGEN_LEVELS[pipeline])
+    if passes is None:
         passes = built[target_, pipeline] = llvm_pipeline.Passes(machine, pipeline)
     return machine, passes
+
+
+#: {(target, pipeline): (machine, passes)} made by one thread for the first thread that
+#: needs the pair and has no machine of its level yet (see spare_passes).
+_spares: dict = {}
+_spares_lock = threading.Lock()
+
+
+def spare_passes(target_: target_module.Target, pipeline: str, machine, passes) -> None:
+    """Keep a machine and the passes built for it, which no thread uses any more, for the
+    next thread that needs the pair (runtime/llvm_prepare.py makes one, and compiles with
+    it once, for the thread of a process's first compile)."""
+    with _spares_lock:
+        _spares.setdefault((target_, pipeline), (machine, passes))
+
+
+def _take_spare(target_: target_module.Target, pipeline: str):
+    """A spare (machine, passes) for the pair made this thread's own, if there is one and
+    this thread has no machine of the pipeline's level (a machine of its own stays its)."""
+    level = llvm_pipeline.CODEGEN_LEVELS[pipeline]
+    machines = getattr(_local, "machines", None)
+    if machines is None:
+        machines = _local.machines = {}
+    if (target_, level) in machines or not _spares:
+        return None
+    with _spares_lock:
+        spare = _spares.pop((target_, pipeline), None)
+    if spare is None:
+        return None
+    machines[target_, level] = spare[0]
+    _local.passes[target_, pipeline] = spare[1]
+    return spare
 
 
 def _adopt(target_: target_module.Target, pipeline: str, machine, passes) -> None:

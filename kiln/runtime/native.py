@@ -42,7 +42,7 @@ from kiln.runtime.native_call import (
     touch_soon,
 )
 from kiln.primitives.control_flow import CONTROL_FLOW_PRIMITIVES
-from kiln.runtime import memory_plan, program_cache
+from kiln.runtime import llvm_prepare, memory_plan, program_cache
 from kiln.runtime.cache import intern_signature
 from kiln.runtime.native_segment import NativeSegment
 
@@ -155,6 +155,7 @@ class NativeExecutable(Executable):
         from kiln.runtime import engine  # noqa: F401  (the compiler, imported before the freeze)
 
         freeze_heap_once()
+        llvm_prepare.compile_begins()
         jaxpr = program.jaxpr
         if not self.raw:
             # The first call's large outputs, faulted in while the rest of the build runs.

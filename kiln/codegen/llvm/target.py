@@ -168,14 +168,24 @@ def _initialize() -> None:
     llvm_pipeline.configure()
 
 
-@functools.cache
+_host: list = []  # [the host's Target], once made
+_host_lock = threading.Lock()
+
+
 def host_target() -> Target:
-    """The host CPU with all its features, computed once per process."""
-    _initialize()
-    triple = llvm.get_process_triple()
-    cpu_name = llvm.get_host_cpu_name()
-    features = llvm.get_host_cpu_features().flatten()
-    return _make_target(triple, cpu_name, features, is_host=True)
+    """The host CPU with all its features, computed once per process (a thread that asks
+    while another computes it waits for that one: runtime/llvm_prepare.py makes it on LLVM's
+    helper thread after import)."""
+    if _host:
+        return _host[0]
+    with _host_lock:
+        if not _host:
+            _initialize()
+            triple = llvm.get_process_triple()
+            cpu_name = llvm.get_host_cpu_name()
+            features = llvm.get_host_cpu_features().flatten()
+            _host.append(_make_target(triple, cpu_name, features, is_host=True))
+    return _host[0]
 
 
 def _make_target(triple: str, cpu_name: str, features: str, is_host: bool = False) -> Target:
