@@ -686,3 +686,51 @@ def test_self_attributes_read_through_paired_loads_are_found(monkeypatch):
     finally:
         capture_guards._self_attribute_loads.cache_clear()
     assert found == ("weight", "bias", "scale")
+
+
+def _code_objects(limit: int = 6000):
+    """Code objects of the modules imported so far (kiln's, NumPy's, the standard library's)
+    and everything nested in them."""
+    import types as _types
+
+    stack = []
+    for module in list(sys.modules.values()):
+        for value in list(vars(module).values()) if hasattr(module, "__dict__") else ():
+            for fn in [value] + list(vars(value).values() if isinstance(value, type) else []):
+                code = getattr(fn, "__code__", None)
+                if isinstance(code, _types.CodeType):
+                    stack.append(code)
+    seen, found = set(), []
+    while stack and len(found) < limit:
+        code = stack.pop()
+        if id(code) in seen:
+            continue
+        seen.add(id(code))
+        found.append(code)
+        stack.extend(c for c in code.co_consts if isinstance(c, _types.CodeType))
+    return found
+
+
+def _wide():
+    # More than 256 names: the last attribute loads come after an EXTENDED_ARG prefix.
+    namespace: dict = {}
+    body = "\n".join(f"    v{i} = self.a{i}" for i in range(300))
+    exec(f"def method(self):\n{body}\n    return np.pi\n", {"np": np}, namespace)
+    return namespace["method"]
+
+
+def test_the_bytecode_decoder_reads_what_dis_reads():
+    # Every code object of the imported modules, and one whose operands need EXTENDED_ARG:
+    # the decoder's (opname, argval) equal dis's wherever the analyses read an argval.
+    from kiln.runtime import capture_guards
+
+    codes = _code_objects() + [_wide().__code__]
+    assert len(codes) > 2000
+    for code in codes:
+        assert capture_guards._instructions.__wrapped__(code) == (
+            capture_guards._dis_instructions(code)
+        ), code
+    method = _wide()
+    loads = capture_guards._self_attribute_loads.__wrapped__(method.__code__)
+    assert loads == tuple(f"a{i}" for i in range(300))
+    assert capture_guards._global_loads.__wrapped__(method.__code__) == ("np",)

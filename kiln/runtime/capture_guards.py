@@ -8,6 +8,7 @@ import dis
 import functools
 import math
 import os
+import sys
 import sysconfig
 import types
 from typing import Any, Callable
@@ -312,9 +313,79 @@ def _collect_attributes(
 
 @functools.lru_cache(maxsize=4096)
 def _instructions(code: types.CodeType) -> tuple[tuple[str, Any], ...]:
-    """(opname, argval) of a code object's instructions, decoded once for the analyses below
-    (dis is the slow part of recording a new function's guards)."""
-    return tuple((ins.opname, ins.argval) for ins in dis.get_instructions(code))
+    """(opname, argval) of a code object's instructions, decoded once for the analyses below:
+    argval as dis gives it for the loads they read (_ARGVALS), None for the rest; no
+    EXTENDED_ARG prefixes (an attribute load after one still follows its name's load)."""
+    if _ARGVALS is None:
+        return _dis_instructions(code)
+    names, raw = code.co_names, code.co_code
+    local = getattr(code, "_varname_from_oparg", None)
+    out = []
+    extended = 0
+    for at in range(0, len(raw), 2):
+        op = raw[at]
+        if op == _CACHE:
+            continue
+        arg = raw[at + 1] | extended
+        if op == _EXTENDED_ARG:
+            extended = arg << 8
+            continue
+        extended = 0
+        how = _ARGVALS.get(op)
+        if how is None:
+            out.append((_OPNAMES[op], None))
+        elif how == "name":
+            out.append((_OPNAMES[op], names[arg]))
+        elif how == "name>>1":
+            out.append((_OPNAMES[op], names[arg >> 1]))
+        elif how == "local":
+            out.append((_OPNAMES[op], local(arg)))
+        else:  # "local pair": two 4-bit local indices (3.13's LOAD_FAST_LOAD_FAST)
+            out.append((_OPNAMES[op], (local(arg >> 4), local(arg & 15))))
+    return tuple(out)
+
+
+def _dis_instructions(code: types.CodeType) -> tuple[tuple[str, Any], ...]:
+    """_instructions through dis (~5 us an instruction: the slow part of recording a new
+    function's guards, hence the decoder above where the bytecode's layout is known)."""
+    keep = _READ_OPNAMES
+    return tuple(
+        (ins.opname, ins.argval if ins.opname in keep else None)
+        for ins in dis.get_instructions(code)
+        if ins.opname != "EXTENDED_ARG"
+    )
+
+
+def _argvals() -> dict[int, str] | None:
+    """{opcode: how its argval is found} for the loads the analyses read, on the bytecode
+    layouts of CPython 3.11-3.13 (dis._get_instructions_bytes' rules); None elsewhere."""
+    version = sys.version_info[:2]
+    if not (3, 11) <= version <= (3, 13) or sys.implementation.name != "cpython":
+        return None
+    rules = {
+        "LOAD_NAME": "name",
+        "LOAD_GLOBAL": "name>>1",
+        "LOAD_ATTR": "name" if version == (3, 11) else "name>>1",
+        "LOAD_METHOD": "name",
+        "LOAD_FAST": "local",
+        "LOAD_FAST_CHECK": "local",
+        "LOAD_DEREF": "local",
+        "LOAD_FAST_LOAD_FAST": "local pair",
+        "STORE_FAST_LOAD_FAST": "local pair",
+    }
+    return {dis.opmap[n]: how for n, how in rules.items() if dis.opmap.get(n, 256) < 256}
+
+
+#: The instructions whose argval the analyses read (the others decode with argval None).
+_READ_OPNAMES = frozenset(
+    {"LOAD_NAME", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "LOAD_FAST", "LOAD_FAST_CHECK"}
+    | {"LOAD_FAST_BORROW", "LOAD_DEREF", "LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST"}
+    | {"LOAD_FAST_BORROW_LOAD_FAST_BORROW"}
+)
+_ARGVALS = _argvals()
+_OPNAMES = tuple(dis.opname)
+_CACHE = dis.opmap.get("CACHE", 0)
+_EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 
 
 @functools.lru_cache(maxsize=4096)
