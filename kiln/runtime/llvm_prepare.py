@@ -2,9 +2,10 @@
 
 A process's first native compile used to pay for LLVM's set-up on its critical path:
   * the host target: initializing LLVM's x86 back end and asking the CPU's name and
-    features (~1.4 ms, llvm target.host_target);
-  * the helper thread's target machine and pass pipeline (llvm_threads.Stream._start);
-  * the cold start of LLVM's first module, in the optimizer and in the code generator: the
+    features (~1.4 ms, codegen/llvm/target.py's host_target);
+  * the target machines and pass pipelines of the helper thread and of the compiling thread
+    (llvm_threads.Stream._start, llvm_threads.thread_passes);
+  * the cold start of LLVM's first module, in the optimizer and in the code generator: a
     machine's subtarget tables built for its first function, LLVM's code and a fresh heap
     faulted in page by page. A four-instruction module took ~7 ms to compile first and ~1.3 ms
     afterwards; the layernorm+softmax forward's first module took 16 ms against 8.
@@ -12,15 +13,19 @@ A process's first native compile used to pay for LLVM's set-up on its critical p
 prepare_soon() (kiln's import calls it on the native backend: compiler.pipeline.preload)
 queues that work on LLVM's helper thread (llvm_threads.side_thread), where the long calls run
 without the GIL next to what the program does between its import and its first compile
-(making its data, defining its model). Three stages, each a job of the helper's:
+(making its data, defining its model). Four jobs, in order:
   1. the host target, made once for the process (the first compile needs it);
   2. the helper's machine and passes for the vector pipeline, which the first compile's
      stream would otherwise build on the calling thread (llvm_threads._adopt);
-  3. a first compile of a small vector loop (PREPARE_IR), for its cold start alone.
-Stage 3 is only a warm-up: a native compile that has begun by then (compile_begins, called
-as a native build starts) skips it, and the compile's own first module warms LLVM as
-before, so that a program compiled right after import does not wait for a warm-up module on
-the helper. config.prepare_llvm (KILN_PREPARE_LLVM=0) turns all of it off.
+  3. a first compile of a small vector loop (PREPARE_IR) with them, for its cold start;
+  4. a second machine and passes, which compile PREPARE_IR once (their subtarget is built
+     then) and are kept for the first thread that compiles without a machine of its own
+     (llvm_threads.spare_passes): the thread of the first compile, which compiles one of
+     its modules next to the helper.
+Jobs 3 and 4 only warm up: once a native build has begun (compile_begins, called as one
+starts), those not started yet do nothing, and the compile's own first modules warm LLVM as
+before, so that a program compiled right after import never waits on the helper for a
+warm-up module. config.prepare_llvm (KILN_PREPARE_LLVM=0) turns all of it off.
 
 A process forked while the helper is inside LLVM would inherit locks held by a thread the
 child does not have: os.fork first waits for the preparation (register_at_fork below). A
@@ -86,8 +91,7 @@ _compiling = threading.Event()  # set once a native build begins (see compile_be
 
 def prepare_soon() -> bool:
     """Queue the preparation on LLVM's helper thread (once per process, unless
-    config.prepare_llvm is off or the configured target is not the host's); whether it
-    was queued."""
+    config.prepare_llvm is off); whether it was queued."""
     if not config.prepare_llvm:
         return False
     with _lock:
@@ -114,7 +118,7 @@ def _drop_pending() -> None:
 
 
 def compile_begins() -> None:
-    """A native build is starting: a warm-up compile not started yet is skipped."""
+    """A native build is starting: the warm-up jobs not started yet do nothing."""
     _compiling.set()
 
 
