@@ -107,6 +107,51 @@ def test_a_second_process_replays_the_build_and_computes_the_same_bits(tmp_path)
         )
 
 
+_LIBRARY_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, warnings
+    import numpy as np
+    import kiln, kiln.numpy as jnp
+    from kiln.runtime import engine, kernel_library, program_cache
+    kiln.config.update("jax_compilation_cache_dir", sys.argv[1])
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((128, 784)).astype(np.float32)
+    w = (rng.standard_normal((784, 512)) / 28).astype(np.float32)
+    b = rng.standard_normal(512).astype(np.float32)
+    v = (rng.standard_normal((512, 10)) / 23).astype(np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = kiln.jit(lambda x, w, b, v: jnp.maximum(x @ w + b, 0.0) @ v)(x, w, b, v)
+    np.save(sys.argv[2] + ".npy", np.asarray(out))
+    print(json.dumps({
+        "program": program_cache.stats, "compile": engine.compile_stats(),
+        "library": len(kernel_library._loaded), "warnings": [str(w.message) for w in caught],
+    }))
+    """
+)
+
+
+def test_a_warm_start_loads_the_kernel_library_its_products_call(tmp_path):
+    # A process that reads its program from the disk cache never emits a call to kiln's gemm
+    # library: linking still loads the library modules the objects call (it once found no
+    # module for their symbols, warned and compiled the program again).
+    cache = tmp_path / "cache"
+    cold = run_script_json(_LIBRARY_SCRIPT, str(cache), str(tmp_path / "cold"))
+    assert cold["library"] >= 1 and cold["compile"]["modules"] > 0
+    warm = run_script_json(_LIBRARY_SCRIPT, str(cache), str(tmp_path / "warm"))
+    assert warm["program"]["replayed"] == 1 and warm["compile"]["modules"] == 0, warm
+    assert warm["library"] == cold["library"] and warm["warnings"] == []
+    got = np.load(tmp_path / "warm.npy")
+    np.testing.assert_array_equal(got, np.load(tmp_path / "cold.npy"))
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((128, 784))
+    w = rng.standard_normal((784, 512)).astype(np.float32) / 28
+    b = rng.standard_normal(512)
+    v = rng.standard_normal((512, 10)).astype(np.float32) / 23
+    expected = np.maximum(x.astype(np.float32) @ w + b.astype(np.float32), 0) @ v
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
 # --- within a process ------------------------------------------------------------------------
 
 

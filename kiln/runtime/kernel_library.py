@@ -137,11 +137,12 @@ def prefetch_one(target: target_module.Target, kernel: str, dtype) -> None:
         _pending[key] = (future, os.getpid())
 
 
-def ensure(names) -> None:
-    """Load the library modules that define any of these symbols (unknown names are left for
-    the caller's unresolved-symbol check)."""
+def ensure(names, target: target_module.Target | None = None) -> None:
+    """Load the library modules that define any of these symbols, called by an object
+    compiled for `target` (unknown names are left for the caller's unresolved-symbol
+    check)."""
     for name in names:
-        found = gemm_library.parse(name)
+        found = gemm_library.parse(name, target)
         if found is not None:
             _load(*found)
 

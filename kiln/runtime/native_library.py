@@ -86,9 +86,12 @@ def _load_builtins() -> None:
         _support_library = library
 
 
-def unresolved_symbols(object_bytes: bytes, defined: Container[str] = ()) -> list[str]:
+def unresolved_symbols(
+    object_bytes: bytes, defined: Container[str] = (), target_: target.Target | None = None
+) -> list[str]:
     """The external symbols of an object that neither the process nor `defined` (the
-    symbols of the objects it is linked with) provides."""
+    symbols of the objects it is linked with) provides; the kernel library's modules it
+    calls are loaded first (for `target_`, the one it was compiled for)."""
     load_process_symbols()
     needed = [n for n in objects.undefined_symbols(object_bytes) if n not in defined]
     if any(name in support.BUILTINS for name in needed):
@@ -100,7 +103,7 @@ def unresolved_symbols(object_bytes: bytes, defined: Container[str] = ()) -> lis
 
         if any(name in blas_calls.SYMBOLS for name in missing) and blas_calls.available():
             blas_calls.register()
-        kernel_library.ensure(missing)
+        kernel_library.ensure(missing, target_)
         missing = [name for name in missing if not llvm.address_of_symbol(name)]
     return missing
 
@@ -111,7 +114,9 @@ def load_object(object_bytes: bytes, target_: target.Target, what: str = "an obj
     functions, valid while it lives."""
     everything = [*more, object_bytes]
     defined = {name for data in everything for name in objects.defined_symbols(data)}
-    missing = sorted({name for data in everything for name in unresolved_symbols(data, defined)})
+    missing = sorted(
+        {name for data in everything for name in unresolved_symbols(data, defined, target_)}
+    )
     if missing:
         raise UnresolvedSymbolError(
             f"kiln: the native code of {what} (target {target_.describe()}) calls "

@@ -85,13 +85,19 @@ def call(builder: ir.IRBuilder, kernel: str, dtype, arguments: list) -> None:
     builder.call(function, arguments)
 
 
-def parse(name: str) -> tuple[target_module.Target, str, np.dtype] | None:
+def parse(
+    name: str, target: target_module.Target | None = None
+) -> tuple[target_module.Target, str, np.dtype] | None:
     """(target, kernel, dtype) of a library symbol, None if it is not one (or names a target
-    no symbol was made for in this process)."""
+    that is neither one a symbol was made for in this process nor `target`, the one the
+    object calling it was compiled for: an object read from the disk cache calls the library
+    in a process that never emitted a call to it)."""
     if not name.startswith(PREFIX):
         return None
     kernel, bits, tag = name[len(PREFIX) :].rsplit("_", 2)
     with _lock:
+        if target is not None and tag not in _targets and _tag(target) == tag:
+            _targets[tag] = target
         target = _targets.get(tag)
     dtype = {"f32": DTYPES[0], "f64": DTYPES[1]}.get(bits)
     if target is None or dtype is None or kernel not in KERNELS:
