@@ -1,9 +1,10 @@
 """LLVM made ready on its helper thread after import (kiln.runtime.llvm_prepare): on the
 native backend the import queues the host target, the helper's machine and passes and two
 warm-up compiles (the second leaves a machine and passes for the first compiling thread);
-KILN_PREPARE_LLVM=0 and the interpreter backend queue nothing; a native build that has begun
-skips the warm-up compiles; the warm-up module compiles for every baseline target; a fork
-waits for the preparation, and the child compiles and runs programs."""
+with a disk cache it first reads kiln's source digest; KILN_PREPARE_LLVM=0 and the
+interpreter backend queue nothing; a native build that has begun skips the warm-up
+compiles; the warm-up module compiles for every baseline target; a fork waits for the
+preparation, and the child compiles and runs programs."""
 
 from __future__ import annotations
 
@@ -25,12 +26,13 @@ pytestmark = pytest.mark.native
 
 
 def _run(script: str, **env) -> str:
+    inherited = {k: v for k, v in os.environ.items() if k != "KILN_CACHE_DIR"}
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, **env},
+        env={**inherited, **env},
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -55,6 +57,18 @@ def test_the_import_prepares_llvm_on_the_native_backend():
     # helper has its machine and passes, and a spare pair waits for the first compile.
     out = _run(_REPORT, KILN_BACKEND="native", KILN_PREPARE_LLVM="1")
     assert out.split() == ["[None,", "True,", "True]", "True", "True"]
+
+
+def test_with_a_disk_cache_the_source_digest_is_read_first(tmp_path):
+    # (a warm start's first lookup needs kiln's source digest: a scan of its files)
+    out = _run(
+        textwrap.dedent(_REPORT)
+        + "from kiln.runtime import disk_cache\nprint(disk_cache._source_files is not None)",
+        KILN_BACKEND="native",
+        KILN_PREPARE_LLVM="1",
+        KILN_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    assert out.split() == ["[None,", "None,", "True,", "True]", "True", "True", "True"]
 
 
 @pytest.mark.parametrize(

@@ -61,6 +61,7 @@ def _sources() -> list[tuple[str, int, int]]:
     global _source_files
     if _source_files is None:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        skip = len(root) + len(os.sep)  # (paths under root: the relative path by slicing)
         files = []
         pending = [root]
         while pending:
@@ -74,7 +75,7 @@ def _sources() -> list[tuple[str, int, int]]:
                     if entry.name != "__pycache__":
                         pending.append(entry.path)
                 elif entry.name.endswith(".py"):
-                    name = os.path.relpath(entry.path, root).replace(os.sep, "/")
+                    name = entry.path[skip:].replace(os.sep, "/")
                     try:
                         info = entry.stat()
                         files.append((name, info.st_size, info.st_mtime_ns))
