@@ -3,11 +3,13 @@ native backend the import queues the host target, the helper's machine and passe
 warm-up compiles (the second leaves a machine and passes for the first compiling thread);
 with a disk cache it first reads kiln's source digest; KILN_PREPARE_LLVM=0 and the
 interpreter backend queue nothing; a native build that has begun skips the warm-up
-compiles; the warm-up module compiles for every baseline target; a fork waits for the
-preparation, and the child compiles and runs programs."""
+compiles; the warm-up module compiles for every baseline target and computes what NumPy
+does where the host can run it; a fork waits for the preparation, and the child compiles and
+runs programs."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -20,7 +22,7 @@ import pytest
 import kiln
 from kiln.codegen.llvm import llvm_pipeline
 from kiln.codegen.llvm import target as target_module
-from kiln.runtime import llvm_prepare, llvm_threads
+from kiln.runtime import llvm_prepare, llvm_threads, native_library
 
 pytestmark = pytest.mark.native
 
@@ -41,7 +43,7 @@ def _run(script: str, **env) -> str:
 _REPORT = """
     import os
     import kiln
-    from kiln.runtime import llvm_prepare, llvm_threads
+    from kiln.runtime import llvm_prepare, llvm_threads, native_library
     from kiln.codegen.llvm import target
     llvm_prepare.wait()
     results = [job.result() for job in llvm_prepare._jobs]
@@ -94,16 +96,29 @@ def test_a_build_marks_the_compile_begun(monkeypatch):
 @pytest.mark.parametrize(
     "cpu,features", [("x86-64", "")] + [v[:2] for _, v in sorted(target_module.BASELINES.items())]
 )
-def test_the_warm_up_module_compiles_for_every_baseline(cpu, features):
-    # (compiled, never run: any target's code, whatever the host has; its vectors are the
-    # target's width, 4 floats at the least)
+def test_the_warm_up_module_compiles_for_every_baseline_and_runs_where_it_can(cpu, features):
+    # Compiled for any target, whatever the host has (its vectors of the target's width, 4
+    # floats at the least); run where the host can: max(fma(x, x, 0.5), 0) against NumPy.
     made = target_module.make_target(cpu, features, runnable=False)
     text = llvm_prepare.prepare_ir(made)
     lanes = max(made.vector_bytes // 4, 4)
     assert f"<{lanes} x float>" in text and made.triple in text
     machine = made.create_machine(3)
     _, data = llvm_pipeline.optimize_to_object(text, machine, llvm_prepare.PIPELINE)
-    assert data[:4] == b"\x7fELF"
+    needed = target_module.BASELINES[cpu][2] if cpu in target_module.BASELINES else frozenset()
+    if not needed <= target_module.host_features():
+        return
+    library = native_library.load_object(data, made, "the warm-up module")
+    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+        library.address("kiln_prepare")
+    )
+    x = np.linspace(-3, 3, 8 * lanes, dtype=np.float32)
+    y = np.full_like(x, np.nan)
+    run(x.ctypes.data, y.ctypes.data, x.size)
+    # (a fused multiply-add: x * x + 0.5 is exact in float64, so rounding it once to float32
+    # is the fma's result)
+    expected = np.maximum(x.astype(np.float64) ** 2 + 0.5, 0).astype(np.float32)
+    np.testing.assert_array_equal(y, expected)
 
 
 def test_a_spare_goes_to_a_thread_without_a_machine_of_its_own(monkeypatch):

@@ -150,11 +150,7 @@ def _disk_cache_ready() -> None:
 
 
 def _target_and_passes() -> None:
-    target = target_module.current_target()
-    key = (os.getpid(), target, PIPELINE)
-    if key not in llvm_threads._helper_has:
-        llvm_threads.thread_passes(target, PIPELINE)
-        llvm_threads._helper_has.add(key)
+    llvm_threads.helper_passes(target_module.current_target(), PIPELINE)
 
 
 def _first_compile() -> bool:

@@ -109,10 +109,8 @@ def _take_spare(target_: target_module.Target, pipeline: str):
         return None
     with _spares_lock:
         spare = _spares.pop((target_, pipeline), None)
-    if spare is None:
-        return None
-    machines[target_, level] = spare[0]
-    _local.passes[target_, pipeline] = spare[1]
+    if spare is not None:
+        _adopt(target_, pipeline, *spare)
     return spare
 
 
@@ -134,6 +132,15 @@ def _adopt(target_: target_module.Target, pipeline: str, machine, passes) -> Non
 #: of that process has (its thread-local ones: thread_passes), which Stream._start then
 #: does not build for it.
 _helper_has: set = set()
+
+
+def helper_passes(target_: target_module.Target, pipeline: str) -> None:
+    """On the helper thread (side_thread): make its machine and passes for the pair now,
+    so that no stream builds them for it (runtime/llvm_prepare.py, after import)."""
+    key = (os.getpid(), target_, pipeline)
+    if key not in _helper_has:
+        thread_passes(target_, pipeline)
+        _helper_has.add(key)
 
 
 def _compile_private(
